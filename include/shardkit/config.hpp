@@ -1,0 +1,74 @@
+// shardkit/config.hpp — the cluster configuration file (TOML).
+//
+// One file describes the shards (libpq connection strings or URIs, so TLS,
+// .pgpass and PG* environment variables work as with psql), the pool limits,
+// the bucket directory and, optionally, an unsharded reference server:
+//
+//   [pool]
+//   max_size = 8              # connections per shard
+//   max_waiters = 64          # queued Acquire calls per shard
+//   connect_timeout_ms = 2000
+//   acquire_timeout_ms = 1000
+//
+//   [directory]
+//   source = "config"         # or "database": table shard_directory on shard 0
+//   version = 1
+//   buckets = { "0-31" = 0, "32-63" = 1 }   # omitted: even contiguous split
+//
+//   [[shard]]
+//   name = "shard0"
+//   dsn = "host=127.0.0.1 port=55432 dbname=bookstore user=bookstore"
+//
+//   [[shard]]
+//   name = "shard1"
+//   dsn = "postgresql://bookstore@127.0.0.1:55433/bookstore"
+//
+//   [reference]               # optional: all data unsharded, the ground truth
+//   dsn = "host=127.0.0.1 port=55434 dbname=bookstore user=bookstore"
+//
+// The file is found through --config, else $SHARDKIT_CONFIG, else
+// ./shardkit.toml.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardkit/directory.hpp"
+#include "shardkit/pool.hpp"
+
+namespace shardkit {
+
+struct ShardConfig {
+  std::string name;
+  std::string dsn;
+};
+
+enum class DirectorySource { kConfig, kDatabase };
+
+struct ClusterConfig {
+  std::vector<ShardConfig> shards;
+  PoolOptions pool;
+  DirectorySource directory_source = DirectorySource::kConfig;
+  BucketDirectory directory = BucketDirectory::EvenSplit(1);  // from the file (kConfig)
+  std::optional<std::string> reference_dsn;
+  std::string origin;  // where it was read from, for messages
+};
+
+// Parses TOML text; throws ConfigError naming the key (and line) at fault.
+[[nodiscard]] ClusterConfig ParseConfig(std::string_view toml_text, std::string origin = "<string>");
+// Reads and parses a file; throws ConfigError if it cannot be read.
+[[nodiscard]] ClusterConfig LoadConfig(const std::filesystem::path& path);
+// The explicit path if given, else $SHARDKIT_CONFIG, else ./shardkit.toml.
+[[nodiscard]] std::filesystem::path ResolveConfigPath(const std::optional<std::string>& explicit_path);
+
+// The connection string with any password replaced by "***" (both
+// key=value and URI forms), fit for logs and error messages.
+[[nodiscard]] std::string RedactDsn(std::string_view dsn);
+// Adds connect_timeout (whole seconds, at least 2, as libpq wants) unless the
+// connection string already sets one.
+[[nodiscard]] std::string WithConnectTimeout(std::string_view dsn, std::chrono::milliseconds timeout);
+
+}  // namespace shardkit

@@ -1,0 +1,127 @@
+// shardkit/errors.hpp — the one exception hierarchy of shardkit.
+//
+// Every error names what it is about (a config key, a bucket, a shard) and,
+// where it helps, what to do. Messages never contain passwords: connection
+// strings are shown through RedactDsn() (config.hpp).
+//
+//   try { auto lease = pool.Acquire(deadline); ... }
+//   catch (const shardkit::PoolTimeout& e) { log(e.what()); e.shard(); }
+//   catch (const shardkit::ShardError& e) { /* any failure tied to one shard */ }
+//   catch (const shardkit::Error& e)      { /* anything shardkit throws */ }
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shardkit {
+
+// Base of everything shardkit throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The configuration file or an option in it is wrong. key() is the dotted
+// path of the culprit, e.g. "shards[1].dsn" or "pool.max_size".
+class ConfigError : public Error {
+ public:
+  ConfigError(std::string key, const std::string& message)
+      : Error("config " + key + ": " + message), key_(std::move(key)) {}
+  [[nodiscard]] const std::string& key() const noexcept { return key_; }
+
+ private:
+  std::string key_;
+};
+
+// A bucket->shard directory is invalid (a bucket unmapped or mapped twice,
+// a shard index that does not exist, a stale version).
+class DirectoryError : public Error {
+ public:
+  explicit DirectoryError(const std::string& message, std::optional<int> bucket = {},
+                          std::optional<int> shard = {})
+      : Error("directory: " + message), bucket_(bucket), shard_(shard) {}
+  [[nodiscard]] std::optional<int> bucket() const noexcept { return bucket_; }
+  [[nodiscard]] std::optional<int> shard() const noexcept { return shard_; }
+
+ private:
+  std::optional<int> bucket_;
+  std::optional<int> shard_;
+};
+
+// A failure tied to one shard.
+class ShardError : public Error {
+ public:
+  ShardError(int shard, const std::string& message) : Error(message), shard_(shard) {}
+  [[nodiscard]] int shard() const noexcept { return shard_; }
+
+ private:
+  int shard_;
+};
+
+// The shard index is not part of the cluster.
+class UnknownShard : public ShardError {
+ public:
+  UnknownShard(int shard, int shard_count)
+      : ShardError(shard, "unknown shard " + std::to_string(shard) + ": the cluster has " +
+                              std::to_string(shard_count) + " shards (0.." +
+                              std::to_string(shard_count - 1) + ")") {}
+};
+
+// The shard's server cannot be reached (connect failed, connection lost).
+class ShardUnavailable : public ShardError {
+ public:
+  using ShardError::ShardError;
+};
+
+// A pool could not hand out a connection before the caller's deadline.
+class PoolTimeout : public ShardError {
+ public:
+  using ShardError::ShardError;
+};
+
+// A pool refused to queue another waiter (its waiter bound is reached).
+class PoolExhausted : public ShardError {
+ public:
+  using ShardError::ShardError;
+};
+
+// A statement failed on one shard (SQL error, server-side cancel...).
+class ShardQueryError : public ShardError {
+ public:
+  using ShardError::ShardError;
+};
+
+// A scatter over several shards failed on one or more of them.
+class ScatterError : public Error {
+ public:
+  struct Failure {
+    int shard;
+    std::string cause;
+  };
+  ScatterError(const std::string& message, std::vector<Failure> failures)
+      : Error(message), failures_(std::move(failures)) {}
+  [[nodiscard]] const std::vector<Failure>& failures() const noexcept { return failures_; }
+
+ private:
+  std::vector<Failure> failures_;
+};
+
+// A query cannot be answered exactly from per-shard partials (median,
+// percentiles, COUNT(DISTINCT x) on a non-shard-key column...). The message
+// says why and what to do instead; nothing is answered.
+class UnmergeableQuery : public Error {
+ public:
+  using Error::Error;
+};
+
+// An ID generator cannot issue an ID without risking a duplicate (clock moved
+// back beyond tolerance, worker-id lease lost, bad worker id...).
+class IdGeneratorError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace shardkit

@@ -1,0 +1,154 @@
+#include "shardkit/directory.hpp"
+
+#include <fmt/format.h>
+
+#include <pqxx/pqxx>
+
+#include "shardkit/errors.hpp"
+
+namespace shardkit {
+namespace {
+
+void CheckShardCount(int shard_count) {
+  if (shard_count < 1 || shard_count > kBucketCount) {
+    throw DirectoryError(fmt::format("shard count {} is out of range: 64 buckets need 1..64 shards",
+                                     shard_count));
+  }
+}
+
+void CheckVersion(std::int64_t version) {
+  if (version < 1) throw DirectoryError(fmt::format("version {} must be >= 1", version));
+}
+
+}  // namespace
+
+BucketDirectory BucketDirectory::FromAssignments(const Assignments& bucket_to_shard, int shard_count,
+                                                 std::int64_t version) {
+  CheckShardCount(shard_count);
+  CheckVersion(version);
+  for (int bucket = 0; bucket < kBucketCount; ++bucket) {
+    const ShardId shard = bucket_to_shard[static_cast<std::size_t>(bucket)];
+    if (shard < 0 || shard >= shard_count) {
+      throw DirectoryError(fmt::format("bucket {} is mapped to shard {}, but shards are 0..{}",
+                                       bucket, shard, shard_count - 1),
+                           bucket, shard);
+    }
+  }
+  return BucketDirectory(bucket_to_shard, shard_count, version);
+}
+
+BucketDirectory BucketDirectory::FromRows(std::span<const std::pair<BucketId, ShardId>> rows,
+                                          int shard_count, std::int64_t version) {
+  CheckShardCount(shard_count);
+  Assignments table{};
+  std::array<bool, kBucketCount> seen{};
+  for (const auto& [bucket, shard] : rows) {
+    if (bucket < 0 || bucket >= kBucketCount) {
+      throw DirectoryError(fmt::format("bucket {} does not exist (buckets are 0..63)", bucket), bucket);
+    }
+    auto index = static_cast<std::size_t>(bucket);
+    if (seen[index]) {
+      throw DirectoryError(fmt::format("bucket {} is mapped more than once", bucket), bucket);
+    }
+    seen[index] = true;
+    table[index] = shard;
+  }
+  for (int bucket = 0; bucket < kBucketCount; ++bucket) {
+    if (!seen[static_cast<std::size_t>(bucket)]) {
+      throw DirectoryError(fmt::format("bucket {} is not mapped to any shard", bucket), bucket);
+    }
+  }
+  return FromAssignments(table, shard_count, version);
+}
+
+BucketDirectory BucketDirectory::EvenSplit(int shard_count, std::int64_t version) {
+  CheckShardCount(shard_count);
+  Assignments table{};
+  for (int bucket = 0; bucket < kBucketCount; ++bucket) {
+    table[static_cast<std::size_t>(bucket)] = bucket * shard_count / kBucketCount;
+  }
+  return FromAssignments(table, shard_count, version);
+}
+
+ShardId BucketDirectory::ShardOf(BucketId bucket) const {
+  if (bucket < 0 || bucket >= kBucketCount) {
+    throw DirectoryError(fmt::format("bucket {} does not exist (buckets are 0..63)", bucket), bucket);
+  }
+  return assignments_[static_cast<std::size_t>(bucket)];
+}
+
+std::vector<BucketId> BucketDirectory::BucketsOf(ShardId shard) const {
+  std::vector<BucketId> buckets;
+  for (int bucket = 0; bucket < kBucketCount; ++bucket) {
+    if (assignments_[static_cast<std::size_t>(bucket)] == shard) buckets.push_back(bucket);
+  }
+  return buckets;
+}
+
+BucketDirectory BucketDirectory::WithBucketMoved(BucketId bucket, ShardId to_shard) const {
+  Assignments next = assignments_;
+  (void)ShardOf(bucket);  // validates the bucket
+  next[static_cast<std::size_t>(bucket)] = to_shard;
+  return FromAssignments(next, shard_count_, version_ + 1);
+}
+
+BucketDirectory LoadDirectory(pqxx::connection_base& connection, int shard_count) {
+  pqxx::read_transaction tx{connection};
+  const pqxx::result rows = tx.exec("SELECT bucket, shard, version FROM shard_directory ORDER BY bucket");
+  if (rows.empty()) {
+    throw DirectoryError("table shard_directory is empty: fill it (lab/cluster start does) or use "
+                         "directory.source = \"config\"");
+  }
+  std::vector<std::pair<BucketId, ShardId>> pairs;
+  std::int64_t version = 0;
+  for (const auto& row : rows) {
+    pairs.emplace_back(row[0].as<int>(), row[1].as<int>());
+    const auto row_version = row[2].as<std::int64_t>();
+    if (version != 0 && row_version != version) {
+      throw DirectoryError(fmt::format("shard_directory mixes versions {} and {} (bucket {}): a "
+                                       "directory change was half-written",
+                                       version, row_version, row[0].as<int>()),
+                           row[0].as<int>());
+    }
+    version = row_version;
+  }
+  return BucketDirectory::FromRows(pairs, shard_count, version);
+}
+
+void StoreDirectory(pqxx::connection_base& connection, const BucketDirectory& directory) {
+  pqxx::work tx{connection};
+  // Serialise writers: the lock is held until commit.
+  tx.exec("LOCK TABLE shard_directory IN EXCLUSIVE MODE");
+  const auto stored = tx.exec("SELECT coalesce(max(version), 0) FROM shard_directory")[0][0].as<std::int64_t>();
+  if (stored >= directory.Version()) {
+    throw DirectoryError(fmt::format("stored directory version {} is not lower than the new version {}",
+                                     stored, directory.Version()));
+  }
+  tx.exec("DELETE FROM shard_directory");
+  for (int bucket = 0; bucket < kBucketCount; ++bucket) {
+    tx.exec_params("INSERT INTO shard_directory (bucket, shard, version) VALUES ($1, $2, $3)", bucket,
+                   directory.ShardOf(bucket), directory.Version());
+  }
+  tx.commit();
+}
+
+DirectoryHolder::DirectoryHolder(BucketDirectory initial)
+    : current_(std::make_shared<const BucketDirectory>(std::move(initial))) {}
+
+void DirectoryHolder::Publish(BucketDirectory next) {
+  auto replacement = std::make_shared<const BucketDirectory>(std::move(next));
+  auto expected = current_.load(std::memory_order_acquire);
+  for (;;) {
+    if (replacement->ShardCount() != expected->ShardCount()) {
+      throw DirectoryError(fmt::format("new directory has {} shards, the cluster has {}",
+                                       replacement->ShardCount(), expected->ShardCount()));
+    }
+    if (replacement->Version() <= expected->Version()) {
+      throw DirectoryError(fmt::format("new directory version {} is not higher than the current {}",
+                                       replacement->Version(), expected->Version()));
+    }
+    if (current_.compare_exchange_weak(expected, replacement, std::memory_order_acq_rel)) return;
+  }
+}
+
+}  // namespace shardkit

@@ -1,0 +1,66 @@
+#include "shardkit/resolver.hpp"
+
+#include <fmt/format.h>
+
+#include <pqxx/connection>
+
+#include "shardkit/errors.hpp"
+
+namespace shardkit {
+
+BucketShardResolver::BucketShardResolver(BucketDirectory directory,
+                                         std::vector<std::unique_ptr<ConnectionPool>> pools,
+                                         std::vector<std::string> shard_names)
+    : directory_(std::move(directory)), pools_(std::move(pools)), names_(std::move(shard_names)) {
+  const int shard_count = directory_.Current()->ShardCount();
+  if (static_cast<int>(pools_.size()) != shard_count) {
+    throw DirectoryError(fmt::format("the directory places buckets on {} shards but {} pools were given",
+                                     shard_count, pools_.size()));
+  }
+  for (std::size_t i = 0; i < pools_.size(); ++i) {
+    if (!pools_[i]) throw UnknownShard(static_cast<int>(i), shard_count);
+    if (pools_[i]->Shard() != static_cast<ShardId>(i)) {
+      throw DirectoryError(fmt::format("pool {} serves shard {}: pools must be given in shard order", i,
+                                       pools_[i]->Shard()),
+                           std::nullopt, pools_[i]->Shard());
+    }
+  }
+  names_.resize(pools_.size());
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    if (names_[i].empty()) names_[i] = fmt::format("shard{}", i);
+  }
+}
+
+std::unique_ptr<BucketShardResolver> BucketShardResolver::FromConfig(const ClusterConfig& config) {
+  std::vector<std::unique_ptr<ConnectionPool>> pools;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < config.shards.size(); ++i) {
+    pools.push_back(std::make_unique<ConnectionPool>(static_cast<ShardId>(i), config.shards[i].dsn, config.pool));
+    names.push_back(config.shards[i].name);
+  }
+  BucketDirectory directory = config.directory;
+  if (config.directory_source == DirectorySource::kDatabase) {
+    auto lease = pools.front()->Acquire();
+    directory = LoadDirectory(*lease, static_cast<int>(pools.size()));
+  }
+  return std::make_unique<BucketShardResolver>(std::move(directory), std::move(pools), std::move(names));
+}
+
+ConnectionPool& BucketShardResolver::Pool(ShardId shard) const {
+  if (shard < 0 || shard >= ShardCount()) throw UnknownShard(shard, ShardCount());
+  return *pools_[static_cast<std::size_t>(shard)];
+}
+
+std::vector<std::reference_wrapper<ConnectionPool>> BucketShardResolver::AllShards() const {
+  std::vector<std::reference_wrapper<ConnectionPool>> all;
+  all.reserve(pools_.size());
+  for (const auto& pool : pools_) all.emplace_back(*pool);
+  return all;
+}
+
+const std::string& BucketShardResolver::ShardName(ShardId shard) const {
+  if (shard < 0 || shard >= ShardCount()) throw UnknownShard(shard, ShardCount());
+  return names_[static_cast<std::size_t>(shard)];
+}
+
+}  // namespace shardkit

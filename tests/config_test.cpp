@@ -1,0 +1,119 @@
+#include "shardkit/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include "shardkit/errors.hpp"
+
+namespace {
+
+using shardkit::ConfigError;
+
+constexpr const char* kTwoShards = R"(
+[pool]
+max_size = 4
+max_waiters = 10
+connect_timeout_ms = 3000
+acquire_timeout_ms = 250
+
+[directory]
+version = 7
+buckets = { "0-31" = 0, "32-63" = 1 }
+
+[[shard]]
+name = "east"
+dsn = "host=127.0.0.1 port=55432 dbname=bookstore user=bookstore password=s3cret"
+
+[[shard]]
+name = "west"
+dsn = "postgresql://bookstore:s3cret@127.0.0.1:55433/bookstore"
+
+[reference]
+dsn = "host=127.0.0.1 port=55434 dbname=bookstore"
+)";
+
+std::string ErrorKey(const std::string& text) {
+  try {
+    (void)shardkit::ParseConfig(text, "test.toml");
+  } catch (const ConfigError& e) {
+    return e.key();
+  }
+  return "<no error>";
+}
+
+TEST(Config, ParsesAFullFile) {
+  const auto c = shardkit::ParseConfig(kTwoShards, "test.toml");
+  ASSERT_EQ(c.shards.size(), 2U);
+  EXPECT_EQ(c.shards[0].name, "east");
+  EXPECT_EQ(c.shards[1].name, "west");
+  EXPECT_EQ(c.pool.max_size, 4);
+  EXPECT_EQ(c.pool.max_waiters, 10);
+  EXPECT_EQ(c.pool.connect_timeout.count(), 3000);
+  EXPECT_EQ(c.pool.acquire_timeout.count(), 250);
+  EXPECT_EQ(c.directory.Version(), 7);
+  EXPECT_EQ(c.directory.ShardFor(4242), 1);
+  EXPECT_EQ(c.directory.ShardFor(4243), 0);
+  ASSERT_TRUE(c.reference_dsn);
+}
+
+TEST(Config, DefaultsToAnEvenSplit) {
+  const auto c = shardkit::ParseConfig("[[shard]]\ndsn='a'\n[[shard]]\ndsn='b'\n[[shard]]\ndsn='c'\n");
+  EXPECT_EQ(c.directory.ShardCount(), 3);
+  EXPECT_EQ(c.shards[2].name, "shard2");
+  EXPECT_EQ(c.pool.max_size, shardkit::PoolOptions{}.max_size);
+}
+
+TEST(Config, ErrorsNameTheCulprit) {
+  EXPECT_EQ(ErrorKey(""), "shard");
+  EXPECT_EQ(ErrorKey("[[shard]]\nname='x'\n"), "shard[0].dsn");
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn=5\n"), "shard[0].dsn");
+  EXPECT_EQ(ErrorKey("[pool]\nmax_size=0\n[[shard]]\ndsn='a'\n"), "pool.max_size");
+  EXPECT_EQ(ErrorKey("[pool]\nmax_size='big'\n[[shard]]\ndsn='a'\n"), "pool.max_size");
+  EXPECT_EQ(ErrorKey("[directory]\nsource='zookeeper'\n[[shard]]\ndsn='a'\n"), "directory.source");
+  // bucket 63 unmapped
+  EXPECT_EQ(ErrorKey("[directory]\nbuckets={'0-62'=0}\n[[shard]]\ndsn='a'\n"), "directory.buckets");
+  // shard 2 does not exist
+  EXPECT_EQ(ErrorKey("[directory]\nbuckets={'0-63'=2}\n[[shard]]\ndsn='a'\n"), "directory.buckets.\"0-63\"");
+  EXPECT_EQ(ErrorKey("[directory]\nbuckets={'x'=0}\n[[shard]]\ndsn='a'\n"), "directory.buckets.\"x\"");
+  EXPECT_EQ(ErrorKey("this is = = not toml"), "test.toml");
+}
+
+TEST(Config, MissingBucketIsNamedInTheMessage) {
+  try {
+    (void)shardkit::ParseConfig("[directory]\nbuckets={'0-62'=0}\n[[shard]]\ndsn='a'\n");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("bucket 63"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, MissingFileSaysWhatToDo) {
+  try {
+    (void)shardkit::LoadConfig("/nonexistent/shardkit.toml");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("SHARDKIT_CONFIG"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RedactDsn, HidesPasswordsInBothForms) {
+  EXPECT_EQ(shardkit::RedactDsn("host=h password=s3cret user=u"), "host=h password=*** user=u");
+  EXPECT_EQ(shardkit::RedactDsn("host=h password = 'a b\\' c' user=u"), "host=h password = *** user=u");
+  EXPECT_EQ(shardkit::RedactDsn("postgresql://bob:s3cret@h:5432/db"), "postgresql://bob:***@h:5432/db");
+  EXPECT_EQ(shardkit::RedactDsn("postgres://h/db?user=bob&password=s3cret&sslmode=require"),
+            "postgres://h/db?user=bob&password=***&sslmode=require");
+  EXPECT_EQ(shardkit::RedactDsn("postgresql://bob@h/db"), "postgresql://bob@h/db");
+  const auto c = shardkit::ParseConfig(kTwoShards);
+  for (const auto& s : c.shards) EXPECT_EQ(shardkit::RedactDsn(s.dsn).find("s3cret"), std::string::npos);
+}
+
+TEST(WithConnectTimeout, AddsWholeSecondsOnlyWhenAbsent) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(shardkit::WithConnectTimeout("host=h", milliseconds(2500)), "host=h connect_timeout=3");
+  EXPECT_EQ(shardkit::WithConnectTimeout("host=h", milliseconds(100)), "host=h connect_timeout=2");
+  EXPECT_EQ(shardkit::WithConnectTimeout("host=h connect_timeout=9", milliseconds(100)), "host=h connect_timeout=9");
+  EXPECT_EQ(shardkit::WithConnectTimeout("postgresql://h/db", milliseconds(4000)), "postgresql://h/db?connect_timeout=4");
+  EXPECT_EQ(shardkit::WithConnectTimeout("postgresql://h/db?sslmode=disable", milliseconds(4000)),
+            "postgresql://h/db?sslmode=disable&connect_timeout=4");
+}
+
+}  // namespace

@@ -1,0 +1,82 @@
+#include "support/temporary_server.hpp"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace shardkit::test {
+namespace {
+
+constexpr const char* kBin = "/usr/lib/postgresql/15/bin";
+
+int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("cannot find a free loopback port");
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// PostgreSQL refuses to run as root: run its tools as the postgres user then.
+std::string AsPostgres(const std::string& command) {
+  if (::geteuid() != 0) return command;
+  return "runuser -u postgres -- " + command;
+}
+
+}  // namespace
+
+TemporaryServer::TemporaryServer() : port_(FreeLoopbackPort()) {
+  directory_ = std::filesystem::temp_directory_path() / fmt::format("shardkit-tmpserver-{}-{}", ::getpid(), port_);
+  std::filesystem::create_directories(directory_);
+  if (::geteuid() == 0) Run(fmt::format("chown postgres:postgres '{}'", directory_.string()));
+  Run(AsPostgres(fmt::format("{}/initdb -D '{}/data' --locale=C --encoding=UTF8 --auth=trust -U postgres >'{}/initdb.log' 2>&1",
+                             kBin, directory_.string(), directory_.string())));
+  Start();
+}
+
+TemporaryServer::~TemporaryServer() {
+  try {
+    Stop();
+  } catch (const std::exception&) {
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(directory_, ignored);
+}
+
+void TemporaryServer::Start() {
+  Run(AsPostgres(fmt::format(
+      "{}/pg_ctl -D '{}/data' -l '{}/data/server.log' -w -t 30 -o \"-p {} -c listen_addresses=127.0.0.1 "
+      "-c unix_socket_directories='{}/data' -c fsync=off\" start >/dev/null",
+      kBin, directory_.string(), directory_.string(), port_, directory_.string())));
+}
+
+void TemporaryServer::Stop() {
+  Run(AsPostgres(fmt::format("{}/pg_ctl -D '{}/data' -m fast -w stop >/dev/null 2>&1 || true", kBin,
+                             directory_.string())));
+}
+
+std::string TemporaryServer::Dsn() const {
+  return fmt::format("host=127.0.0.1 port={} dbname=postgres user=postgres", port_);
+}
+
+void TemporaryServer::Run(const std::string& command) const {
+  if (std::system(command.c_str()) != 0) {
+    throw std::runtime_error("temporary PostgreSQL server: command failed: " + command +
+                             " (see " + directory_.string() + ")");
+  }
+}
+
+}  // namespace shardkit::test

@@ -1,0 +1,28 @@
+// The subcommands of shardctl, one file each; main.cpp wires them up.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace shardkit {
+class BucketShardResolver;
+struct ClusterConfig;
+}  // namespace shardkit
+
+// Options shared by every subcommand.
+struct CliContext {
+  std::optional<std::string> config_path;  // --config, else $SHARDKIT_CONFIG, else ./shardkit.toml
+  bool json = false;                       // --json: machine-readable output
+
+  [[nodiscard]] shardkit::ClusterConfig LoadConfig() const;
+  [[nodiscard]] std::unique_ptr<shardkit::BucketShardResolver> MakeResolver() const;
+};
+
+void AddRouteCommands(CLI::App& app, CliContext& context);   // route, my-orders
+void AddShardsCommand(CLI::App& app, CliContext& context);   // shards
+void AddIdCommands(CLI::App& app);                           // id uuidv7|snowflake|decode

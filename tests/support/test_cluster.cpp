@@ -72,7 +72,9 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, PoolOptions pool)
   dsns.push_back(&*config_.reference_dsn);
   const auto scripts = SchemaScripts();
   for (std::string* dsn : dsns) {
-    Exec(*dsn, fmt::format("DROP DATABASE IF EXISTS {0} WITH (FORCE); CREATE DATABASE {0}", database_));
+    // Separate statements: each must run outside a transaction block.
+    Exec(*dsn, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database_));
+    Exec(*dsn, fmt::format("CREATE DATABASE {}", database_));
     *dsn = WithDatabase(*dsn, database_);
     for (const auto& script : scripts) Exec(*dsn, script);
   }

@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
@@ -32,6 +34,19 @@ shardkit::CustomerId ParseCustomerId(const std::string& text) {
 constexpr const char* kMyOrdersSql =
     "SELECT order_id, ordered_at, total FROM orders WHERE customer_id = $1 ORDER BY ordered_at DESC";
 
+// Routing needs only the directory. Without any configuration file (no
+// --config, no $SHARDKIT_CONFIG, no ./shardkit.toml) it uses seed 001's
+// layout, two shards split evenly, and says so.
+shardkit::BucketDirectory RoutingDirectory(const CliContext& context) {
+  const auto path = shardkit::ResolveConfigPath(context.config_path);
+  if (!context.config_path && !std::filesystem::exists(path) && std::getenv("SHARDKIT_CONFIG") == nullptr) {
+    std::cerr << "shardctl: no configuration file found; routing with the default directory "
+                 "(2 shards: buckets 0-31 -> shard 0, 32-63 -> shard 1)\n";
+    return shardkit::BucketDirectory::EvenSplit(2);
+  }
+  return context.LoadConfig().directory;
+}
+
 }  // namespace
 
 void AddRouteCommands(CLI::App& app, CliContext& context) {
@@ -43,11 +58,11 @@ void AddRouteCommands(CLI::App& app, CliContext& context) {
                     "route with an even split over N shards instead of the configured directory")
       ->check(CLI::Range(1, shardkit::kBucketCount));
   route->final_callback([&context, ids, shards] {
-    const auto directory = *shards > 0 ? shardkit::BucketDirectory::EvenSplit(*shards)
-                                       : context.LoadConfig().directory;
+    std::vector<shardkit::CustomerId> customers;
+    for (const auto& text : *ids) customers.push_back(ParseCustomerId(text));  // all valid, or no output
+    const auto directory = *shards > 0 ? shardkit::BucketDirectory::EvenSplit(*shards) : RoutingDirectory(context);
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& text : *ids) {
-      const auto id = ParseCustomerId(text);
+    for (const auto id : customers) {
       const int bucket = shardkit::BucketOf(id);
       const int shard = directory.ShardFor(id);
       if (context.json) {

@@ -124,4 +124,17 @@ class IdGeneratorError : public Error {
   using Error::Error;
 };
 
+// An ID's text or value is not what it claims to be: a malformed UUID, a
+// negative Snowflake, a bucket outside 0..63. input() is the offending text
+// (or the number as text); the message says what was expected.
+class IdFormatError : public Error {
+ public:
+  IdFormatError(std::string input, const std::string& message)
+      : Error(message), input_(std::move(input)) {}
+  [[nodiscard]] const std::string& input() const noexcept { return input_; }
+
+ private:
+  std::string input_;
+};
+
 }  // namespace shardkit

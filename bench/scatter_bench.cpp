@@ -1,0 +1,186 @@
+// Scatter-gather: (1) a statement of a few ms on 2 shards in parallel vs the
+// same statements one after another; (2) fan-out width 2, 8 and 32 for a
+// cheap statement: scatter time vs the slowest single shard's time.
+//
+// Needs the local cluster (lab/cluster start); reads $SHARDKIT_CONFIG, else
+// ./.cluster/shardkit.toml, else ./shardkit.toml. Touches no table.
+//
+// The 8 and 32 "shards" are extra pools over the two local servers, shard i
+// on server i % 2. Extra databases on the same servers would behave the same
+// way: each pool connection is its own backend process either way, and the
+// statements read no table. What cannot be reproduced here is 32 machines:
+// every backend, and the client, share this machine's cores, so at width 32
+// the servers' CPU, not the fan-out, sets the pace (see the counters).
+//
+// Every iteration times the baseline and the scatter back to back and the
+// figures are medians, so that load from other processes hits both alike.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <pqxx/pqxx>
+#include <string>
+#include <vector>
+
+#include "shardkit/config.hpp"
+#include "shardkit/resolver.hpp"
+#include "shardkit/scatter.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kHeavy = "SELECT count(*) FROM generate_series(1, 200000)";
+constexpr const char* kCheap = "SELECT $1::int";
+// Cheap in CPU but 5 ms long: stands in for shards on machines of their own,
+// so that the fan-out is measured without 32 backends sharing two cores.
+constexpr const char* kWaiting = "SELECT $1::int, pg_sleep(0.005)";
+
+std::optional<shardkit::ClusterConfig> Config() {
+  std::vector<std::filesystem::path> candidates;
+  if (const char* env = std::getenv("SHARDKIT_CONFIG"); env != nullptr && *env != '\0') candidates.emplace_back(env);
+  candidates.emplace_back(".cluster/shardkit.toml");
+  candidates.emplace_back("shardkit.toml");
+  for (const auto& path : candidates) {
+    if (std::filesystem::exists(path)) return shardkit::LoadConfig(path);
+  }
+  return std::nullopt;
+}
+
+// `width` pools; pool i connects to configured shard i % (configured count).
+std::unique_ptr<shardkit::BucketShardResolver> Resolver(const shardkit::ClusterConfig& config, int width) {
+  std::vector<std::unique_ptr<shardkit::ConnectionPool>> pools;
+  std::vector<std::string> names;
+  const int servers = static_cast<int>(config.shards.size());
+  for (int i = 0; i < width; ++i) {
+    const auto& server = config.shards[static_cast<std::size_t>(i % servers)];
+    pools.push_back(std::make_unique<shardkit::ConnectionPool>(i, server.dsn, config.pool));
+    names.push_back("s" + std::to_string(i) + "@" + server.name);
+  }
+  // BucketDirectory needs no more shards than buckets; 32 <= 64.
+  return std::make_unique<shardkit::BucketShardResolver>(shardkit::BucketDirectory::EvenSplit(width),
+                                                         std::move(pools), std::move(names));
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+shardkit::ScatterOptions Only(shardkit::ShardId shard) {
+  shardkit::ScatterOptions options;
+  options.shards = std::vector<shardkit::ShardId>{shard};
+  return options;
+}
+
+// (1) 2 shards in parallel vs one after another, same code path each time.
+void BM_TwoShardsParallelVsSequential(benchmark::State& state) {
+  auto config = Config();
+  if (!config) {
+    state.SkipWithError("no cluster configuration: run lab/cluster start and set SHARDKIT_CONFIG");
+    return;
+  }
+  auto resolver = Resolver(*config, 2);
+  shardkit::ScatterGather scatter{*resolver};
+  for (int i = 0; i < 3; ++i) (void)scatter.Run(kHeavy);  // connect and warm up
+
+  std::vector<double> sequential;
+  std::vector<double> parallel;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    for (shardkit::ShardId s = 0; s < 2; ++s) (void)scatter.Run(kHeavy, {}, Only(s));
+    auto t1 = Clock::now();
+    auto result = scatter.Run(kHeavy);
+    auto t2 = Clock::now();
+    if (result.shards.size() != 2) state.SkipWithError("a shard did not answer");
+    sequential.push_back(Seconds(t1 - t0));
+    parallel.push_back(Seconds(t2 - t1));
+    state.SetIterationTime(Seconds(t2 - t1));
+  }
+  const double seq = Median(sequential);
+  const double par = Median(parallel);
+  state.counters["sequential_ms"] = seq * 1e3;
+  state.counters["scatter_ms"] = par * 1e3;
+  state.counters["scatter_over_sequential"] = par / seq;
+}
+BENCHMARK(BM_TwoShardsParallelVsSequential)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(40);
+
+// (2) Fan-out width: a statement on `width` shards at once vs each shard
+// alone. Arg 1: 0 = default (BEGIN READ ONLY + SET LOCAL statement_timeout,
+// statement, COMMIT), 1 = single_round_trip. Arg 2: 0 = kCheap, 1 = kWaiting.
+void BM_FanOutWidth(benchmark::State& state) {
+  auto config = Config();
+  if (!config) {
+    state.SkipWithError("no cluster configuration: run lab/cluster start and set SHARDKIT_CONFIG");
+    return;
+  }
+  const int width = static_cast<int>(state.range(0));
+  auto resolver = Resolver(*config, width);
+  shardkit::ScatterGather scatter{*resolver, width};
+  shardkit::ScatterOptions all;
+  all.single_round_trip = state.range(1) != 0;
+  const shardkit::SqlParams params{"42"};
+  const char* sql = state.range(2) == 0 ? kCheap : kWaiting;
+  for (int i = 0; i < 5; ++i) (void)scatter.Run(sql, params, all);  // connect every pool
+
+  std::vector<double> scatter_times;
+  std::vector<std::vector<double>> alone(static_cast<std::size_t>(width));  // per shard, per iteration
+  std::vector<double> in_scatter_slowest;
+  for (auto _ : state) {
+    for (shardkit::ShardId s = 0; s < width; ++s) {
+      auto one = Only(s);
+      one.single_round_trip = all.single_round_trip;
+      const auto t0 = Clock::now();
+      (void)scatter.Run(sql, params, one);
+      alone[static_cast<std::size_t>(s)].push_back(Seconds(Clock::now() - t0));
+    }
+    const auto t0 = Clock::now();
+    auto result = scatter.Run(sql, params, all);
+    const auto t1 = Clock::now();
+    if (static_cast<int>(result.shards.size()) != width) state.SkipWithError("a shard did not answer");
+    scatter_times.push_back(Seconds(t1 - t0));
+    in_scatter_slowest.push_back(std::chrono::duration<double>(result.slowest_elapsed).count());
+    state.SetIterationTime(Seconds(t1 - t0));
+  }
+  // The slowest single shard: the shard whose median time alone is highest.
+  double slowest_alone = 0;
+  std::vector<double> shard_medians;
+  for (const auto& times : alone) {
+    shard_medians.push_back(Median(times));
+    slowest_alone = std::max(slowest_alone, shard_medians.back());
+  }
+  const double wall = Median(scatter_times);
+  state.counters["scatter_us"] = wall * 1e6;
+  state.counters["slowest_alone_us"] = slowest_alone * 1e6;
+  state.counters["typical_alone_us"] = Median(shard_medians) * 1e6;
+  state.counters["in_scatter_slowest_us"] = Median(in_scatter_slowest) * 1e6;
+  // The goal's figure: scatter time / the slowest single shard's time.
+  state.counters["over_slowest_alone"] = wall / slowest_alone;
+  // The fan-out's own overhead: wall time / the slowest shard's time inside
+  // that same scatter (dispatch, wake-up and gathering; not CPU contention).
+  state.counters["over_in_scatter_slowest"] = wall / Median(in_scatter_slowest);
+}
+BENCHMARK(BM_FanOutWidth)
+    ->ArgsProduct({{2, 8, 32}, {0, 1}, {0}})
+    ->ArgNames({"width", "single_rt", "sleep5ms"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(300);
+BENCHMARK(BM_FanOutWidth)
+    ->ArgsProduct({{2, 8, 32}, {0}, {1}})
+    ->ArgNames({"width", "single_rt", "sleep5ms"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(40);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,570 @@
+// Top-10 best sellers of the last 30 days on a seed-001-sized data set, over
+// the local cluster: the per-shard shortcut (NOT exact), all partials (exact)
+// and TPUT (exact) — rows transferred and time for each, next to the single
+// unsharded reference server. Plus in-memory simulations of TPUT at larger
+// scale and more shards (rows only; no servers needed).
+//
+// Two sales shapes, same volumes (39,875 orders in the window, 1-3 items
+// each, 30,000 books; plus older history outside the window):
+//   flat   — seed 001 / the lab: ~2,000 "hot" books sell 14-18 copies each,
+//            the rest of the catalogue a few; best sellers barely stand out.
+//   zipf   — a long-tailed catalogue: book popularity Zipf(s = 0.9).
+//
+//   build/bench/topk_bench                       # $SHARDKIT_CONFIG or .cluster/shardkit.toml
+//   TOPK_BENCH_HISTORY_ORDERS=400000 build/bench/topk_bench --benchmark_filter=flat
+//   TOPK_BENCH_KEEP=1 ...   # leave the scratch databases topk_bench_<pid> behind
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <pqxx/pqxx>
+#include <random>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "shardkit/config.hpp"
+#include "shardkit/errors.hpp"
+#include "shardkit/resolver.hpp"
+#include "shardkit/scatter.hpp"
+#include "shardkit/topk.hpp"
+
+namespace shardkit {
+namespace {
+
+using I64 = std::int64_t;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kTop = 10;
+constexpr int kBooks = 30000;
+constexpr int kHotBooks = 2000;
+constexpr int kWindowOrders = 39875;
+constexpr int kCustomers = 100000;
+constexpr I64 kNow = 1794614400;  // 2026-11-14 00:00 UTC: a fixed "now"
+constexpr I64 kWindow = 30LL * 86400;
+
+std::string Timestamp(I64 unix_seconds) {
+  const auto tp = std::chrono::sys_seconds{std::chrono::seconds{unix_seconds}};
+  const auto day = std::chrono::floor<std::chrono::days>(tp);
+  const std::chrono::year_month_day ymd{day};
+  const std::chrono::hh_mm_ss hms{tp - day};
+  return fmt::format("{:04}-{:02}-{:02} {:02}:{:02}:{:02}+00", static_cast<int>(ymd.year()),
+                     static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()), hms.hours().count(),
+                     hms.minutes().count(), hms.seconds().count());
+}
+
+std::string WithDatabase(const std::string& dsn, const std::string& database) {
+  if (dsn.starts_with("postgres://") || dsn.starts_with("postgresql://")) {
+    return dsn + (dsn.find('?') == std::string::npos ? "?" : "&") + "dbname=" + database;
+  }
+  return dsn + " dbname=" + database;  // libpq: the last keyword wins
+}
+
+struct OrderRow {
+  CustomerId customer;
+  I64 order_id;
+  I64 ordered_at;
+  std::vector<I64> books;
+};
+
+// The orders of one shape: the window and the older history.
+std::vector<OrderRow> GenerateOrders(const std::string& shape, int history_orders) {
+  std::mt19937_64 rng(1);
+  std::vector<OrderRow> orders;
+  std::vector<int> items_per_order;
+  auto customer = [&] { return std::uniform_int_distribution<CustomerId>(1, kCustomers)(rng); };
+  std::vector<double> zipf_cdf;
+  double zipf_sum = 0;
+  for (int r = 1; r <= kBooks; ++r) zipf_cdf.push_back(zipf_sum += 1.0 / std::pow(r, 0.9));
+  std::vector<I64> permutation(kBooks);
+  for (int i = 0; i < kBooks; ++i) permutation[static_cast<std::size_t>(i)] = i + 1;
+  std::shuffle(permutation.begin(), permutation.end(), rng);
+  auto zipf_book = [&] {
+    const double u = std::uniform_real_distribution<double>(0, zipf_sum)(rng);
+    return permutation[static_cast<std::size_t>(std::lower_bound(zipf_cdf.begin(), zipf_cdf.end(), u) - zipf_cdf.begin())];
+  };
+
+  // Window: decide the order sizes, then which book each line sells.
+  std::size_t lines = 0;
+  for (int o = 0; o < kWindowOrders; ++o) {
+    items_per_order.push_back(std::uniform_int_distribution<int>(1, 3)(rng));
+    lines += static_cast<std::size_t>(items_per_order.back());
+  }
+  std::vector<I64> line_books;
+  line_books.reserve(lines);
+  if (shape == "flat") {
+    // ~2,000 hot books sell 14-18 copies each; the rest spread thinly.
+    for (int h = 0; h < kHotBooks && line_books.size() < lines; ++h) {
+      const int copies = std::uniform_int_distribution<int>(14, 18)(rng);
+      for (int c = 0; c < copies; ++c) line_books.push_back(permutation[static_cast<std::size_t>(h)]);
+    }
+    while (line_books.size() < lines) {
+      line_books.push_back(permutation[static_cast<std::size_t>(std::uniform_int_distribution<int>(kHotBooks, kBooks - 1)(rng))]);
+    }
+    std::shuffle(line_books.begin(), line_books.end(), rng);
+  } else {
+    while (line_books.size() < lines) line_books.push_back(zipf_book());
+  }
+  I64 next_id = 1;
+  std::size_t line = 0;
+  for (int o = 0; o < kWindowOrders; ++o) {
+    OrderRow row{customer(), next_id++, kNow - 1 - std::uniform_int_distribution<I64>(0, kWindow - 2)(rng), {}};
+    for (int i = 0; i < items_per_order[static_cast<std::size_t>(o)]; ++i) row.books.push_back(line_books[line++]);
+    orders.push_back(std::move(row));
+  }
+  // History: older than the window, Zipf-popular books.
+  for (int o = 0; o < history_orders; ++o) {
+    OrderRow row{customer(), next_id++, kNow - kWindow - 1 - std::uniform_int_distribution<I64>(0, 4 * 365 * 86400LL)(rng), {}};
+    const int n = std::uniform_int_distribution<int>(1, 3)(rng);
+    for (int i = 0; i < n; ++i) row.books.push_back(zipf_book());
+    orders.push_back(std::move(row));
+  }
+  return orders;
+}
+
+struct Scenario {
+  std::string shape;
+  TopKQuery query;
+  std::vector<TopKEntry<I64>> reference;  // the unsharded answer
+  std::size_t all_partials_rows = 0;
+};
+
+// The scratch databases, the data and a resolver over them; made once.
+class Cluster {
+ public:
+  static Cluster* Get() {
+    static std::unique_ptr<Cluster> instance = [] {
+      try {
+        return std::make_unique<Cluster>();
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "topk_bench: no cluster ({}); database benchmarks are skipped\n", e.what());
+        return std::unique_ptr<Cluster>();
+      }
+    }();
+    return instance.get();
+  }
+
+  Cluster() {
+    std::filesystem::path path = "/work/main/.cluster/shardkit.toml";
+    if (const char* env = std::getenv("SHARDKIT_CONFIG"); env != nullptr && *env != '\0') path = env;
+    config_ = LoadConfig(path);
+    if (!config_.reference_dsn) throw std::runtime_error(path.string() + " has no [reference] server");
+    int history = 80000;
+    if (const char* env = std::getenv("TOPK_BENCH_HISTORY_ORDERS"); env != nullptr) history = std::atoi(env);
+    database_ = fmt::format("topk_bench_{}", ::getpid());
+    config_.directory = BucketDirectory::EvenSplit(static_cast<int>(config_.shards.size()));
+    config_.directory_source = DirectorySource::kConfig;
+    try {
+      for (auto* dsn : Dsns(config_)) {
+        created_.push_back(*dsn);
+        Exec(*dsn, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database_));
+        Exec(*dsn, fmt::format("CREATE DATABASE {}", database_));
+        *dsn = WithDatabase(*dsn, database_);
+      }
+      resolver_ = BucketShardResolver::FromConfig(config_);
+      scatter_ = std::make_unique<ScatterGather>(*resolver_);
+      for (const char* shape : {"flat", "zipf"}) Load(shape, history);
+    } catch (...) {
+      DropDatabases();
+      throw;
+    }
+  }
+
+  ~Cluster() {
+    scatter_.reset();
+    resolver_.reset();
+    if (const char* keep = std::getenv("TOPK_BENCH_KEEP"); keep != nullptr && *keep == '1') {
+      fmt::print("kept the databases {} for inspection\n", database_);
+      return;
+    }
+    DropDatabases();
+  }
+  void DropDatabases() noexcept {
+    for (const auto& dsn : created_) {
+      try {
+        Exec(dsn, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database_));
+      } catch (const std::exception&) {
+        // A server that went away; the name carries the pid, nothing else uses it.
+      }
+    }
+  }
+
+  [[nodiscard]] ScatterGather& Scatter() { return *scatter_; }
+  [[nodiscard]] BucketShardResolver& Resolver() { return *resolver_; }
+  [[nodiscard]] Scenario& Shape(const std::string& shape) { return scenarios_.at(shape); }
+  [[nodiscard]] const std::string& ReferenceDsn() const { return *config_.reference_dsn; }
+  [[nodiscard]] int ShardCount() const { return static_cast<int>(config_.shards.size()); }
+
+ private:
+  static std::vector<std::string*> Dsns(ClusterConfig& c) {
+    std::vector<std::string*> out;
+    for (auto& s : c.shards) out.push_back(&s.dsn);
+    out.push_back(&*c.reference_dsn);
+    return out;
+  }
+  static void Exec(const std::string& dsn, const std::string& sql) {
+    pqxx::connection c{dsn};
+    pqxx::nontransaction tx{c};
+    tx.exec(sql);
+  }
+
+  void Load(const std::string& shape, int history) {
+    const auto orders_table = "orders_" + shape;
+    const auto items_table = "order_items_" + shape;
+    const auto orders = GenerateOrders(shape, history);
+    const auto directory = resolver_->Directory();
+    auto dsns = Dsns(config_);
+    for (std::size_t target = 0; target < dsns.size(); ++target) {
+      const bool reference = target + 1 == dsns.size();
+      pqxx::connection c{*dsns[target]};
+      {
+        pqxx::work tx{c};
+        // The Bookstore schema's columns and indexes (sql/002) that matter here.
+        tx.exec(fmt::format(
+            "CREATE TABLE {0} (customer_id integer NOT NULL, bucket smallint NOT NULL, order_id bigint NOT NULL, "
+            "ordered_at timestamptz NOT NULL, status text NOT NULL DEFAULT 'placed', PRIMARY KEY (customer_id, order_id));"
+            "CREATE TABLE {1} (customer_id integer NOT NULL, bucket smallint NOT NULL, order_id bigint NOT NULL, "
+            "line_no integer NOT NULL, book_id bigint NOT NULL, quantity integer NOT NULL, "
+            "PRIMARY KEY (customer_id, order_id, line_no))",
+            orders_table, items_table));
+        pqxx::stream_to o{tx, orders_table};
+        for (const auto& row : orders) {
+          if (!reference && directory->ShardFor(row.customer) != static_cast<ShardId>(target)) continue;
+          o << std::make_tuple(row.customer, BucketOf(row.customer), row.order_id, Timestamp(row.ordered_at), "placed");
+        }
+        o.complete();
+        pqxx::stream_to i{tx, items_table};
+        for (const auto& row : orders) {
+          if (!reference && directory->ShardFor(row.customer) != static_cast<ShardId>(target)) continue;
+          for (std::size_t l = 0; l < row.books.size(); ++l) {
+            i << std::make_tuple(row.customer, BucketOf(row.customer), row.order_id, static_cast<int>(l + 1), row.books[l], 1);
+          }
+        }
+        i.complete();
+        tx.exec(fmt::format("CREATE INDEX ON {0} (ordered_at); CREATE INDEX ON {1} (book_id)", orders_table, items_table));
+        tx.commit();
+      }
+      pqxx::nontransaction tx{c};
+      tx.exec(fmt::format("ANALYZE {}; ANALYZE {}", orders_table, items_table));
+    }
+
+    Scenario s;
+    s.shape = shape;
+    s.query.from = fmt::format("{} i JOIN {} o ON o.customer_id = i.customer_id AND o.order_id = i.order_id",
+                               items_table, orders_table);
+    s.query.key = "i.book_id";
+    s.query.measure = "i.quantity";
+    s.query.where = "o.ordered_at >= $1::timestamptz";
+    s.query.params = {Timestamp(kNow - kWindow)};
+    s.query.k = kTop;
+    s.query.label = "best-sellers " + shape;
+    pqxx::connection ref{ReferenceDsn()};
+    pqxx::nontransaction tx{ref};
+    for (const auto& row : tx.exec_params(ReferenceSql(s.query), *s.query.params[0])) {
+      s.reference.push_back({row[0].as<I64>(), row[1].as<I64>()});
+    }
+    scenarios_.emplace(shape, std::move(s));
+  }
+
+ public:
+  static std::string ReferenceSql(const TopKQuery& q) {
+    return fmt::format("SELECT {0}, coalesce(sum({1}), 0) AS total FROM {2} WHERE {3} GROUP BY 1 "
+                       "ORDER BY total DESC, 1 LIMIT {4}",
+                       q.key, q.measure, q.from, q.where, q.k);
+  }
+
+ private:
+  ClusterConfig config_;
+  std::string database_;
+  std::vector<std::string> created_;
+  std::unique_ptr<BucketShardResolver> resolver_;
+  std::unique_ptr<ScatterGather> scatter_;
+  std::map<std::string, Scenario> scenarios_;
+};
+
+// A prototype, for comparison only: one connection and one REPEATABLE READ
+// snapshot per shard for all three phases. Phase 1 materialises the per-key
+// partials in a temporary table (one aggregation per shard instead of two),
+// phases 2 and 3 read that table, and every phase sees the same data. It is
+// not in the library because it needs connections pinned across phases,
+// which ScatterGather does not offer (each Run takes connections of its own).
+class PinnedSnapshotSource final : public TopKShardSource<I64> {
+ public:
+  using Tx = pqxx::transaction<pqxx::isolation_level::repeatable_read>;
+  PinnedSnapshotSource(BucketShardResolver& resolver, const TopKQuery& q) : query_(q) {
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    for (int s = 0; s < resolver.ShardCount(); ++s) leases_.push_back(resolver.Pool(s).Acquire(deadline));  // shard order
+    for (auto& lease : leases_) txs_.push_back(std::make_unique<Tx>(*lease));
+  }
+  ~PinnedSnapshotSource() override {
+    for (auto& tx : txs_) {
+      try {
+        tx->commit();  // drops the temporary table
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  int ShardCount() const override { return static_cast<int>(txs_.size()); }
+
+  TopKReply<I64> LocalTopK(std::size_t k, bool) override {
+    const std::string create = fmt::format(
+        "CREATE TEMP TABLE shardkit_topk ON COMMIT DROP AS SELECT ({})::bigint AS k, coalesce(sum({}), 0) AS s "
+        "FROM {} WHERE {} GROUP BY 1",
+        query_.key, query_.measure, query_.from, query_.where);
+    return Each([&](std::size_t, Tx& tx) {
+      tx.exec_params(create, pqxx::prepare::make_dynamic_params(Params(query_.params)));
+      return tx.exec_params("SELECT k, s FROM shardkit_topk ORDER BY s DESC, k LIMIT $1", static_cast<I64>(k));
+    });
+  }
+  TopKReply<I64> AtLeast(const TopKThreshold<I64>& t, const std::vector<std::vector<TopKKey>>& exclude) override {
+    return Each([&](std::size_t s, Tx& tx) {
+      return tx.exec_params("SELECT k, s FROM shardkit_topk WHERE s * $1 >= $2 AND NOT (k = ANY($3::bigint[]))",
+                            static_cast<I64>(t.shards), t.tau1, TopKKeysArrayLiteral(exclude[s]));
+    });
+  }
+  TopKReply<I64> Partials(const std::vector<std::vector<TopKKey>>& keys) override {
+    return Each([&](std::size_t s, Tx& tx) -> std::optional<pqxx::result> {
+      if (keys[s].empty()) return std::nullopt;
+      return tx.exec_params("SELECT k, s FROM shardkit_topk WHERE k = ANY($1::bigint[])", TopKKeysArrayLiteral(keys[s]));
+    });
+  }
+  TopKReply<I64> AllPartials() override { throw Error("not part of the prototype"); }
+
+ private:
+  static std::vector<const char*> Params(const SqlParams& params) {
+    std::vector<const char*> values;
+    for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+    return values;
+  }
+  // Runs call(shard, tx) on every shard at once and decodes the rows.
+  template <class Call>
+  TopKReply<I64> Each(Call call) {
+    std::vector<std::future<std::optional<pqxx::result>>> futures;
+    for (std::size_t s = 0; s < txs_.size(); ++s) {
+      futures.push_back(std::async(std::launch::async, [&, s]() -> std::optional<pqxx::result> { return call(s, *txs_[s]); }));
+    }
+    TopKReply<I64> reply;
+    reply.shards.resize(txs_.size());
+    for (std::size_t s = 0; s < futures.size(); ++s) {
+      const auto rows = futures[s].get();
+      if (!rows) continue;
+      ++reply.shards_asked;
+      for (const auto& row : *rows) {
+        reply.bytes += row[0].size() + row[1].size();
+        reply.shards[s].push_back({row[0].as<I64>(), row[1].as<I64>()});
+      }
+    }
+    return reply;
+  }
+
+  TopKQuery query_;
+  std::vector<ConnectionPool::Lease> leases_;
+  std::vector<std::unique_ptr<Tx>> txs_;
+};
+
+// What the summary prints after the run.
+struct Figures {
+  std::size_t rows = 0;
+  std::size_t bytes = 0;
+  double mean_ms = 0;
+  bool matches_reference = false;
+  std::string phases;
+  std::string extra;
+};
+std::map<std::string, Figures>& Summary() {
+  static std::map<std::string, Figures> summary;
+  return summary;
+}
+
+void BM_BestSellers(benchmark::State& state, const std::string& shape, TopKMethod method, bool pinned) {
+  Cluster* cluster = Cluster::Get();
+  if (cluster == nullptr) {
+    state.SkipWithError("no cluster: run lab/cluster start");
+    return;
+  }
+  Scenario& s = cluster->Shape(shape);
+  TopKResult<I64> last;
+  double total_ms = 0;
+  std::size_t runs = 0;
+  std::vector<double> phase_ms;
+  for (auto _ : state) {
+    if (pinned) {
+      PinnedSnapshotSource source(cluster->Resolver(), s.query);
+      last = TputTopK(source, kTop);
+    } else {
+      last = TopKBySum(cluster->Scatter(), s.query, method);
+    }
+    total_ms += static_cast<double>(last.elapsed.count()) / 1000.0;
+    phase_ms.resize(last.phases.size());
+    for (std::size_t p = 0; p < last.phases.size(); ++p) phase_ms[p] += static_cast<double>(last.phases[p].elapsed.count()) / 1000.0;
+    ++runs;
+  }
+  const bool equal = last.items == s.reference;
+  if (last.exact && !equal) {
+    state.SkipWithError("an exact method differs from the reference server");
+    return;
+  }
+  state.counters["rows"] = static_cast<double>(last.total_rows);
+  state.counters["bytes"] = static_cast<double>(last.total_bytes);
+  state.counters["equals_ref"] = equal ? 1 : 0;
+  Figures f;
+  f.rows = last.total_rows;
+  f.bytes = last.total_bytes;
+  f.mean_ms = runs > 0 ? total_ms / static_cast<double>(runs) : 0;
+  f.matches_reference = equal;
+  for (std::size_t p = 0; p < last.phases.size(); ++p) {
+    f.phases += fmt::format("{}{}: {} rows {:.1f} ms", p == 0 ? "" : "; ", last.phases[p].name, last.phases[p].rows,
+                            phase_ms[p] / static_cast<double>(runs));
+    state.counters[fmt::format("p{}_rows", p + 1)] = static_cast<double>(last.phases[p].rows);
+  }
+  if (method == TopKMethod::kTput) {
+    f.extra = fmt::format("tau1 {} tau2 {}, {} keys seen after phase 2, {} candidates, {} partials fetched", *last.tau1,
+                          *last.tau2, last.seen_after_phase2, last.candidates, last.fetched_keys);
+    state.counters["candidates"] = static_cast<double>(last.candidates);
+  }
+  Summary()[shape + " / " + TopKMethodName(method) + (pinned ? " pinned snapshot (prototype)" : "")] = f;
+}
+
+// The same question asked of the one unsharded server (for scale only).
+void BM_BestSellersReference(benchmark::State& state, const std::string& shape) {
+  Cluster* cluster = Cluster::Get();
+  if (cluster == nullptr) {
+    state.SkipWithError("no cluster: run lab/cluster start");
+    return;
+  }
+  Scenario& s = cluster->Shape(shape);
+  pqxx::connection c{cluster->ReferenceDsn()};
+  pqxx::nontransaction tx{c};
+  const std::string sql = Cluster::ReferenceSql(s.query);
+  double total_ms = 0;
+  std::size_t runs = 0;
+  for (auto _ : state) {
+    const auto start = Clock::now();
+    auto rows = tx.exec_params(sql, *s.query.params[0]);
+    benchmark::DoNotOptimize(rows);
+    total_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    ++runs;
+  }
+  Figures f;
+  f.rows = kTop;
+  f.mean_ms = total_ms / static_cast<double>(runs);
+  f.matches_reference = true;
+  Summary()[shape + " / reference server (unsharded)"] = f;
+}
+
+// ---------------------------------------------------------------------------
+// Simulations: in-memory shards, larger scale, more shards. Rows only.
+
+std::vector<std::vector<TopKEntry<I64>>> Simulate(const std::string& shape, int shards, int keys, int sales) {
+  std::mt19937_64 rng(7);
+  std::vector<std::unordered_map<I64, I64>> partial(static_cast<std::size_t>(shards));
+  auto shard = [&] { return static_cast<std::size_t>(std::uniform_int_distribution<int>(0, shards - 1)(rng)); };
+  std::vector<double> cdf;
+  double sum = 0;
+  for (int r = 1; r <= keys; ++r) cdf.push_back(sum += 1.0 / std::pow(r, 0.9));
+  auto zipf = [&] {
+    const double u = std::uniform_real_distribution<double>(0, sum)(rng);
+    return static_cast<I64>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin()) + 1;
+  };
+  if (shape == "zipf") {
+    for (int i = 0; i < sales; ++i) partial[shard()][zipf()] += 1;
+  } else if (shape == "one-shard-holds") {
+    // Zipf popularity; 85% of a key's sales on its home shard.
+    for (int i = 0; i < sales; ++i) {
+      const I64 key = zipf();
+      const auto home = static_cast<std::size_t>(key % shards);
+      partial[std::bernoulli_distribution(0.85)(rng) ? home : shard()][key] += 1;
+    }
+  } else {  // flat: 1/15 of the keys are hot and share ~40% of the sales evenly
+    const int hot = keys / 15;
+    const int per_hot = std::max(1, static_cast<int>(0.4 * sales / hot));
+    for (int h = 1; h <= hot; ++h) {
+      const int copies = per_hot - 2 + std::uniform_int_distribution<int>(0, 4)(rng);
+      for (int c = 0; c < copies; ++c) partial[shard()][h] += 1;
+    }
+    const int rest = sales - hot * per_hot;
+    for (int i = 0; i < rest; ++i) partial[shard()][std::uniform_int_distribution<I64>(hot + 1, keys)(rng)] += 1;
+  }
+  std::vector<std::vector<TopKEntry<I64>>> out(static_cast<std::size_t>(shards));
+  for (std::size_t s = 0; s < out.size(); ++s) {
+    for (const auto& [k, v] : partial[s]) out[s].push_back({k, v});
+  }
+  return out;
+}
+
+void BM_Simulated(benchmark::State& state, const std::string& shape) {
+  const int shards = static_cast<int>(state.range(0));
+  const int keys = static_cast<int>(state.range(1));
+  const int sales = static_cast<int>(state.range(2));
+  MemoryTopKSource<I64> source(Simulate(shape, shards, keys, sales));
+  TopKResult<I64> tput;
+  for (auto _ : state) tput = TputTopK(source, kTop);
+  const auto all = AllPartialsTopK(source, kTop);
+  if (tput.items != all.items) {
+    state.SkipWithError("TPUT differs from all partials");
+    return;
+  }
+  const double pct = 100.0 * static_cast<double>(tput.total_rows) / static_cast<double>(all.total_rows);
+  state.counters["tput_rows"] = static_cast<double>(tput.total_rows);
+  state.counters["all_rows"] = static_cast<double>(all.total_rows);
+  state.counters["pct"] = pct;
+  Figures f;
+  f.rows = tput.total_rows;
+  f.extra = fmt::format("all partials {} rows -> TPUT {:.2f}% ({:.0f}x fewer); phases {}/{}/{}; tau1 {} tau2 {}",
+                        all.total_rows, pct, static_cast<double>(all.total_rows) / static_cast<double>(tput.total_rows),
+                        tput.phases[0].rows, tput.phases[1].rows, tput.phases[2].rows, *tput.tau1, *tput.tau2);
+  Summary()[fmt::format("sim {} m={} keys={} sales={}", shape, shards, keys, sales)] = f;
+}
+
+void Register() {
+  for (const char* shape : {"flat", "zipf"}) {
+    const std::string s = shape;
+    benchmark::RegisterBenchmark(("best_sellers/" + s + "/reference_unsharded").c_str(), BM_BestSellersReference, s)
+        ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    for (auto [name, method] : {std::pair{"shortcut_NOT_exact", TopKMethod::kPerShardShortcut},
+                                std::pair{"all_partials", TopKMethod::kAllPartials}, std::pair{"tput", TopKMethod::kTput}}) {
+      benchmark::RegisterBenchmark(("best_sellers/" + s + "/" + name).c_str(), BM_BestSellers, s, method, false)
+          ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    }
+    benchmark::RegisterBenchmark(("best_sellers/" + s + "/tput_pinned_snapshot_prototype").c_str(), BM_BestSellers, s,
+                                 TopKMethod::kTput, true)
+        ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+  }
+  for (const char* shape : {"zipf", "flat", "one-shard-holds"}) {
+    benchmark::RegisterBenchmark((std::string("simulated/") + shape).c_str(), BM_Simulated, std::string(shape))
+        ->Args({2, 30000, 80000})
+        ->Args({8, 200000, 2000000})
+        ->Args({32, 200000, 2000000})
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(3);
+  }
+}
+
+}  // namespace
+}  // namespace shardkit
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  shardkit::Register();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  fmt::print("\nSummary (top-{} best sellers; rows = rows transferred from the shards)\n", shardkit::kTop);
+  for (const auto& [name, f] : shardkit::Summary()) {
+    fmt::print("  {:<52} rows {:>7}  bytes {:>8}  {:>8.2f} ms  {}\n", name, f.rows, f.bytes, f.mean_ms,
+               name.starts_with("sim") ? "" : (f.matches_reference ? "= reference" : "DIFFERS from reference"));
+    if (!f.phases.empty()) fmt::print("      {}\n", f.phases);
+    if (!f.extra.empty()) fmt::print("      {}\n", f.extra);
+  }
+  return 0;
+}

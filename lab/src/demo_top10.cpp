@@ -1,0 +1,196 @@
+// Demo 4: "the 10 best-selling books of the last 30 days" over shards.
+// Each shard's own top 10, merged, is the wrong list; the exact list comes
+// from every shard's per-book partial sums, or, with far fewer rows, TPUT.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <pqxx/pqxx>
+#include <set>
+
+#include "dataset.hpp"
+#include "demos.hpp"
+#include "shardkit/topk.hpp"
+
+namespace shardkit::lab {
+namespace {
+
+constexpr std::size_t kTop = 10;
+constexpr const char* kFrom =
+    "order_items i JOIN orders o ON o.customer_id = i.customer_id AND o.order_id = i.order_id";
+constexpr const char* kWhere = "o.ordered_at >= $1::timestamptz";
+
+using Entry = TopKEntry<std::int64_t>;
+using Result = TopKResult<std::int64_t>;
+
+std::int64_t BookOf(const Entry& e) { return std::get<std::int64_t>(e.key); }
+
+Json ListJson(const std::vector<Entry>& items) {
+  Json list = Json::array();
+  for (const auto& e : items) list.push_back({{"book_id", BookOf(e)}, {"sold", e.value}});
+  return list;
+}
+
+Json MethodJson(const Result& r, const std::vector<Entry>& reference) {
+  Json phases = Json::array();
+  for (const auto& p : r.phases) {
+    phases.push_back({{"name", p.name}, {"rows", p.rows}, {"shards_asked", p.shards_asked}, {"ms", MsValue(p.elapsed)}});
+  }
+  Json j{{"method", TopKMethodName(r.method)},
+         {"exact", r.exact},
+         {"rows", r.total_rows},
+         {"bytes", r.total_bytes},
+         {"ms", MsValue(r.elapsed)},
+         {"phases", phases},
+         {"top", ListJson(r.items)},
+         {"equals_reference", r.items == reference}};
+  if (r.tau1) j["tau1"] = *r.tau1;
+  if (r.tau2) j["tau2"] = *r.tau2;
+  if (r.method == TopKMethod::kTput) {
+    j["candidates"] = r.candidates;
+    j["fetched_keys"] = r.fetched_keys;
+  }
+  return j;
+}
+
+std::size_t Overlap(const std::vector<Entry>& a, const std::vector<Entry>& b) {
+  std::set<std::int64_t> books;
+  for (const auto& e : a) books.insert(BookOf(e));
+  std::size_t n = 0;
+  for (const auto& e : b) n += books.contains(BookOf(e)) ? 1 : 0;
+  return n;
+}
+
+std::string Describe(const std::vector<Entry>& items) {
+  std::string s;
+  for (const auto& e : items) s += fmt::format("{}{}:{}", s.empty() ? "" : " ", BookOf(e), e.value);
+  return s;
+}
+
+}  // namespace
+
+DemoResult RunTop10(Lab& lab) {
+  DemoResult r;
+  r.name = "top10";
+  TopKQuery q;
+  q.from = kFrom;
+  q.key = "i.book_id";
+  q.measure = "i.quantity";
+  q.where = kWhere;
+  q.params = {WindowStartParam()};
+  q.k = kTop;
+
+  auto run = [&](TopKMethod method, const char* label) {
+    q.label = label;
+    Result result = TopKBySum(lab.Scatter(), q, method);
+    for (const auto& phase : result.phases) {
+      Lab::ScatterRecord rec;
+      rec.label = fmt::format("{}: {}", label, phase.name);
+      rec.fanout = static_cast<std::size_t>(phase.shards_asked);
+      rec.rows = phase.rows;
+      rec.elapsed = phase.elapsed;
+      lab.Remember(std::move(rec));
+    }
+    return result;
+  };
+  const Result exact = run(TopKMethod::kAllPartials, "top10 exact");
+  const Result shortcut = run(TopKMethod::kPerShardShortcut, "top10 shortcut");
+  const Result tput = run(TopKMethod::kTput, "top10 TPUT");
+
+  // The reference server: one GROUP BY, and the true totals of the
+  // shortcut's books.
+  pqxx::nontransaction ref{lab.Reference()};
+  std::vector<Entry> reference;
+  for (const auto& row : ref.exec_params(fmt::format("SELECT i.book_id, sum(i.quantity)::bigint AS sold FROM {} WHERE {} "
+                                                     "GROUP BY i.book_id ORDER BY sold DESC, i.book_id LIMIT {}",
+                                                     kFrom, kWhere, kTop),
+                                         WindowStartParam())) {
+    reference.push_back({row[0].as<std::int64_t>(), row[1].as<std::int64_t>()});
+  }
+  std::vector<std::int64_t> shortcut_books;
+  for (const auto& e : shortcut.items) shortcut_books.push_back(BookOf(e));
+  std::map<std::int64_t, std::int64_t> really;
+  std::string books_array = "{";
+  for (std::size_t i = 0; i < shortcut_books.size(); ++i) books_array += (i ? "," : "") + std::to_string(shortcut_books[i]);
+  books_array += "}";
+  for (const auto& row : ref.exec_params(fmt::format("SELECT i.book_id, sum(i.quantity)::bigint FROM {} WHERE {} AND "
+                                                     "i.book_id = ANY($2::bigint[]) GROUP BY i.book_id",
+                                                     kFrom, kWhere),
+                                         WindowStartParam(), books_array)) {
+    really[row[0].as<std::int64_t>()] = row[1].as<std::int64_t>();
+  }
+
+  r.text += fmt::format("exact: {} rows transferred from {} shards, {} ms\n", exact.total_rows, lab.ShardCount(),
+                        Ms(exact.elapsed));
+  r.text += fmt::format("top-10 per shard: {} rows transferred, {} ms\n", shortcut.total_rows, Ms(shortcut.elapsed));
+  r.text += fmt::format("TPUT (exact, 3 round trips): {} rows transferred, {} ms\n", tput.total_rows, Ms(tput.elapsed));
+  for (std::size_t i = 0; i < kTop; ++i) {
+    std::string line = fmt::format("  #{:<3}", i + 1);
+    if (i < exact.items.size()) {
+      line += fmt::format("exact: book {:>5} sold {:>3}", BookOf(exact.items[i]), exact.items[i].value);
+    } else {
+      line += fmt::format("{:<26}", "exact: -");
+    }
+    if (i < shortcut.items.size()) {
+      const auto book = BookOf(shortcut.items[i]);
+      const auto it = really.find(book);
+      line += fmt::format(" | shortcut: book {:>5} sold {:>3} (really {})", book, shortcut.items[i].value,
+                          it == really.end() ? 0 : it->second);
+    } else {
+      line += " | shortcut: -";
+    }
+    if (i < tput.items.size()) {
+      line += fmt::format(" | TPUT: book {:>5} sold {:>3}", BookOf(tput.items[i]), tput.items[i].value);
+    }
+    r.text += line + "\n";
+  }
+  const std::size_t overlap = Overlap(exact.items, shortcut.items);
+  std::size_t wrong_values = 0;
+  for (const auto& e : shortcut.items) {
+    const auto it = really.find(BookOf(e));
+    if (it == really.end() || it->second != e.value) ++wrong_values;
+  }
+  r.text += fmt::format(
+      "shortcut and exact share {} of {} books; {} of the shortcut's 10 sums are short of the book's real total\n",
+      overlap, kTop, wrong_values);
+  if (tput.tau1 && tput.tau2) {
+    std::string phases;
+    for (const auto& p : tput.phases) phases += fmt::format("{}{}: {} rows, {} ms", phases.empty() ? "" : "; ", p.name, p.rows, Ms(p.elapsed));
+    r.text += fmt::format("TPUT: tau1 = {}, tau2 = {}, {} candidates; {}\n", *tput.tau1, *tput.tau2, tput.candidates, phases);
+  }
+  const bool exact_ok = exact.items == reference;
+  const bool tput_ok = tput.items == reference;
+  const bool shortcut_differs = shortcut.items != reference;
+  r.text += fmt::format(
+      "checked against the reference server's GROUP BY: exact {}, TPUT {}, top-10 per shard {}\n",
+      exact_ok ? "= reference" : "DIFFERS from reference", tput_ok ? "= reference" : "DIFFERS from reference",
+      shortcut_differs ? "differs (wrong, as expected)" : "happens to equal it");
+  r.Expect("top10.exact_equals_reference", exact_ok,
+           fmt::format("exact [{}] vs reference [{}]", Describe(exact.items), Describe(reference)));
+  r.Expect("top10.tput_equals_reference", tput_ok,
+           fmt::format("TPUT [{}] vs reference [{}]", Describe(tput.items), Describe(reference)));
+  r.Expect("top10.shortcut_differs", shortcut_differs,
+           fmt::format("shortcut [{}] vs reference [{}]", Describe(shortcut.items), Describe(reference)));
+  r.Expect("top10.shortcut_rows", shortcut.total_rows <= kTop * static_cast<std::size_t>(lab.ShardCount()),
+           fmt::format("{} rows (at most {} per shard)", shortcut.total_rows, kTop));
+  r.Expect("top10.tput_transfers_less", tput.total_rows < exact.total_rows,
+           fmt::format("TPUT {} rows vs all partials {} rows", tput.total_rows, exact.total_rows));
+
+  Json shortcut_json = MethodJson(shortcut, reference);
+  Json really_json = Json::array();
+  for (const auto& e : shortcut.items) {
+    const auto it = really.find(BookOf(e));
+    really_json.push_back({{"book_id", BookOf(e)}, {"sold", e.value}, {"really", it == really.end() ? 0 : it->second}});
+  }
+  shortcut_json["top"] = really_json;
+  r.figures = {{"window_start", WindowStartParam()},
+               {"k", kTop},
+               {"exact", MethodJson(exact, reference)},
+               {"shortcut", shortcut_json},
+               {"tput", MethodJson(tput, reference)},
+               {"reference", ListJson(reference)},
+               {"overlap_shortcut_exact", overlap}};
+  return r;
+}
+
+}  // namespace shardkit::lab

@@ -1,0 +1,49 @@
+// demos.hpp — seed 001's experiments, each a function over a loaded Lab.
+//
+// Every demo prints in seed 001's format, records its figures, and checks
+// its answers against the unsharded reference server:
+//
+//   shardkit::lab::Lab lab{config};
+//   auto top = shardkit::lab::RunTop10(lab);   // exact vs shortcut vs TPUT
+//   top.Expect(...); top.text; top.figures["exact"]["rows"];
+//
+// All demos assume the data was loaded (load.hpp) and use kLabNow as "now".
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "lab.hpp"
+#include "shardkit/directory.hpp"
+
+namespace shardkit::lab {
+
+// 1. "my orders" for 4242, 4243 and 77777 through the resolver, on fresh
+//    pools (first connection to each shard) and again pooled.
+[[nodiscard]] DemoResult RunRouting(Lab& lab);
+// 2. Orders per year and in the last 30 days per shard (hash by
+//    customer_id), and the same orders range-sharded by year.
+[[nodiscard]] DemoResult RunShardKey(Lab& lab);
+// 3. Identity columns collide across shards; shardkit IDs do not.
+[[nodiscard]] DemoResult RunIds(Lab& lab);
+// 4. The wrong top-10: exact (all partials), per-shard shortcut, TPUT.
+[[nodiscard]] DemoResult RunTop10(Lab& lab);
+// 5. Average order amount per category from per-shard SUM and COUNT.
+[[nodiscard]] DemoResult RunCategoryAvg(Lab& lab);
+// 6. A third shard: the fewest bucket moves vs customer_id % shard count.
+[[nodiscard]] DemoResult RunThirdShard(Lab& lab);
+// 7. The run's cross-shard query statistics.
+[[nodiscard]] DemoResult RunStats(Lab& lab);
+
+// The directory for one more shard that moves the fewest buckets from
+// `current`: the new shard takes floor(64 / (n+1)) buckets, each from the
+// shard holding the most, until no old shard holds more than ceil(64 / (n+1)).
+[[nodiscard]] BucketDirectory AddShardWithFewestMoves(const BucketDirectory& current);
+
+// The demo of that name (DemoNames()), or nullptr.
+[[nodiscard]] std::function<DemoResult(Lab&)> DemoByName(const std::string& name);
+
+// Shared SQL: the last 30 days' window start as a timestamptz parameter.
+[[nodiscard]] std::string WindowStartParam();
+
+}  // namespace shardkit::lab

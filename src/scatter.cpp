@@ -1,0 +1,523 @@
+#include "shardkit/scatter.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <pqxx/except>
+#include <pqxx/nontransaction>
+#include <pqxx/prepared_statement>
+#include <stdexcept>
+#include <string>
+
+#include "shardkit/config.hpp"
+#include "shardkit/pool.hpp"
+#include "shardkit/resolver.hpp"
+
+// How the fan-out works and why:
+//
+// * Every selected shard's statement is posted to a thread pool; libpqxx is
+//   blocking, so each statement occupies one worker thread from acquisition
+//   to COMMIT. The caller only waits on a condition variable, which is how it
+//   keeps control of the deadline whatever a shard does.
+// * Deadlock: each shard's statement acquires exactly one connection (from
+//   its own shard's pool), runs, and returns it; it never waits for a second
+//   connection while holding one. Without hold-and-wait there is no cycle, so
+//   two scatters over pools of size 1 cannot deadlock; the worst they do is
+//   queue behind each other, bounded by the deadline. This was preferred to
+//   acquiring every pool in ascending shard order (which also avoids cycles)
+//   because ordered acquisition holds shard 0's connection idle while it waits
+//   for shard 1's, and opens new connections one after another instead of in
+//   parallel. Read-only fan-out needs no cross-shard snapshot, so nothing
+//   requires holding all connections at once. Worker threads are not a
+//   hidden second resource either: a statement holds a connection only while
+//   it runs on a thread, so every holder can make progress.
+// * The deadline is enforced three ways. Acquisition waits until it at most.
+//   Each statement runs in a transaction with SET LOCAL statement_timeout =
+//   the time left, so the server stops the work itself. At the deadline the
+//   caller asks a dedicated canceller thread to send a cancel request for the
+//   shards still running (PQcancel opens a connection and may block, so not
+//   on the caller's thread), waits a short grace for them to report why, and
+//   returns; a statement still stuck (e.g. a server that stopped answering)
+//   finishes in the background and its connection is discarded.
+// * One round trip for BEGIN + SET LOCAL (a simple-protocol multi-statement),
+//   one for the statement (extended protocol: parameters are never spliced
+//   into SQL, and a single statement is enforced), one for COMMIT. The pool's
+//   connections have libpqxx's reconnect-and-retry disabled, so a broken
+//   connection cannot silently run the statement outside the transaction.
+//   With single_round_trip only the statement is sent: for cheap statements
+//   on busy machines the two extra round trips cost as much as the statement
+//   (bench/scatter_bench.cpp), and the cancel at the deadline plus the
+//   caller's own wait still bound the caller.
+
+namespace shardkit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::duration_cast;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+constexpr auto kDefaultTimeout = std::chrono::seconds(30);
+// After the deadline: time for cancelled shards to report their cause.
+constexpr auto kCancelGrace = milliseconds(50);
+// statement_timeout fits in an int of milliseconds; a week is plenty.
+constexpr auto kMaxTimeout = std::chrono::hours(24 * 7);
+constexpr const char* kQueryCanceled = "57014";
+constexpr const char* kReadOnlyTransaction = "25006";
+
+using Statement = ScatterGather::Statement;
+
+// Thrown inside a worker when the deadline passed before a step could start.
+class DeadlineMissed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class Phase : int { kQueued, kAcquiring, kExecuting, kDone };
+
+const char* PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kQueued:
+      return "waiting for a free worker thread";
+    case Phase::kAcquiring:
+      return "acquiring a connection";
+    case Phase::kExecuting:
+      return "executing";
+    case Phase::kDone:
+      break;
+  }
+  return "finishing";
+}
+
+// Server messages end in a newline and start with "ERROR:  ".
+std::string Trim(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
+  for (const char* prefix : {"ERROR:  ", "FATAL:  "}) {
+    if (text.starts_with(prefix)) text.erase(0, std::char_traits<char>::length(prefix));
+  }
+  return text;
+}
+
+// Server messages may go on with "LINE 1: ..." and a caret line.
+std::string FirstLine(std::string text) {
+  if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
+  return text;
+}
+
+long long Millis(Clock::duration d) { return duration_cast<milliseconds>(d).count(); }
+
+struct ShardTask {
+  ShardId shard = 0;
+  ConnectionPool* pool = nullptr;
+  std::shared_ptr<const Statement> statement;
+  std::string where;  // "shard 1 (shard1)"
+
+  std::atomic<Phase> phase{Phase::kQueued};
+
+  // Cancellation. Its own mutex, because cancel_query() blocks for a round
+  // trip and must not hold up the caller. While `active` is set the
+  // connection belongs to this task, so a cancel can never hit a statement
+  // of whoever leases the connection next. cancel_query() from another thread
+  // only reads the session's fixed cancel key and address (libpq's
+  // PQgetCancel/PQcancel are meant for that); the PGconn stays allocated
+  // because the pool's connections never reconnect or drop themselves
+  // (reactivation inhibited), only the pool closes them, after release.
+  std::mutex cancel_mutex;
+  pqxx::connection_base* active = nullptr;
+  bool cancel_requested = false;
+
+  // Outcome, guarded by ScatterState::mutex.
+  bool done = false;
+  std::optional<pqxx::result> rows;
+  std::string cause;
+  microseconds elapsed{0};
+  microseconds queued{0};
+  std::size_t bytes = 0;
+
+  void Cancel() noexcept {
+    std::lock_guard lock(cancel_mutex);
+    cancel_requested = true;
+    if (active == nullptr) return;
+    try {
+      active->cancel_query();
+    } catch (...) {
+      // The server may be gone; statement_timeout and the caller's own
+      // deadline still hold.
+    }
+  }
+};
+
+struct ScatterState {
+  Clock::time_point start;
+  Clock::time_point deadline;
+  bool read_only = true;
+  bool single_round_trip = false;
+  std::vector<std::unique_ptr<ShardTask>> tasks;  // in shard order
+
+  std::mutex mutex;
+  std::condition_variable finished;
+  std::size_t remaining = 0;
+  std::atomic<bool> abandoned{false};  // the caller has returned
+};
+
+std::size_t PayloadBytes(const pqxx::result& rows) {
+  std::size_t bytes = 0;
+  for (const auto& row : rows) {
+    for (const auto& field : row) bytes += field.size();
+  }
+  return bytes;
+}
+
+// Runs the statement on an acquired connection: BEGIN + SET LOCAL, the
+// statement, COMMIT. Throws on failure; the lease is marked for discard when
+// its session can no longer be trusted.
+pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lease& lease) {
+  pqxx::connection_base& connection = lease.Connection();
+  {
+    std::lock_guard lock(task.cancel_mutex);
+    if (task.cancel_requested) throw DeadlineMissed("the deadline passed before the statement could start");
+    task.active = &connection;
+  }
+  struct Deactivate {
+    ShardTask& task;
+    ConnectionPool::Lease& lease;
+    ~Deactivate() {
+      std::lock_guard lock(task.cancel_mutex);
+      task.active = nullptr;
+      // A cancel request may still be in flight to the server; never hand
+      // this session to someone else.
+      if (task.cancel_requested) lease.Discard();
+    }
+  } deactivate{task, lease};
+
+  const auto left = std::chrono::ceil<milliseconds>(state.deadline - Clock::now());
+  if (left.count() <= 0) throw DeadlineMissed("the deadline passed before the statement could start");
+
+  // Parameters as C strings: a null pointer is sent as SQL NULL.
+  std::vector<const char*> values;
+  values.reserve(task.statement->params.size());
+  for (const auto& p : task.statement->params) values.push_back(p ? p->c_str() : nullptr);
+
+  pqxx::nontransaction tx{connection};
+  if (state.single_round_trip) {
+    // The statement alone, in its own implicit transaction; the caller's
+    // cancel at the deadline is what cuts it.
+    return tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
+  }
+  bool committing = false;
+  try {
+    // The timeout is a number computed here, not a caller's value; SET takes
+    // no parameters.
+    tx.exec(fmt::format("BEGIN{}; SET LOCAL statement_timeout = {}", state.read_only ? " READ ONLY" : "",
+                        left.count()));
+    pqxx::result rows = tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
+    committing = true;
+    tx.exec("COMMIT");
+    return rows;
+  } catch (const pqxx::broken_connection&) {
+    lease.Discard();
+    if (committing && !state.read_only) {
+      throw pqxx::broken_connection("connection lost during COMMIT: whether this shard committed is unknown");
+    }
+    throw;
+  } catch (...) {
+    try {
+      tx.exec("ROLLBACK");
+    } catch (...) {
+      lease.Discard();
+    }
+    throw;
+  }
+}
+
+std::string DescribeFailure(const ShardTask& task, const std::exception& error, bool cancelled,
+                            Clock::duration elapsed) {
+  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&error)) {
+    if (sql->sqlstate() == kQueryCanceled) {
+      return fmt::format("cut at the deadline after {} ms ({}); give the scatter a later deadline or make "
+                         "the statement cheaper",
+                         Millis(elapsed), Trim(sql->what()));
+    }
+    const char* advice = sql->sqlstate() == kReadOnlyTransaction
+                             ? "scatters are read-only unless ScatterOptions::read_only is false"
+                             : "fix the statement or this shard's schema";
+    return fmt::format("statement failed (SQLSTATE {}): {}; {}", sql->sqlstate().empty() ? "?" : sql->sqlstate(),
+                       FirstLine(Trim(sql->what())), advice);
+  }
+  if (dynamic_cast<const pqxx::broken_connection*>(&error) != nullptr) {
+    return fmt::format("connection to {} lost{}: {}; the server closed the session or cannot be reached, "
+                       "check that server",
+                       task.pool->RedactedDsn(), cancelled ? " after the deadline" : "",
+                       RedactDsn(Trim(error.what())));
+  }
+  if (dynamic_cast<const DeadlineMissed*>(&error) != nullptr) {
+    return fmt::format("{} after {} ms; give the scatter a later deadline", error.what(), Millis(elapsed));
+  }
+  // Pool errors (ShardUnavailable, PoolTimeout, PoolExhausted) already say
+  // which shard and what to do, with the connection string redacted.
+  return RedactDsn(Trim(error.what()));
+}
+
+void RunShard(ScatterState& state, ShardTask& task) {
+  const auto started = Clock::now();
+  std::optional<pqxx::result> rows;
+  std::string cause;
+  std::size_t bytes = 0;
+  if (state.abandoned.load() || started >= state.deadline) {
+    cause = fmt::format("not started before the deadline ({} ms): every worker thread was busy; give the "
+                        "scatter a later deadline or more threads",
+                        Millis(state.deadline - state.start));
+  } else {
+    try {
+      task.phase = Phase::kAcquiring;
+      auto lease = task.pool->Acquire(state.deadline);
+      task.phase = Phase::kExecuting;
+      rows = ExecuteOn(state, task, lease);
+      bytes = PayloadBytes(*rows);
+    } catch (const std::exception& error) {
+      bool cancelled = false;
+      {
+        std::lock_guard lock(task.cancel_mutex);
+        cancelled = task.cancel_requested;
+      }
+      cause = DescribeFailure(task, error, cancelled, Clock::now() - started);
+      rows.reset();
+    }
+  }
+  const auto finished = Clock::now();
+  {
+    std::lock_guard lock(state.mutex);
+    task.phase = Phase::kDone;
+    task.done = true;
+    task.rows = std::move(rows);
+    task.cause = std::move(cause);
+    task.bytes = bytes;
+    task.elapsed = duration_cast<microseconds>(finished - started);
+    task.queued = duration_cast<microseconds>(started - state.start);
+    --state.remaining;
+  }
+  state.finished.notify_all();
+}
+
+std::string JoinFailures(const std::vector<ScatterError::Failure>& failures, const BucketShardResolver& resolver) {
+  std::string text;
+  for (const auto& f : failures) {
+    if (!text.empty()) text += "; ";
+    text += fmt::format("shard {} ({}): {}", f.shard, resolver.ShardName(f.shard), f.cause);
+  }
+  return text;
+}
+
+std::string ShardList(const std::vector<ScatterError::Failure>& failures) {
+  std::string text;
+  for (const auto& f : failures) {
+    if (!text.empty()) text += ", ";
+    text += std::to_string(f.shard);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::size_t ScatterResult::TotalRows() const noexcept {
+  std::size_t total = 0;
+  for (const auto& s : shards) total += s.rows.size();
+  return total;
+}
+
+std::size_t ScatterResult::TotalBytes() const noexcept {
+  std::size_t total = 0;
+  for (const auto& s : shards) total += s.bytes;
+  return total;
+}
+
+struct ScatterGather::Impl {
+  Impl(BucketShardResolver& r, int threads) : resolver(r), workers(static_cast<std::size_t>(threads)) {}
+  ~Impl() {
+    // Let queued statements see they are abandoned and stuck ones reach
+    // their statement_timeout, so no thread outlives the pools it uses.
+    workers.join();
+    canceller.join();
+  }
+
+  ScatterResult Execute(std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements,
+                        const ScatterOptions& options);
+  void Record(const ScatterResult* result, std::size_t fanout, std::size_t failures, microseconds slowest,
+              bool threw);
+
+  BucketShardResolver& resolver;
+  boost::asio::thread_pool workers;
+  boost::asio::thread_pool canceller{1};
+  mutable std::mutex stats_mutex;
+  ScatterStats stats;
+};
+
+ScatterGather::ScatterGather(BucketShardResolver& resolver, std::optional<int> threads) : resolver_(resolver) {
+  const int count = threads.value_or(std::max(1, resolver.ShardCount()));
+  if (count < 1) {
+    throw Error(fmt::format("ScatterGather: threads must be at least 1 (got {})", count));
+  }
+  impl_ = std::make_unique<Impl>(resolver, count);
+}
+
+ScatterGather::~ScatterGather() = default;
+
+ScatterResult ScatterGather::Run(const std::string& sql, const SqlParams& params, const ScatterOptions& options) {
+  std::vector<ShardId> shards;
+  if (options.shards) {
+    shards = *options.shards;
+  } else {
+    for (ShardId s = 0; s < resolver_.ShardCount(); ++s) shards.push_back(s);
+  }
+  auto statement = std::make_shared<const Statement>(Statement{sql, params});
+  std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements;
+  statements.reserve(shards.size());
+  for (ShardId s : shards) statements.emplace_back(s, statement);
+  return impl_->Execute(std::move(statements), options);
+}
+
+ScatterResult ScatterGather::RunPerShard(const std::vector<std::pair<ShardId, Statement>>& statements,
+                                         const ScatterOptions& options) {
+  std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> copies;
+  copies.reserve(statements.size());
+  for (const auto& [shard, statement] : statements) {
+    copies.emplace_back(shard, std::make_shared<const Statement>(statement));
+  }
+  return impl_->Execute(std::move(copies), options);
+}
+
+ScatterStats ScatterGather::Stats() const {
+  std::lock_guard lock(impl_->stats_mutex);
+  return impl_->stats;
+}
+
+void ScatterGather::Impl::Record(const ScatterResult* result, std::size_t fanout, std::size_t failures,
+                                 microseconds slowest, bool threw) {
+  std::lock_guard lock(stats_mutex);
+  if (fanout > 1) {
+    ++stats.scatters;
+  } else {
+    ++stats.single_shard;
+  }
+  stats.shard_requests += fanout;
+  stats.max_fanout = std::max<std::uint64_t>(stats.max_fanout, fanout);
+  stats.shard_failures += failures;
+  if (threw) ++stats.failed;
+  if (result != nullptr) {
+    if (!result->failures.empty()) ++stats.partial;
+    stats.rows += result->TotalRows();
+    stats.bytes += result->TotalBytes();
+  }
+  stats.total_slowest += slowest;
+  stats.max_slowest = std::max(stats.max_slowest, slowest);
+}
+
+ScatterResult ScatterGather::Impl::Execute(
+    std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements, const ScatterOptions& options) {
+  const auto start = Clock::now();
+  const auto deadline = std::min(options.deadline.value_or(start + kDefaultTimeout), start + kMaxTimeout);
+  const std::string label = options.label.empty() ? std::string() : fmt::format(" '{}'", options.label);
+
+  std::sort(statements.begin(), statements.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (std::size_t i = 0; i < statements.size(); ++i) {
+    (void)resolver.Pool(statements[i].first);  // throws UnknownShard
+    if (i > 0 && statements[i].first == statements[i - 1].first) {
+      throw Error(fmt::format("scatter{}: shard {} is listed twice; list each shard once", label,
+                              statements[i].first));
+    }
+  }
+  ScatterResult result;
+  if (statements.empty()) return result;
+
+  auto state = std::make_shared<ScatterState>();
+  state->start = start;
+  state->deadline = deadline;
+  state->read_only = options.read_only;
+  state->single_round_trip = options.single_round_trip;
+  state->remaining = statements.size();
+  for (auto& [shard, statement] : statements) {
+    auto task = std::make_unique<ShardTask>();
+    task->shard = shard;
+    task->pool = &resolver.Pool(shard);
+    task->statement = std::move(statement);
+    state->tasks.push_back(std::move(task));
+  }
+  for (std::size_t i = 0; i < state->tasks.size(); ++i) {
+    boost::asio::post(workers, [state, i] { RunShard(*state, *state->tasks[i]); });
+  }
+
+  std::unique_lock lock(state->mutex);
+  const auto all_done = [&] { return state->remaining == 0; };
+  if (!state->finished.wait_until(lock, deadline, all_done)) {
+    for (std::size_t i = 0; i < state->tasks.size(); ++i) {
+      if (!state->tasks[i]->done) {
+        boost::asio::post(canceller, [state, i] { state->tasks[i]->Cancel(); });
+      }
+    }
+    state->finished.wait_until(lock, deadline + kCancelGrace, all_done);
+    state->abandoned = true;
+  }
+
+  const auto now = Clock::now();
+  microseconds slowest_any{0};
+  for (auto& task_ptr : state->tasks) {
+    ShardTask& task = *task_ptr;
+    if (task.done && task.rows) {
+      ShardResult shard;
+      shard.shard = task.shard;
+      shard.rows = std::move(*task.rows);
+      shard.elapsed = task.elapsed;
+      shard.queued = task.queued;
+      shard.bytes = task.bytes;
+      if (!result.slowest_shard || shard.elapsed > result.slowest_elapsed) {
+        result.slowest_shard = shard.shard;
+        result.slowest_elapsed = shard.elapsed;
+      }
+      slowest_any = std::max(slowest_any, shard.elapsed);
+      result.shards.push_back(std::move(shard));
+    } else if (task.done) {
+      result.failures.push_back({task.shard, task.cause});
+      slowest_any = std::max(slowest_any, task.elapsed);
+    } else {
+      result.failures.push_back(
+          {task.shard, fmt::format("no answer within the deadline ({} ms) while {}; the statement was cancelled. "
+                                   "Check that shard's server ({}) or give the scatter a later deadline",
+                                   Millis(deadline - start), PhaseName(task.phase.load()),
+                                   task.pool->RedactedDsn())});
+      slowest_any = std::max(slowest_any, duration_cast<microseconds>(now - start));
+    }
+  }
+  lock.unlock();
+  result.elapsed = duration_cast<microseconds>(now - start);
+
+  const std::size_t fanout = state->tasks.size();
+  if (!result.failures.empty() && (!options.allow_partial || result.shards.empty())) {
+    Record(nullptr, fanout, result.failures.size(), slowest_any, true);
+    const std::string advice =
+        options.allow_partial
+            ? "No shard answered, so there is no partial result to return"
+            : "Nothing was returned: fix or wait for those shards, give a later deadline, or set "
+              "allow_partial to accept an answer without them";
+    std::string message = fmt::format("scatter{} failed on {} of {} shards after {} ms: {}. {}", label,
+                                      result.failures.size(), fanout, Millis(now - start),
+                                      JoinFailures(result.failures, resolver), advice);
+    throw ScatterError(message, std::move(result.failures));
+  }
+  if (!result.failures.empty()) {
+    result.warning = fmt::format(
+        "partial result{}: shard{} {} missing ({} of {} answered); counts, sums and top-k computed from it leave "
+        "those shards' rows out. {}",
+        label, result.failures.size() > 1 ? "s" : "", ShardList(result.failures), result.shards.size(), fanout,
+        JoinFailures(result.failures, resolver));
+  }
+  Record(&result, fanout, result.failures.size(), slowest_any, false);
+  return result;
+}
+
+}  // namespace shardkit

@@ -1,0 +1,298 @@
+// Value: typed fields, PostgreSQL type table, SQL ordering.
+#include "shardkit/value.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <system_error>
+
+#include <pqxx/pqxx>
+
+#include "shardkit/errors.hpp"
+
+namespace shardkit {
+namespace {
+
+[[noreturn]] void WrongKind(Value::Kind have, std::string_view want) {
+  throw Error("value is " + std::string(KindName(have)) + ", not " + std::string(want));
+}
+
+// Shortest round-trip digits, laid out the way float8out does (PostgreSQL 12+
+// with extra_float_digits = 1, the default): exponent form below 1e-4 and
+// from 1e15 on.
+std::string FormatDouble(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  if (v == 0) return std::signbit(v) ? "-0" : "0";
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);  // [-]d[.ddd]e(+|-)xx
+  const auto e_pos = sci.find('e');
+  const int exponent = std::atoi(sci.c_str() + e_pos + 1);
+  std::string sign = sci[0] == '-' ? "-" : "";
+  std::string digits;
+  for (std::size_t i = sign.size(); i < e_pos; ++i) {
+    if (sci[i] != '.') digits.push_back(sci[i]);
+  }
+  if (exponent < -4 || exponent >= 15) {
+    std::string out = sign + digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    const int abs_exp = exponent < 0 ? -exponent : exponent;
+    out += exponent < 0 ? "e-" : "e+";
+    if (abs_exp < 10) out += "0";
+    out += std::to_string(abs_exp);
+    return out;
+  }
+  if (exponent < 0) {
+    return sign + "0." + std::string(static_cast<std::size_t>(-exponent - 1), '0') + digits;
+  }
+  const auto int_digits = static_cast<std::size_t>(exponent + 1);
+  if (digits.size() <= int_digits) return sign + digits + std::string(int_digits - digits.size(), '0');
+  return sign + digits.substr(0, int_digits) + "." + digits.substr(int_digits);
+}
+
+constexpr TypeOid kRealOid = 700;
+
+struct TypeRow {
+  TypeOid oid;
+  const char* name;
+  Value::Kind kind;
+  bool orderable;
+};
+
+// Types whose text form orders like the server (C collation, DateStyle ISO)
+// are orderable. timestamptz text depends on the session's TimeZone and
+// bpchar compares without trailing blanks, so they are carried, grouped on,
+// but not ordered by shardkit.
+constexpr TypeRow kTypes[] = {
+    {16, "boolean", Value::Kind::kBool, true},
+    {18, "\"char\"", Value::Kind::kText, true},
+    {19, "name", Value::Kind::kText, true},
+    {20, "bigint", Value::Kind::kInt, true},
+    {21, "smallint", Value::Kind::kInt, true},
+    {23, "integer", Value::Kind::kInt, true},
+    {25, "text", Value::Kind::kText, true},
+    {26, "oid", Value::Kind::kInt, true},
+    {114, "json", Value::Kind::kText, false},
+    {700, "real", Value::Kind::kDouble, true},
+    {701, "double precision", Value::Kind::kDouble, true},
+    {1042, "character", Value::Kind::kText, false},
+    {1043, "character varying", Value::Kind::kText, true},
+    {1082, "date", Value::Kind::kText, true},
+    {1083, "time without time zone", Value::Kind::kText, true},
+    {1114, "timestamp without time zone", Value::Kind::kText, true},
+    {1184, "timestamp with time zone", Value::Kind::kText, false},
+    {1186, "interval", Value::Kind::kText, false},
+    {1700, "numeric", Value::Kind::kDecimal, true},
+    {2950, "uuid", Value::Kind::kText, true},
+    {3802, "jsonb", Value::Kind::kText, false},
+};
+
+// TypeInfoFor without building the name: this runs for every field read.
+Value::Kind KindOf(TypeOid oid) {
+  for (const auto& row : kTypes) {
+    if (row.oid == oid) return row.kind;
+  }
+  return Value::Kind::kText;
+}
+
+bool IsNumberKind(Value::Kind k) {
+  return k == Value::Kind::kInt || k == Value::Kind::kDouble || k == Value::Kind::kDecimal;
+}
+
+int CompareDoubles(double a, double b) {
+  // float8 ordering: NaN is above everything and equal to itself.
+  const bool a_nan = std::isnan(a);
+  const bool b_nan = std::isnan(b);
+  if (a_nan || b_nan) return a_nan == b_nan ? 0 : (a_nan ? 1 : -1);
+  return a < b ? -1 : (a > b ? 1 : 0);
+}
+
+double ToDouble(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kInt: return static_cast<double>(v.AsInt());
+    case Value::Kind::kDouble: return v.AsDouble();
+    case Value::Kind::kDecimal: return v.AsDecimal().ToDouble();
+    default: WrongKind(v.kind(), "a number");
+  }
+}
+
+}  // namespace
+
+std::string_view KindName(Value::Kind kind) noexcept {
+  switch (kind) {
+    case Value::Kind::kNull: return "NULL";
+    case Value::Kind::kBool: return "boolean";
+    case Value::Kind::kInt: return "integer";
+    case Value::Kind::kDouble: return "double";
+    case Value::Kind::kDecimal: return "numeric";
+    case Value::Kind::kText: return "text";
+  }
+  return "?";
+}
+
+void Value::ThrowWrongKind(Kind want) const { WrongKind(kind(), KindName(want)); }
+
+std::string Value::ToString() const {
+  switch (kind()) {
+    case Kind::kNull: return "NULL";
+    case Kind::kBool: return AsBool() ? "t" : "f";
+    case Kind::kInt: return std::to_string(AsInt());
+    case Kind::kDouble: return FormatDouble(AsDouble());
+    case Kind::kDecimal: return AsDecimal().ToString();
+    case Kind::kText: return AsText();
+  }
+  return {};
+}
+
+bool operator==(const Value& a, const Value& b) {
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Value::Kind::kNull: return true;
+    case Value::Kind::kBool: return a.AsBool() == b.AsBool();
+    case Value::Kind::kInt: return a.AsInt() == b.AsInt();
+    case Value::Kind::kDouble: {
+      const double x = a.AsDouble();
+      const double y = b.AsDouble();
+      return (std::isnan(x) && std::isnan(y)) || (x == y && std::signbit(x) == std::signbit(y));
+    }
+    case Value::Kind::kDecimal: return a.AsDecimal().IdenticalTo(b.AsDecimal());
+    case Value::Kind::kText: return a.AsText() == b.AsText();
+  }
+  return false;
+}
+
+PgTypeInfo TypeInfoFor(TypeOid oid) {
+  for (const auto& row : kTypes) {
+    if (row.oid == oid) return PgTypeInfo{oid, row.name, row.kind, row.orderable, true};
+  }
+  return PgTypeInfo{oid, "type oid " + std::to_string(oid), Value::Kind::kText, false, false};
+}
+
+int CompareValues(const Value& a, const Value& b) {
+  const auto ka = a.kind();
+  const auto kb = b.kind();
+  if (ka == Value::Kind::kInt && kb == Value::Kind::kInt) {  // the common case first
+    return a.AsInt() < b.AsInt() ? -1 : (a.AsInt() > b.AsInt() ? 1 : 0);
+  }
+  if (a.IsNull() || b.IsNull()) throw Error("CompareValues: NULL has no order of its own");
+  if (IsNumberKind(ka) && IsNumberKind(kb)) {
+    if (ka == Value::Kind::kDouble || kb == Value::Kind::kDouble) {
+      return CompareDoubles(ToDouble(a), ToDouble(b));
+    }
+    if (ka == Value::Kind::kInt && kb == Value::Kind::kInt) {
+      return a.AsInt() < b.AsInt() ? -1 : (a.AsInt() > b.AsInt() ? 1 : 0);
+    }
+    // No copies when both are decimals: this runs for every group-key comparison.
+    const auto c = ka == Value::Kind::kDecimal && kb == Value::Kind::kDecimal ? a.AsDecimal() <=> b.AsDecimal()
+                   : ka == Value::Kind::kInt ? Decimal::FromInt(a.AsInt()) <=> b.AsDecimal()
+                                             : a.AsDecimal() <=> Decimal::FromInt(b.AsInt());
+    return c < 0 ? -1 : (c > 0 ? 1 : 0);
+  }
+  if (ka != kb) {
+    throw Error("cannot compare a " + std::string(KindName(ka)) + " value with a " +
+                std::string(KindName(kb)) + " value");
+  }
+  if (ka == Value::Kind::kText) {
+    // Bytewise, shorter first on a common prefix: the C collation (memcmp on unsigned bytes).
+    const int c = a.AsText().compare(b.AsText());
+    return c < 0 ? -1 : (c > 0 ? 1 : 0);
+  }
+  // booleans
+  return static_cast<int>(a.AsBool()) - static_cast<int>(b.AsBool());
+}
+
+Value ReadValue(const pqxx::field& field, TypeOid type) {
+  if (field.is_null()) return Value::Null();
+  return ReadValue(std::string_view(field.c_str(), field.size()), type);
+}
+
+Value ReadValue(std::optional<std::string_view> maybe_text, TypeOid type) {
+  if (!maybe_text) return Value::Null();
+  const std::string_view text = *maybe_text;
+  switch (KindOf(type)) {
+    case Value::Kind::kBool:
+      if (text == "t") return Value::Bool(true);
+      if (text == "f") return Value::Bool(false);
+      break;
+    case Value::Kind::kInt: {
+      std::int64_t v = 0;
+      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (ec == std::errc() && ptr == text.data() + text.size()) return Value::Int(v);
+      break;
+    }
+    case Value::Kind::kDouble: {
+      if (text == "NaN") return Value::Double(std::numeric_limits<double>::quiet_NaN());
+      if (text == "Infinity") return Value::Double(std::numeric_limits<double>::infinity());
+      if (text == "-Infinity") return Value::Double(-std::numeric_limits<double>::infinity());
+      if (type == kRealOid) {
+        // real: the float the server holds, widened, so that merged real sums
+        // (added in single precision) compare equal to the server's.
+        float f = 0;
+        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), f);
+        if (ec == std::errc() && ptr == text.data() + text.size()) return Value::Double(static_cast<double>(f));
+        break;
+      }
+      double v = 0;
+      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (ec == std::errc() && ptr == text.data() + text.size()) return Value::Double(v);
+      break;
+    }
+    case Value::Kind::kDecimal:
+      return Value::Numeric(Decimal::Parse(text));
+    case Value::Kind::kText:
+    case Value::Kind::kNull:
+      return Value::Text(std::string(text));
+  }
+  throw Error("cannot read \"" + std::string(text.substr(0, 80)) + "\" as " + TypeInfoFor(type).name);
+}
+
+std::optional<std::size_t> ResultSet::ColumnIndex(std::string_view name) const {
+  for (std::size_t i = 0; i < column_names.size(); ++i) {
+    if (column_names[i] == name) return i;
+  }
+  return std::nullopt;
+}
+
+std::string ResultSet::Format(std::size_t max_rows) const {
+  std::string out;
+  for (std::size_t i = 0; i < column_names.size(); ++i) {
+    if (i) out += " | ";
+    out += column_names[i] + " (" + (i < column_types.size() ? column_types[i] : "?") + ")";
+  }
+  out += "\n";
+  for (std::size_t r = 0; r < rows.size() && r < max_rows; ++r) {
+    for (std::size_t i = 0; i < rows[r].size(); ++i) {
+      if (i) out += " | ";
+      out += rows[r][i].ToString();
+    }
+    out += "\n";
+  }
+  if (rows.size() > max_rows) out += "... (" + std::to_string(rows.size()) + " rows)\n";
+  return out;
+}
+
+ResultSet ReadResultSet(const pqxx::result& result) {
+  ResultSet set;
+  const auto columns = result.columns();
+  std::vector<TypeOid> types;
+  for (pqxx::row::size_type c = 0; c < columns; ++c) {
+    set.column_names.emplace_back(result.column_name(c));
+    types.push_back(result.column_type(c));
+    set.column_types.push_back(TypeInfoFor(types.back()).name);
+  }
+  set.rows.reserve(result.size());
+  for (const auto& row : result) {
+    std::vector<Value> values;
+    values.reserve(columns);
+    for (pqxx::row::size_type c = 0; c < columns; ++c) {
+      values.push_back(ReadValue(row[c], types[c]));
+    }
+    set.rows.push_back(std::move(values));
+  }
+  return set;
+}
+
+}  // namespace shardkit

@@ -1,0 +1,392 @@
+// Merge plans on hand-made per-shard partial rows (no server needed).
+#include "shardkit/merge.hpp"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardkit/errors.hpp"
+
+namespace shardkit {
+namespace {
+
+constexpr TypeOid kInt4 = 23;
+constexpr TypeOid kInt8 = 20;
+constexpr TypeOid kFloat8 = 701;
+constexpr TypeOid kFloat4 = 700;
+constexpr TypeOid kNumeric = 1700;
+constexpr TypeOid kText = 25;
+constexpr TypeOid kTimestamptz = 1184;
+
+using Row = std::vector<std::optional<std::string>>;
+const std::optional<std::string> kNull;
+
+PartialRows Shard(ShardId shard, std::vector<std::string> names, std::vector<TypeOid> types, std::vector<Row> rows) {
+  return PartialRows{shard, std::move(names), std::move(types), std::move(rows)};
+}
+
+// The merged rows as text, "|"-separated, for compact expectations.
+std::vector<std::string> Lines(const ResultSet& r) {
+  std::vector<std::string> out;
+  for (const auto& row : r.rows) {
+    std::string line;
+    for (std::size_t i = 0; i < row.size(); ++i) line += (i ? "|" : "") + row[i].ToString();
+    out.push_back(line);
+  }
+  return out;
+}
+
+template <class F>
+std::string ErrorOf(F&& f) {
+  try {
+    f();
+  } catch (const UnmergeableQuery& e) {
+    return e.what();
+  }
+  return "<no UnmergeableQuery>";
+}
+
+// --- Values -------------------------------------------------------------
+
+TEST(ValueTest, ReadsByTypeOid) {
+  EXPECT_EQ(ReadValue(std::string_view("42"), kInt8), Value::Int(42));
+  EXPECT_EQ(ReadValue(std::string_view("1.50"), kNumeric).ToString(), "1.50");
+  EXPECT_EQ(ReadValue(std::string_view("abc"), kText), Value::Text("abc"));
+  EXPECT_TRUE(ReadValue(std::nullopt, kInt8).IsNull());
+  EXPECT_TRUE(std::isnan(ReadValue(std::string_view("NaN"), kFloat8).AsDouble()));
+  EXPECT_EQ(ReadValue(std::string_view("t"), 16), Value::Bool(true));
+  EXPECT_THROW((void)ReadValue(std::string_view("NaN"), kNumeric), Error);
+  EXPECT_THROW((void)ReadValue(std::string_view("12x"), kInt4), Error);
+  EXPECT_EQ(TypeInfoFor(kFloat8).name, "double precision");
+  EXPECT_FALSE(TypeInfoFor(kTimestamptz).orderable);
+  EXPECT_FALSE(TypeInfoFor(999999).known);
+}
+
+TEST(ValueTest, PrintsDoublesLikeFloat8Out) {
+  // SELECT 1e15::float8, 123456789012345::float8, 0.0001::float8, 0.00001::float8, ...
+  EXPECT_EQ(Value::Double(1e15).ToString(), "1e+15");
+  EXPECT_EQ(Value::Double(123456789012345.0).ToString(), "123456789012345");
+  EXPECT_EQ(Value::Double(0.0001).ToString(), "0.0001");
+  EXPECT_EQ(Value::Double(0.00001).ToString(), "1e-05");
+  EXPECT_EQ(Value::Double(1.5e300).ToString(), "1.5e+300");
+  EXPECT_EQ(Value::Double(-2.5).ToString(), "-2.5");
+  EXPECT_EQ(Value::Double(100).ToString(), "100");
+  EXPECT_EQ(Value::Double(0.1 + 0.2).ToString(), "0.30000000000000004");
+  EXPECT_EQ(Value::Double(1e-300).ToString(), "1e-300");
+  EXPECT_EQ(Value::Double(1234567.125).ToString(), "1234567.125");
+  EXPECT_EQ(Value::Double(-0.0).ToString(), "-0");
+}
+
+TEST(ValueTest, OrdersLikePostgres) {
+  EXPECT_LT(CompareValues(Value::Text("B"), Value::Text("a")), 0);          // C collation: bytes
+  EXPECT_LT(CompareValues(Value::Text("a"), Value::Text("\xc3\xa4")), 0);   // 'a' < 'ä' (0xC3...)
+  EXPECT_LT(CompareValues(Value::Text("ab"), Value::Text("abc")), 0);
+  EXPECT_EQ(CompareValues(Value::Int(2), Value::Numeric("2.00")), 0);
+  EXPECT_LT(CompareValues(Value::Numeric("1.999"), Value::Int(2)), 0);
+  EXPECT_GT(CompareValues(Value::Double(std::nan("")), Value::Double(1e308)), 0);  // NaN above all
+  EXPECT_EQ(CompareValues(Value::Double(std::nan("")), Value::Double(std::nan(""))), 0);
+  EXPECT_EQ(CompareValues(Value::Double(-0.0), Value::Double(0.0)), 0);
+  EXPECT_LT(CompareValues(Value::Bool(false), Value::Bool(true)), 0);
+  EXPECT_THROW((void)CompareValues(Value::Text("1"), Value::Int(1)), Error);
+  EXPECT_THROW((void)CompareValues(Value::Null(), Value::Int(1)), Error);
+  EXPECT_FALSE(Value::Numeric("1.5") == Value::Numeric("1.50"));  // same value, different text
+}
+
+// --- Merging ------------------------------------------------------------
+
+TEST(MergeTest, ScalarCountSumAvgWithAnEmptyShard) {
+  // SELECT count(*), count(x), sum(x), sum(x), avg(x) per shard; shard 1 has no matching rows.
+  const std::vector<std::string> names = {"n", "nx", "s", "s2", "c2"};
+  const std::vector<TypeOid> types = {kInt8, kInt8, kInt8, kNumeric, kInt8};
+  MergePlan plan;
+  plan.Count("n").Count("nx").Sum("s").Avg("avg_x", "s", "nx").Avg("avg_y", "s2", "c2");
+  const auto merged = Merge(plan, std::vector<PartialRows>{
+                                      Shard(0, names, types, {{"3", "3", "5", "10.50", "2"}}),
+                                      Shard(1, names, types, {{"0", "0", kNull, kNull, "0"}}),
+                                  });
+  EXPECT_EQ(merged.column_names, (std::vector<std::string>{"n", "nx", "s", "avg_x", "avg_y"}));
+  EXPECT_EQ(merged.column_types, (std::vector<std::string>{"bigint", "bigint", "bigint", "numeric", "numeric"}));
+  // avg of integers 5/3 as numeric; avg of numeric(…,2) 10.50/2 keeps 16 significant digits
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"3|3|5|1.6666666666666667|5.2500000000000000"}));
+  EXPECT_EQ(merged.rows_in, 2U);
+  EXPECT_EQ(merged.rows_out, 1U);
+}
+
+TEST(MergeTest, AllShardsEmptyGiveCountZeroAndNulls) {
+  const std::vector<std::string> names = {"n", "s", "lo", "sx", "cx"};
+  const std::vector<TypeOid> types = {kInt8, kNumeric, kText, kFloat8, kInt8};
+  MergePlan plan;
+  plan.Count("n").Sum("s").Min("lo").Avg("a", "sx", "cx");
+  const Row empty = {"0", kNull, kNull, kNull, "0"};
+  const auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {empty}),
+                                                           Shard(1, names, types, {empty})});
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"0|NULL|NULL|NULL"}));
+  EXPECT_EQ(merged.column_types, (std::vector<std::string>{"bigint", "numeric", "text", "double precision"}));
+  // Not even one shard answered with rows: still one row, COUNT 0 (never NULL).
+  const auto none = Merge(plan, std::vector<PartialRows>{});
+  EXPECT_EQ(Lines(none), (std::vector<std::string>{"0|NULL|NULL|NULL"}));
+}
+
+TEST(MergeTest, GroupsOnOneShardOnlyAndCountsNeverNull) {
+  const std::vector<std::string> names = {"k", "n", "s", "lo", "hi"};
+  const std::vector<TypeOid> types = {kText, kInt8, kNumeric, kNumeric, kNumeric};
+  MergePlan plan;
+  plan.Key("k").Count("n").Sum("s").Min("lo").Max("hi");
+  const auto merged = Merge(plan, std::vector<PartialRows>{
+      Shard(0, names, types, {{"a", "2", "1.10", "0.10", "1.00"}, {"b", "1", kNull, kNull, kNull}}),
+      Shard(1, names, types, {{"a", "1", "2.255", "-3.000", "2.255"}, {"c", "4", "8", "1", "5"}}),
+  });
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"a|3|3.355|-3.000|2.255", "b|1|NULL|NULL|NULL", "c|4|8|1|5"}));
+  EXPECT_EQ(merged.groups, 3U);
+}
+
+TEST(MergeTest, NullGroupKeyIsOneGroup) {
+  const std::vector<std::string> names = {"k", "n"};
+  const std::vector<TypeOid> types = {kInt4, kInt8};
+  MergePlan plan;
+  plan.Key("k").Count("n").OrderBy("k");
+  const auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{kNull, "2"}, {"1", "1"}}),
+                                                           Shard(1, names, types, {{kNull, "5"}})});
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"1|1", "NULL|7"}));  // ASC: NULLS LAST
+}
+
+TEST(MergeTest, SumAndAvgTypesFollowPostgres) {
+  const std::vector<std::string> names = {"si", "sb", "sd", "ci"};
+  // sum(int4) -> bigint, sum(int8) -> numeric, sum(float8) -> float8
+  const std::vector<TypeOid> types = {kInt8, kNumeric, kFloat8, kInt8};
+  MergePlan plan;
+  plan.Sum("si").Sum("sb").Sum("sd").Avg("ai", "si", "ci").Avg("ab", "sb", "ci").Avg("ad", "sd", "ci");
+  const auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"7", "9000000000000000000", "0.5", "2"}}),
+                                                           Shard(1, names, types, {{"-1", "9000000000000000000", "0.25", "1"}})});
+  EXPECT_EQ(merged.column_types,
+            (std::vector<std::string>{"bigint", "numeric", "double precision", "numeric", "numeric", "double precision"}));
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{
+                               "6|18000000000000000000|0.75|2.0000000000000000|6000000000000000000|0.25"}));
+}
+
+TEST(MergeTest, AvgOverRealIsRefusedWithTheFix) {
+  MergePlan plan;
+  plan.Avg("a", "s", "n");
+  const auto message = ErrorOf([&] {
+    (void)Merge(plan, std::vector<PartialRows>{Shard(0, {"s", "n"}, {kFloat4, kInt8}, {{"1.5", "1"}})});
+  });
+  EXPECT_NE(message.find("avg(x::double precision)"), std::string::npos) << message;
+}
+
+TEST(MergeTest, OrderByLimitAfterTheMergeNotPerShard) {
+  // The seed-001 trap: per-shard top-1 would pick a (10) and c (9); the merged answer is b (18).
+  const std::vector<std::string> names = {"book", "sold"};
+  const std::vector<TypeOid> types = {kInt8, kInt8};
+  MergePlan plan;
+  plan.Key("book").Sum("sold").OrderBy("sold", SortDirection::kDesc).OrderBy("book").Limit(2);
+  const auto merged = Merge(plan, std::vector<PartialRows>{
+      Shard(0, names, types, {{"1", "10"}, {"2", "9"}, {"4", "1"}}),
+      Shard(1, names, types, {{"2", "9"}, {"3", "9"}, {"4", "9"}}),
+  });
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"2|18", "1|10"}));
+  plan.Offset(1);
+  const auto page2 = Merge(plan, std::vector<PartialRows>{
+      Shard(0, names, types, {{"1", "10"}, {"2", "9"}, {"4", "1"}}),
+      Shard(1, names, types, {{"2", "9"}, {"3", "9"}, {"4", "9"}}),
+  });
+  EXPECT_EQ(Lines(page2), (std::vector<std::string>{"1|10", "4|10"}));  // tie 1/4 broken by key
+}
+
+TEST(MergeTest, NullsFirstForDescLastForAscAndExplicit) {
+  const std::vector<std::string> names = {"k", "v"};
+  const std::vector<TypeOid> types = {kInt8, kNumeric};
+  auto run = [&](SortDirection d, NullsOrder n) {
+    MergePlan plan;
+    plan.Key("k").Max("v").OrderBy("v", d, n).OrderBy("k");
+    return Lines(Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"1", "2.5"}, {"2", kNull}}),
+                                                      Shard(1, names, types, {{"3", "-1"}, {"4", kNull}})}));
+  };
+  EXPECT_EQ(run(SortDirection::kAsc, NullsOrder::kDefault), (std::vector<std::string>{"3|-1", "1|2.5", "2|NULL", "4|NULL"}));
+  EXPECT_EQ(run(SortDirection::kDesc, NullsOrder::kDefault), (std::vector<std::string>{"2|NULL", "4|NULL", "1|2.5", "3|-1"}));
+  EXPECT_EQ(run(SortDirection::kAsc, NullsOrder::kFirst), (std::vector<std::string>{"2|NULL", "4|NULL", "3|-1", "1|2.5"}));
+  EXPECT_EQ(run(SortDirection::kDesc, NullsOrder::kLast), (std::vector<std::string>{"1|2.5", "3|-1", "2|NULL", "4|NULL"}));
+}
+
+TEST(MergeTest, TextKeysOrderBytewise) {
+  const std::vector<std::string> names = {"k", "n"};
+  const std::vector<TypeOid> types = {kText, kInt8};
+  MergePlan plan;
+  plan.Key("k").Count("n").OrderBy("k");
+  const auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"a", "1"}, {"\xc3\xa4", "1"}}),
+                                                           Shard(1, names, types, {{"B", "1"}, {"a", "1"}, {"", "1"}})});
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"|1", "B|1", "a|2", "\xc3\xa4|1"}));
+}
+
+TEST(MergeTest, HavingOnMergedValuesAndHiddenColumns) {
+  const std::vector<std::string> names = {"k", "n", "s"};
+  const std::vector<TypeOid> types = {kInt8, kInt8, kNumeric};
+  MergePlan plan;
+  plan.Key("k").Count("n").Sum("s", "total").Hide("n").Having("n", CompareOp::kGe, Value::Int(2))
+      .Having("total", CompareOp::kGt, Value::Numeric("1.5"));
+  const auto merged = Merge(plan, std::vector<PartialRows>{
+      Shard(0, names, types, {{"1", "1", "1.00"}, {"2", "1", "5"}, {"3", "1", kNull}, {"4", "3", "1.5"}}),
+      Shard(1, names, types, {{"1", "1", "1.00"}, {"2", "1", "-1"}, {"3", "1", kNull}}),
+  });
+  // k=1: total 2.00 > 1.5; k=2: 4 > 1.5; k=3: NULL > 1.5 is not true; k=4: only 1.5, not > 1.5.
+  EXPECT_EQ(merged.column_names, (std::vector<std::string>{"k", "total"}));
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"1|2.00", "2|4"}));
+  EXPECT_EQ(merged.groups, 4U);
+
+  MergePlan nulls;
+  nulls.Key("k").Sum("s").Having("s", CompareOp::kIsNull);
+  EXPECT_EQ(Lines(Merge(nulls, std::vector<PartialRows>{Shard(0, names, types, {{"1", "1", kNull}, {"2", "1", "3"}})})),
+            (std::vector<std::string>{"1|NULL"}));
+}
+
+TEST(MergeTest, RefusesRowsThatDoNotFitThePlan) {
+  MergePlan plan;
+  plan.Key("k").Sum("s");
+  auto msg = ErrorOf([&] { (void)Merge(plan, std::vector<PartialRows>{Shard(0, {"k", "x"}, {kInt8, kInt8}, {})}); });
+  EXPECT_NE(msg.find("shard 0 returned no column \"s\""), std::string::npos) << msg;
+
+  msg = ErrorOf([&] {
+    (void)Merge(plan, std::vector<PartialRows>{Shard(0, {"k", "s"}, {kInt8, kInt8}, {}),
+                                               Shard(1, {"k", "s"}, {kInt8, kNumeric}, {})});
+  });
+  EXPECT_NE(msg.find("schemas differ"), std::string::npos) << msg;
+
+  msg = ErrorOf([&] {
+    (void)Merge(plan, std::vector<PartialRows>{Shard(3, {"k", "s"}, {kInt8, kInt8}, {{"1", "1"}, {"1", "2"}})});
+  });
+  EXPECT_NE(msg.find("shard 3 returned the group (1) twice"), std::string::npos) << msg;
+
+  MergePlan scalar;
+  scalar.Sum("s");
+  msg = ErrorOf([&] {
+    (void)Merge(scalar, std::vector<PartialRows>{Shard(1, {"s"}, {kInt8}, {{"1"}, {"2"}})});
+  });
+  EXPECT_NE(msg.find("without group keys"), std::string::npos) << msg;
+
+  MergePlan ordered;
+  ordered.Key("t").Max("t", "latest");
+  msg = ErrorOf([&] {
+    (void)Merge(ordered, std::vector<PartialRows>{Shard(0, {"t"}, {kTimestamptz}, {{"2024-01-01 00:00:00+00"}})});
+  });
+  EXPECT_NE(msg.find("cannot order timestamp with time zone"), std::string::npos) << msg;
+
+  MergePlan sum;
+  sum.Sum("s");
+  EXPECT_THROW((void)Merge(sum, std::vector<PartialRows>{Shard(0, {"s"}, {kInt8}, {{"9223372036854775807"}}),
+                                                         Shard(1, {"s"}, {kInt8}, {{"1"}})}),
+               Error);
+  msg = ErrorOf([&] { (void)Merge(sum, std::vector<PartialRows>{Shard(0, {"s"}, {kNumeric}, {{"NaN"}})}); });
+  EXPECT_NE(msg.find("not finite"), std::string::npos) << msg;
+}
+
+TEST(MergeTest, ValidatesThePlan) {
+  EXPECT_THROW(MergePlan().Validate(), UnmergeableQuery);
+  EXPECT_THROW(MergePlan().Sum("a").Sum("b", "a").Validate(), UnmergeableQuery);
+  EXPECT_THROW(MergePlan().Sum("a").OrderBy("zz").Validate(), UnmergeableQuery);
+  EXPECT_THROW(MergePlan().Sum("a").Having("zz", CompareOp::kEq, Value::Int(1)).Validate(), UnmergeableQuery);
+  EXPECT_THROW(MergePlan().Sum("a").Having("a", CompareOp::kEq).Validate(), UnmergeableQuery);
+  EXPECT_THROW(MergePlan().Sum("a").Limit(-1).Validate(), UnmergeableQuery);
+  EXPECT_THROW(MergePlan().Sum("a").Hide("a").Validate(), UnmergeableQuery);
+  EXPECT_THROW(MergePlan().Sum("a").Hide("b"), UnmergeableQuery);
+  EXPECT_NO_THROW(MergePlan().Key("k").Sum("a").Having("a", CompareOp::kIsNull).OrderBy("k").Limit(0).Validate());
+}
+
+TEST(MergeTest, ScatterResultWithFailedShards) {
+  MergePlan plan;
+  plan.Count("n");
+  ScatterResult scatter;
+  scatter.shards.push_back(ShardResult{});  // shard 0 answered with no rows (no columns)
+  scatter.failures.push_back({1, "connection refused"});
+  try {
+    (void)Merge(plan, scatter);
+    FAIL() << "merged without shard 1";
+  } catch (const ScatterError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard 1: connection refused"), std::string::npos) << e.what();
+    ASSERT_EQ(e.failures().size(), 1U);
+  }
+  MergeOptions partial;
+  partial.allow_missing_shards = true;
+  const auto merged = Merge(plan, scatter, partial);
+  ASSERT_TRUE(merged.warning.has_value());
+  EXPECT_NE(merged.warning->find("shard 1"), std::string::npos);
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"0"}));
+}
+
+// --- Building per-shard SQL and refusing --------------------------------
+
+TEST(AggregateQueryTest, BuildsTheDecomposition) {
+  const MergePlan plan = AggregateQuery::From("order_items", "shop")
+                             .Where("created_at >= $1")
+                             .GroupBy("book_id")
+                             .Select("sum(quantity)", "sold")
+                             .Select("AVG(price) FILTER (WHERE price > 0)", "avg_price")
+                             .Count("n")
+                             .GroupByExpr("date_trunc('day', created_at)", "day")
+                             .Select("count(DISTINCT o.customer_id)", "customers")
+                             .OrderBy("sold", SortDirection::kDesc)
+                             .Limit(10)
+                             .Plan();
+  EXPECT_EQ(plan.ShardSql(),
+            "SELECT \"book_id\" AS \"_k0\", sum(quantity) AS \"_p1\", "
+            "sum(price) FILTER (WHERE price > 0) AS \"_p2\", count(price) FILTER (WHERE price > 0) AS \"_p2_n\", "
+            "count(*) AS \"_p3\", date_trunc('day', created_at) AS \"_k4\", "
+            "count(DISTINCT o.customer_id) AS \"_p5\" "
+            "FROM \"shop\".\"order_items\" WHERE (created_at >= $1) GROUP BY 1, 6");
+  ASSERT_EQ(plan.Columns().size(), 6U);
+  EXPECT_EQ(plan.Columns()[2].role, MergeColumn::Role::kAvg);
+  EXPECT_EQ(plan.Columns()[2].partial_count, "_p2_n");
+  EXPECT_FALSE(plan.IsScalar());
+  const MergePlan scalar = AggregateQuery::From("t").Count("n").Plan();
+  EXPECT_EQ(scalar.ShardSql(), "SELECT count(*) AS \"_p0\" FROM \"t\"");
+  EXPECT_TRUE(scalar.IsScalar());
+  EXPECT_EQ(QuoteIdentifier("we\"ird"), "\"we\"\"ird\"");
+}
+
+TEST(AggregateQueryTest, RefusesWhatCannotBeMergedAndSaysWhy) {
+  auto refusal = [](const std::string& call) {
+    return ErrorOf([&] { (void)AggregateQuery::From("t").Select(call, "x"); });
+  };
+  struct Expect {
+    std::string call;
+    std::string says;
+  };
+  const std::vector<Expect> cases = {
+      {"median(x)", "the median of the shards' medians is not the median"},
+      {"percentile_cont(0.5) WITHIN GROUP (ORDER BY x)", "no combination of per-shard percentiles"},
+      {"percentile_disc(0.9) within group (order by x)", "approximate quantile sketch"},
+      {"mode() WITHIN GROUP (ORDER BY x)", "most common value on each shard"},
+      {"count(DISTINCT book_id)", "per-shard DISTINCT results over-count"},
+      {"sum(DISTINCT price)", "Only the shard key (customer_id)"},
+      {"string_agg(title, ',' ORDER BY title)", "build the list in the application"},
+      {"array_agg(x)", "element order"},
+      {"sum(a) - sum(b)", "Select each aggregate as its own column"},
+      {"coalesce(sum(x), 0)", "aggregates inside an expression"},
+      {"round(avg(x), 2)", "aggregates inside an expression"},
+      {"sum(x)::int", "aggregates inside an expression"},
+      {"avg(x) OVER ()", "window function"},
+      {"stddev(x)", "sum(x*x)"},
+      {"bool_and(flag)", "min(x::int)"},
+      {"my_agg(x)", "not an aggregate shardkit can merge"},
+      {"lower(title)", "GroupByExpr"},
+      {"x + 1", "contains no aggregate"},
+      {"sum(x ORDER BY y)", "drop the ORDER BY"},
+      {"sum(count(x))", "nests aggregate calls"},
+  };
+  for (const auto& c : cases) {
+    const std::string message = refusal(c.call);
+    EXPECT_NE(message.find(c.says), std::string::npos) << c.call << " -> " << message;
+  }
+  // Things that only look like refusals are accepted.
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("count(*) FILTER (WHERE note <> 'median(x)')", "n"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("sum(\"median\")", "s"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("count(DISTINCT customer_id)", "c"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").ShardKey("tenant").Select("sum(DISTINCT t.tenant)", "s"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("max(DISTINCT price)", "m"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("sum(price * quantity) /* revenue */", "r"));
+  EXPECT_THROW((void)AggregateQuery::From("t").CountDistinct("book_id", "b"), UnmergeableQuery);
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").CountDistinct("customer_id", "c"));
+}
+
+}  // namespace
+}  // namespace shardkit

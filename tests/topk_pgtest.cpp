@@ -1,0 +1,369 @@
+// Distributed top-k against the local cluster: the same sales are loaded into
+// the shards (by the customer's bucket) and, unsharded, into the reference
+// server; TPUT and all-partials must equal the reference's
+//   GROUP BY key ORDER BY coalesce(sum(measure), 0) DESC, key LIMIT k
+// exactly, and the per-shard shortcut must differ on seed 001's shape.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <pqxx/pqxx>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "shardkit/errors.hpp"
+#include "shardkit/resolver.hpp"
+#include "shardkit/scatter.hpp"
+#include "shardkit/topk.hpp"
+#include "support/test_cluster.hpp"
+
+namespace shardkit {
+namespace {
+
+using I64 = std::int64_t;
+
+struct Sale {
+  int dataset = 0;
+  CustomerId customer = 0;
+  std::optional<I64> item;         // bigint key (NULL sometimes)
+  std::optional<std::string> name; // text key (NULL sometimes)
+  I64 qty = 0;
+  std::string amount;              // numeric(12,2) text
+};
+
+// Data set ids.
+constexpr int kUniform = 1;    // 3 seeds: 1..3
+constexpr int kZipf = 11;      // 11..13
+constexpr int kOneShard = 21;  // 21..23
+constexpr int kTies = 31;
+constexpr int kSeedLike = 41;
+constexpr int kTextKeys = 51;
+constexpr int kNegative = 61;
+constexpr int kEmpty = 99;     // no rows
+
+class TopKPg : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = new test::ScratchCluster("topk_pgtest");
+    resolver_ = cluster_->MakeResolver().release();
+    scatter_ = new ScatterGather(*resolver_);
+    table_ = "topk_sales_" + std::to_string(::getpid());
+    const std::string ddl =
+        "CREATE TABLE " + table_ +
+        " (dataset int NOT NULL, customer_id int NOT NULL, bucket smallint NOT NULL, item bigint, name text,"
+        " qty bigint NOT NULL, amount numeric(12,2) NOT NULL)";
+    cluster_->ExecEverywhere(ddl);
+    Load(Generate());
+  }
+  static void TearDownTestSuite() {
+    try {
+      cluster_->ExecEverywhere("DROP TABLE IF EXISTS " + table_);
+    } catch (const std::exception&) {
+      // The scratch databases are dropped anyway.
+    }
+    delete scatter_;
+    delete resolver_;
+    delete cluster_;
+  }
+
+  // Customers of each shard, so a data set can place an item's sales.
+  static std::vector<std::vector<CustomerId>> CustomersByShard() {
+    const auto directory = BucketDirectory::EvenSplit(cluster_->ShardCount());
+    std::vector<std::vector<CustomerId>> by_shard(static_cast<std::size_t>(cluster_->ShardCount()));
+    for (CustomerId c = 1; c <= 20000; ++c) {
+      EXPECT_EQ(directory.ShardFor(c), resolver_->ShardFor(c));
+      by_shard[static_cast<std::size_t>(directory.ShardFor(c))].push_back(c);
+    }
+    return by_shard;
+  }
+
+  static std::string NameOf(I64 item) {
+    // Upper case, lower case and bytes >= 0x80: the C collation orders bytes.
+    static const char* kPrefix[] = {"a", "B", "\xc3\xa9", "b", "A", "Z"};
+    return std::string(kPrefix[item % 6]) + "-" + std::to_string(item);
+  }
+
+  static std::vector<Sale> Generate() {
+    const auto customers = CustomersByShard();
+    const int shards = cluster_->ShardCount();
+    std::vector<Sale> sales;
+    std::mt19937_64 rng(2024);
+    auto any_customer = [&] { return std::uniform_int_distribution<CustomerId>(1, 20000)(rng); };
+    auto customer_on = [&](int shard) {
+      const auto& list = customers[static_cast<std::size_t>(shard)];
+      return list[std::uniform_int_distribution<std::size_t>(0, list.size() - 1)(rng)];
+    };
+    auto cents = [&] {
+      const auto c = std::uniform_int_distribution<int>(0, 5000)(rng);
+      return std::to_string(c / 100) + "." + (c % 100 < 10 ? "0" : "") + std::to_string(c % 100);
+    };
+    auto add = [&](int dataset, CustomerId customer, I64 item, I64 qty) {
+      sales.push_back({dataset, customer, item, NameOf(item), qty, cents()});
+    };
+    for (int seed = 0; seed < 3; ++seed) {
+      // Uniform: any item, any customer.
+      for (int i = 0; i < 3000; ++i) {
+        add(kUniform + seed, any_customer(), std::uniform_int_distribution<I64>(1, 300)(rng),
+            std::uniform_int_distribution<I64>(1, 3)(rng));
+      }
+      // Zipf-skewed items.
+      std::vector<double> cdf;
+      double sum = 0;
+      for (int r = 1; r <= 2000; ++r) cdf.push_back(sum += 1.0 / std::pow(r, 1.1));
+      for (int i = 0; i < 6000; ++i) {
+        const double u = std::uniform_real_distribution<double>(0, sum)(rng);
+        const auto item = static_cast<I64>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin()) + 1;
+        add(kZipf + seed, any_customer(), item, std::uniform_int_distribution<I64>(1, 2)(rng));
+      }
+      // One shard holds most of each item.
+      for (I64 item = 1; item <= 400; ++item) {
+        const int home = std::uniform_int_distribution<int>(0, shards - 1)(rng);
+        const int n = std::uniform_int_distribution<int>(0, 20)(rng);
+        for (int i = 0; i < n; ++i) {
+          const bool at_home = std::bernoulli_distribution(0.85)(rng);
+          add(kOneShard + seed, at_home ? customer_on(home) : any_customer(), item,
+              std::uniform_int_distribution<I64>(1, 3)(rng));
+        }
+      }
+    }
+    // Ties everywhere: every item sells 1, 2 or 3.
+    for (I64 item = 1; item <= 150; ++item) {
+      const int n = std::uniform_int_distribution<int>(1, 3)(rng);
+      for (int i = 0; i < n; ++i) add(kTies, any_customer(), item, 1);
+    }
+    // Seed 001: ten books sell 9 on each shard (18), twenty books sell 16 on
+    // one shard and 1 on the other (17), the tail at most 8 per shard.
+    for (I64 book = 1; book <= 3000; ++book) {
+      for (int s = 0; s < 2 && s < shards; ++s) {
+        const I64 sold = std::uniform_int_distribution<I64>(0, 8)(rng);
+        if (sold > 0) add(kSeedLike, customer_on(s), book, sold);
+      }
+    }
+    for (I64 book : {90, 178, 266, 462, 550, 638, 834, 922, 1010, 1206}) {
+      for (int unit = 0; unit < 9; ++unit) {
+        add(kSeedLike, customer_on(0), book + 10000, 1);
+        add(kSeedLike, customer_on(1), book + 10000, 1);
+      }
+    }
+    for (I64 i = 0; i < 20; ++i) {
+      const int home = static_cast<int>(i % 2);
+      const I64 book = 20000 + i * 37;
+      add(kSeedLike, customer_on(home), book, 10);
+      add(kSeedLike, customer_on(home), book, 6);
+      add(kSeedLike, customer_on(1 - home), book, 1);
+    }
+    // Text keys with NULLs (and NULL bigint keys).
+    for (int i = 0; i < 1500; ++i) {
+      const I64 item = std::uniform_int_distribution<I64>(0, 120)(rng);
+      Sale s{kTextKeys, any_customer(), item, NameOf(item), std::uniform_int_distribution<I64>(1, 4)(rng), cents()};
+      if (item % 40 == 0) s.name.reset();
+      if (item % 30 == 0) s.item.reset();
+      sales.push_back(std::move(s));
+    }
+    // A refund: a negative quantity.
+    for (I64 item = 1; item <= 50; ++item) add(kNegative, any_customer(), item, item == 17 ? -5 : 3);
+    return sales;
+  }
+
+  static void Load(const std::vector<Sale>& sales) {
+    const int shards = cluster_->ShardCount();
+    std::vector<std::string> per_shard(static_cast<std::size_t>(shards));
+    std::string all;
+    auto flush = [&](bool force) {
+      for (int s = 0; s < shards; ++s) {
+        auto& values = per_shard[static_cast<std::size_t>(s)];
+        if (!values.empty() && (force || values.size() > 200000)) {
+          cluster_->ExecOnShard(s, "INSERT INTO " + table_ + " VALUES " + values);
+          values.clear();
+        }
+      }
+      if (!all.empty() && (force || all.size() > 200000)) {
+        cluster_->ExecOnReference("INSERT INTO " + table_ + " VALUES " + all);
+        all.clear();
+      }
+    };
+    for (const auto& s : sales) {
+      const std::string name = s.name ? "'" + *s.name + "'" : std::string("NULL");  // no quotes in names
+      const std::string row = "(" + std::to_string(s.dataset) + "," + std::to_string(s.customer) + ",bucket_of(" +
+                              std::to_string(s.customer) + ")," + (s.item ? std::to_string(*s.item) : "NULL") + "," +
+                              name + "," + std::to_string(s.qty) + "," + s.amount + ")";
+      auto& values = per_shard[static_cast<std::size_t>(resolver_->ShardFor(s.customer))];
+      values += (values.empty() ? "" : ",") + row;
+      all += (all.empty() ? "" : ",") + row;
+      flush(false);
+    }
+    flush(true);
+    for (int s = 0; s < shards; ++s) cluster_->ExecOnShard(s, "ANALYZE " + table_);
+    cluster_->ExecOnReference("ANALYZE " + table_);
+  }
+
+  static TopKQuery Query(int dataset, std::size_t k, TopKKeyType type = TopKKeyType::kBigint,
+                         const char* measure = "qty") {
+    TopKQuery q;
+    q.from = table_;
+    q.key = type == TopKKeyType::kBigint ? "item" : "name";
+    q.key_type = type;
+    q.measure = measure;
+    q.where = "dataset = $1";
+    q.params = {std::to_string(dataset)};
+    q.k = k;
+    q.label = "topk_pgtest";
+    return q;
+  }
+
+  // The reference server's answer, as text pairs (key or NULL, total).
+  using Rows = std::vector<std::pair<std::optional<std::string>, std::string>>;
+  static Rows Reference(const TopKQuery& q) {
+    pqxx::connection c{cluster_->ReferenceDsn()};
+    pqxx::nontransaction tx{c};
+    const std::string order_key = q.key_type == TopKKeyType::kText ? q.key + " COLLATE \"C\"" : q.key;
+    const auto result = tx.exec_params("SELECT " + q.key + ", coalesce(sum(" + q.measure + "), 0) FROM " + q.from +
+                                           " WHERE " + q.where + " GROUP BY 1 ORDER BY 2 DESC, " + order_key +
+                                           " LIMIT " + std::to_string(q.k),
+                                       *q.params[0]);
+    Rows rows;
+    for (const auto& r : result) {
+      rows.emplace_back(r[0].is_null() ? std::nullopt : std::optional<std::string>(r[0].c_str()), r[1].c_str());
+    }
+    return rows;
+  }
+
+  template <class Measure>
+  static Rows AsRows(const TopKResult<Measure>& r) {
+    Rows rows;
+    for (const auto& e : r.items) {
+      std::optional<std::string> key;
+      if (const auto* i = std::get_if<I64>(&e.key)) key = std::to_string(*i);
+      if (const auto* s = std::get_if<std::string>(&e.key)) key = *s;
+      rows.emplace_back(key, TopKMeasureTraits<Measure>::ToString(e.value));
+    }
+    return rows;
+  }
+
+  static std::string Show(const Rows& rows) {
+    std::string s;
+    for (const auto& [k, v] : rows) s += (k ? *k : "NULL") + ":" + v + " ";
+    return s;
+  }
+
+  static test::ScratchCluster* cluster_;
+  static BucketShardResolver* resolver_;
+  static ScatterGather* scatter_;
+  static std::string table_;
+};
+
+test::ScratchCluster* TopKPg::cluster_ = nullptr;
+BucketShardResolver* TopKPg::resolver_ = nullptr;
+ScatterGather* TopKPg::scatter_ = nullptr;
+std::string TopKPg::table_;
+
+TEST_F(TopKPg, TputAndAllPartialsEqualTheReferenceOnEveryDistribution) {
+  int compared = 0;
+  for (int dataset : {kUniform, kUniform + 1, kUniform + 2, kZipf, kZipf + 1, kZipf + 2, kOneShard, kOneShard + 1,
+                      kOneShard + 2, kTies, kSeedLike, kTextKeys, kEmpty}) {
+    for (std::size_t k : {1U, 3U, 10U, 20U}) {
+      const auto q = Query(dataset, k);
+      const Rows expected = Reference(q);
+      const auto tput = TopKBySum(*scatter_, q, TopKMethod::kTput);
+      EXPECT_EQ(AsRows(tput), expected) << "dataset " << dataset << " k " << k << "\n tput: " << Show(AsRows(tput))
+                                        << "\n ref:  " << Show(expected);
+      EXPECT_EQ(tput.phases.size(), 3U);
+      EXPECT_TRUE(tput.warnings.empty()) << tput.warnings.front();
+      const auto all = TopKBySum(*scatter_, q, TopKMethod::kAllPartials);
+      EXPECT_EQ(AsRows(all), expected) << "dataset " << dataset << " k " << k;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 13 * 4);
+}
+
+TEST_F(TopKPg, TextKeysInTheCCollationWithNullKeys) {
+  for (std::size_t k : {1U, 5U, 20U, 200U}) {
+    const auto q = Query(kTextKeys, k, TopKKeyType::kText);
+    const Rows expected = Reference(q);
+    const auto tput = TopKBySum(*scatter_, q);
+    EXPECT_EQ(AsRows(tput), expected) << "k " << k << "\n tput: " << Show(AsRows(tput)) << "\n ref:  " << Show(expected);
+    EXPECT_EQ(AsRows(TopKBySum(*scatter_, q, TopKMethod::kAllPartials)), expected) << k;
+  }
+  // k larger than the number of keys: the NULL key is last among equals and present.
+  const auto q = Query(kTextKeys, 1000, TopKKeyType::kText);
+  const auto tput = TopKBySum(*scatter_, q);
+  EXPECT_TRUE(std::any_of(tput.items.begin(), tput.items.end(),
+                          [](const auto& e) { return std::holds_alternative<std::monostate>(e.key); }));
+}
+
+TEST_F(TopKPg, NumericMeasuresAreExactDecimals) {
+  for (int dataset : {kUniform, kZipf, kOneShard, kTextKeys}) {
+    for (std::size_t k : {1U, 10U}) {
+      const auto q = Query(dataset, k, TopKKeyType::kBigint, "amount");
+      const Rows expected = Reference(q);
+      const auto tput = TopKBySum<Decimal>(*scatter_, q);
+      // Same digits as the reference prints, scale included.
+      EXPECT_EQ(AsRows(tput), expected) << "dataset " << dataset << " k " << k << "\n tput: " << Show(AsRows(tput))
+                                        << "\n ref:  " << Show(expected);
+    }
+  }
+  // An integer-typed source refuses a numeric sum instead of rounding it.
+  EXPECT_THROW((void)TopKBySum(*scatter_, Query(kUniform, 3, TopKKeyType::kBigint, "amount")), UnmergeableQuery);
+}
+
+TEST_F(TopKPg, ShortcutDiffersOnSeed001sShapeTputDoesNot) {
+  const auto q = Query(kSeedLike, 10);
+  const Rows expected = Reference(q);
+  ASSERT_EQ(expected.size(), 10U);
+  for (const auto& [key, total] : expected) EXPECT_EQ(total, "18") << *key;
+
+  const auto shortcut = TopKBySum(*scatter_, q, TopKMethod::kPerShardShortcut);
+  EXPECT_FALSE(shortcut.exact);
+  EXPECT_NE(AsRows(shortcut), expected);
+  std::set<std::optional<std::string>> right;
+  for (const auto& row : expected) right.insert(row.first);
+  for (const auto& row : AsRows(shortcut)) EXPECT_FALSE(right.contains(row.first)) << "shortcut found " << *row.first;
+  EXPECT_EQ(shortcut.total_rows, 10U * static_cast<std::size_t>(cluster_->ShardCount()));
+
+  const auto tput = TopKBySum(*scatter_, q);
+  const auto all = TopKBySum(*scatter_, q, TopKMethod::kAllPartials);
+  EXPECT_EQ(AsRows(tput), expected);
+  EXPECT_EQ(AsRows(all), expected);
+  EXPECT_LT(tput.total_rows, all.total_rows);
+  std::string phases;
+  for (const auto& p : tput.phases) phases += p.name + "=" + std::to_string(p.rows) + " ";
+  std::cout << "seed-like: TPUT " << tput.total_rows << " rows (" << phases << "), all partials " << all.total_rows
+            << " rows, shortcut " << shortcut.total_rows << " rows\n";
+}
+
+TEST_F(TopKPg, NegativePartialsAreRefusedByTput) {
+  const auto q = Query(kNegative, 3);
+  try {
+    (void)TopKBySum(*scatter_, q);
+    ADD_FAILURE() << "TPUT answered over a negative partial";
+  } catch (const UnmergeableQuery& e) {
+    EXPECT_NE(std::string(e.what()).find("negative"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(AsRows(TopKBySum(*scatter_, q, TopKMethod::kAllPartials)), Reference(q));
+}
+
+TEST_F(TopKPg, ReportsRowsAndBytesPerPhase) {
+  const auto q = Query(kZipf, 10);
+  const auto tput = TopKBySum(*scatter_, q);
+  ASSERT_EQ(tput.phases.size(), 3U);
+  std::size_t rows = 0;
+  for (const auto& p : tput.phases) {
+    rows += p.rows;
+    EXPECT_GT(p.elapsed.count(), 0) << p.name;
+  }
+  EXPECT_EQ(rows, tput.total_rows);
+  EXPECT_EQ(tput.phases[0].shards_asked, cluster_->ShardCount());
+  EXPECT_EQ(tput.phases[0].rows, 10U * static_cast<std::size_t>(cluster_->ShardCount()));
+  EXPECT_GT(tput.total_bytes, 0U);
+  const auto stats = scatter_->Stats();
+  EXPECT_GT(stats.scatters, 0U);
+}
+
+}  // namespace
+}  // namespace shardkit

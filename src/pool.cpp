@@ -46,6 +46,14 @@ PooledConnection::PooledConnection(const std::string& dsn) {
     throw;
   }
   constructing_slot = nullptr;
+  // The pool, not libpqxx, decides what happens to a broken connection: no
+  // silent reconnect (it would also swap the handle under a concurrent
+  // cancel_query() from the scatter's canceller). Deprecated in libpqxx 6.4
+  // only because 7.x drops reactivation altogether.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  connection->inhibit_reactivation(true);
+#pragma GCC diagnostic pop
 }
 
 PooledConnection::State PooledConnection::CurrentState() const noexcept {

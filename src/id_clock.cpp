@@ -20,13 +20,16 @@ void SystemIdClock::WaitUntil(std::int64_t unix_nanos) {
   // Sleep while the target is far away, then spin: a saturated Snowflake
   // generator waits for every next millisecond, and a sleep overshoots by
   // 50-100 us (more on a busy host), each microsecond lost throughput.
+  // While spinning, yield now and then to other threads, but not in the last
+  // stretch: a yield on a busy host can cost a whole time slice.
   constexpr std::int64_t kSpinBelowNanos = 1'500'000;
+  constexpr std::int64_t kNoYieldBelowNanos = 200'000;
   for (int spins = 0;; ++spins) {
     const std::int64_t remaining = unix_nanos - detail::RealtimeNanos();
     if (remaining <= 0) return;
     if (remaining > kSpinBelowNanos) {
       std::this_thread::sleep_for(std::chrono::nanoseconds(remaining - kSpinBelowNanos));
-    } else if (spins % 64 == 63) {
+    } else if (remaining > kNoYieldBelowNanos && spins % 256 == 255) {
       std::this_thread::yield();
     } else {
 #if defined(__x86_64__)

@@ -150,7 +150,10 @@ struct Uuidv7State {
   static constexpr std::uint32_t kCounterMax = (1U << 14) - 1;
   static constexpr std::uint64_t kRandomMask = (std::uint64_t{1} << 48) - 1;
 
-  std::int64_t Now() noexcept { return clock ? clock->NowUnixNanos() : cycle_clock.NowUnixNanos(); }
+  // Inlined into Next(): the call overhead is a measurable part of ~25 ns.
+  [[gnu::always_inline]] std::int64_t Now() noexcept {
+    return clock ? clock->NowUnixNanos() : cycle_clock.NowUnixNanos();
+  }
 
   // The tick (ms << 12 | fraction) for a clock reading; times before 1970
   // count as 0 (an int64 of nanoseconds ends in 2262, far inside 48 bits of ms).
@@ -162,7 +165,7 @@ struct Uuidv7State {
     return (ms << 12) | fraction;
   }
 
-  Uuid Make(std::uint64_t tick) {
+  [[gnu::always_inline]] Uuid Make(std::uint64_t tick) {
     const std::uint64_t r = rng.Next64();
     if (tick > last_tick) {
       last_tick = tick;

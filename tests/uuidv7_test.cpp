@@ -269,30 +269,35 @@ TEST(ChaCha20, Rfc8439BlockFunctionVector) {
                                                0xc7f4d1c7, 0x0368c033, 0x9aaa2204, 0x4e6cd4c3,
                                                0x466482d2, 0x09aa9f07, 0x05d7c214, 0xa2028bd9,
                                                0xd19c12b5, 0xb94e16de, 0xe883d0cb, 0x4e3c50a2};
-  EXPECT_EQ(detail::ChaCha20Block(input), expected);
+  EXPECT_EQ(detail::ChaChaBlock<20>(input), expected);
   // The 4-way version (word-major output): lane 0 is the same block, lanes
   // 1-3 the next counters.
   std::uint32_t four[64];
-  detail::ChaCha20FourBlocks(input, four);
+  detail::ChaChaFourBlocks<20>(input, four);
   for (std::size_t lane = 0; lane < 4; ++lane) {
     detail::ChaChaBlockState lane_input = input;
     lane_input[12] += static_cast<std::uint32_t>(lane);
-    const auto block = detail::ChaCha20Block(lane_input);
+    const auto block = detail::ChaChaBlock<20>(lane_input);
     for (std::size_t i = 0; i < 16; ++i) ASSERT_EQ(four[i * 4 + lane], block[i]) << "lane " << lane;
   }
   EXPECT_EQ(four[0], expected[0]);
 #if defined(__x86_64__)
   if (detail::CpuHasAvx2()) {
     std::uint32_t eight[128];
-    detail::ChaCha20EightBlocksAvx2(input, eight);
+    detail::ChaChaEightBlocksAvx2<20>(input, eight);
     for (std::size_t lane = 0; lane < 8; ++lane) {
       detail::ChaChaBlockState lane_input = input;
       lane_input[12] += static_cast<std::uint32_t>(lane);
-      const auto block = detail::ChaCha20Block(lane_input);
+      const auto block = detail::ChaChaBlock<20>(lane_input);
       for (std::size_t i = 0; i < 16; ++i) ASSERT_EQ(eight[i * 8 + lane], block[i]) << "AVX2 lane " << lane;
     }
   }
 #endif
+  // The generator's 12-round variant: the lanes agree with the block function.
+  detail::ChaChaFourBlocks<12>(input, four);
+  const auto block12 = detail::ChaChaBlock<12>(input);
+  for (std::size_t i = 0; i < 16; ++i) ASSERT_EQ(four[i * 4], block12[i]);
+  EXPECT_NE(block12, expected);
 }
 
 }  // namespace

@@ -24,9 +24,9 @@
 // generator then carries on from its last value (its timestamps run ahead of
 // the clock by at most the size of the step until the clock catches up).
 // Uniqueness across generators rests on the 48 (up to 61) random bits per
-// ID, drawn from a ChaCha20 stream keyed from getrandom(2), re-keyed every
-// 64 KiB and in a child after fork(), so no two generators or processes
-// share a stream.
+// ID, drawn from a ChaCha12 stream (the CSPRNG of Rust's rand) keyed from
+// getrandom(2), re-keyed every 64 KiB and in a child after fork(), so no two
+// generators or processes share a stream.
 #pragma once
 
 #include <array>

@@ -51,7 +51,7 @@ DemoResult RunStats(Lab& lab) {
   }
   if (!records.empty()) r.text += table.Render();
   std::string tally;
-  for (const auto& [shard, n] : slowest_count) tally += fmt::format("{}{} {} times", tally.empty() ? "" : ", ", lab.ShardLabel(shard), n);
+  for (const auto& [shard, n] : slowest_count) tally += fmt::format("{}{} {} time{}", tally.empty() ? "" : ", ", lab.ShardLabel(shard), n, n == 1 ? "" : "s");
   if (!tally.empty()) r.text += "slowest shard: " + tally + "\n";
 
   TextTable pools({{"pool", TextTable::Align::kLeft}, {"acquired"}, {"waited"}, {"connects"}, {"timeouts"}, {"broken"},

@@ -171,7 +171,8 @@ int main(int argc, char** argv) {
   };
 
   try {
-    const LoadOptions load_options{json && progress == "auto" ? ProgressMode::kNone : progress_mode};
+    // Progress goes to stderr, so it does not disturb --json on stdout.
+    const LoadOptions load_options{progress_mode};
     if (command == "load" || command == "copy-vs-psql") {
       if (command == "load") {
         LoadReport report = GenerateAndLoad(*lab, params, load_options);

@@ -150,6 +150,14 @@ void ConnectionPool::ThrowTimeoutLocked(Clock::duration waited) {
 }
 
 ConnectionPool::Lease ConnectionPool::Acquire(Clock::time_point deadline) {
+  return *AcquireUntil(deadline, /*may_wait=*/true);
+}
+
+std::optional<ConnectionPool::Lease> ConnectionPool::TryAcquire() {
+  return AcquireUntil(Clock::now(), /*may_wait=*/false);
+}
+
+std::optional<ConnectionPool::Lease> ConnectionPool::AcquireUntil(Clock::time_point deadline, bool may_wait) {
   const auto started = Clock::now();
   std::unique_lock lock(mutex_);
   bool waited = false;
@@ -183,6 +191,7 @@ ConnectionPool::Lease ConnectionPool::Acquire(Clock::time_point deadline) {
       RecordWaitLocked(Clock::now() - started);
       return Lease(this, std::move(fresh), true);
     }
+    if (!may_wait) return std::nullopt;
     if (Clock::now() >= deadline) ThrowTimeoutLocked(Clock::now() - started);
     if (waiting_ >= options_.max_waiters) {
       ++counters_.rejected;
@@ -195,36 +204,6 @@ ConnectionPool::Lease ConnectionPool::Acquire(Clock::time_point deadline) {
     available_.wait_until(lock, deadline);
     --waiting_;
   }
-}
-
-std::optional<ConnectionPool::Lease> ConnectionPool::TryAcquire() {
-  std::unique_lock lock(mutex_);
-  if (auto idle = TakeLiveIdleLocked()) {
-    ++in_use_;
-    ++counters_.acquired;
-    RecordWaitLocked({});
-    return Lease(this, std::move(idle), false);
-  }
-  if (in_use_ + connecting_ + static_cast<int>(idle_.size()) >= options_.max_size) return std::nullopt;
-  ++connecting_;
-  lock.unlock();
-  std::unique_ptr<PooledConnection> fresh;
-  try {
-    fresh = Connect();
-  } catch (...) {
-    lock.lock();
-    --connecting_;
-    ++counters_.connect_failures;
-    available_.notify_one();
-    throw;
-  }
-  lock.lock();
-  --connecting_;
-  ++in_use_;
-  ++counters_.connects;
-  ++counters_.acquired;
-  RecordWaitLocked({});
-  return Lease(this, std::move(fresh), true);
 }
 
 void ConnectionPool::Return(std::unique_ptr<PooledConnection> c, bool discard) noexcept {

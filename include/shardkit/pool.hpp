@@ -116,6 +116,8 @@ class ConnectionPool {
   void CloseIdle();
 
  private:
+  // The one acquisition path: without may_wait it never queues (TryAcquire).
+  std::optional<Lease> AcquireUntil(Clock::time_point deadline, bool may_wait);
   void Return(std::unique_ptr<detail::PooledConnection> c, bool discard) noexcept;
   std::unique_ptr<detail::PooledConnection> Connect();  // without the lock held
   std::unique_ptr<detail::PooledConnection> TakeLiveIdleLocked();

@@ -171,10 +171,10 @@ BENCHMARK(BM_Snowflake_Saturated)->UseRealTime()->MinTime(1.0)->Threads(1)->Thre
 
 void BM_Bucketed_Saturated(benchmark::State& state) {
   shardkit::BucketedIdGenerator generator{1};
-  shardkit::BucketId bucket = 0;
+  int bucket = 0;
   const auto start = Clock::now();
   for (auto _ : state) {
-    benchmark::DoNotOptimize(generator.Next(bucket));
+    benchmark::DoNotOptimize(generator.Next(shardkit::BucketId{bucket}));
     bucket = (bucket + 1) & (shardkit::kBucketCount - 1);
   }
   Report(state, start, 256'000.0);
@@ -198,7 +198,7 @@ void BM_Bucketed_CostPerId(benchmark::State& state) {
   options.clock = std::make_shared<shardkit::ManualIdClock>(1'750'000'000'000);
   shardkit::BucketedIdGenerator generator{1, options};
   const auto start = Clock::now();
-  for (auto _ : state) benchmark::DoNotOptimize(generator.Next(44));
+  for (auto _ : state) benchmark::DoNotOptimize(generator.Next(shardkit::BucketId{44}));
   Report(state, start);
 }
 BENCHMARK(BM_Bucketed_CostPerId)->UseRealTime();

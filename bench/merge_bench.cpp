@@ -28,7 +28,7 @@ std::vector<shardkit::PartialRows> BestSellerPartials(bool with_price) {
   std::vector<shardkit::PartialRows> shards(2);
   for (int s = 0; s < 2; ++s) {
     auto& p = shards[static_cast<std::size_t>(s)];
-    p.shard = s;
+    p.shard = shardkit::ShardId{s};
     p.column_names = {"book_id", "sold"};
     p.column_types = {kInt8, kInt8};
     if (with_price) {

@@ -14,7 +14,7 @@
 
 namespace {
 
-constexpr int kCustomer = 4242;
+constexpr shardkit::CustomerId kCustomer{4242};
 constexpr const char* kMyOrders =
     "SELECT order_id, ordered_at, total FROM orders WHERE customer_id = $1 ORDER BY ordered_at DESC";
 
@@ -22,7 +22,7 @@ constexpr const char* kMyOrders =
 shardkit::test::ScratchCluster& Cluster() {
   static auto cluster = [] {
     auto c = std::make_unique<shardkit::test::ScratchCluster>("pool_bench");
-    const int shard = shardkit::BucketDirectory::EvenSplit(2).ShardFor(kCustomer);
+    const int shard = shardkit::ToInt(shardkit::BucketDirectory::EvenSplit(2).ShardFor(kCustomer));
     c->ExecOnShard(shard, fmt::format(
         "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) "
         "SELECT {0}, bucket_of({0}), 1000 + g, now() - g * interval '1 day', 10 * g FROM generate_series(1, 10) g",
@@ -38,7 +38,7 @@ void BM_PoolAcquireRelease(benchmark::State& state) {
     shardkit::PoolOptions options;
     options.max_size = 4;
     options.max_waiters = 64;
-    pool = std::make_unique<shardkit::ConnectionPool>(0, Cluster().ShardDsn(0), options);
+    pool = std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{0}, Cluster().ShardDsn(0), options);
     std::vector<shardkit::ConnectionPool::Lease> warm;
     for (int i = 0; i < 4; ++i) warm.push_back(pool->Acquire());
   }
@@ -56,7 +56,7 @@ BENCHMARK(BM_PoolAcquireRelease)->Threads(1)->Threads(4)->Threads(8)->UseRealTim
 
 void BM_MyOrdersRawLibpqxx(benchmark::State& state) {
   auto& cluster = Cluster();
-  pqxx::connection connection{cluster.ShardDsn(shardkit::BucketDirectory::EvenSplit(2).ShardFor(kCustomer))};
+  pqxx::connection connection{cluster.ShardDsn(shardkit::ToInt(shardkit::BucketDirectory::EvenSplit(2).ShardFor(kCustomer)))};
   for (auto _ : state) {
     pqxx::read_transaction tx{connection};
     auto rows = tx.exec_params(kMyOrders, kCustomer);

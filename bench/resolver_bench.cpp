@@ -10,12 +10,12 @@
 
 namespace {
 
-std::vector<std::int32_t> Ids() {
-  std::vector<std::int32_t> ids(4096);
+std::vector<shardkit::CustomerId> Ids() {
+  std::vector<shardkit::CustomerId> ids(4096);
   std::uint32_t x = 12345;
   for (auto& id : ids) {
     x = x * 1664525U + 1013904223U;
-    id = static_cast<std::int32_t>(x);
+    id = shardkit::CustomerId{static_cast<std::int32_t>(x)};
   }
   return ids;
 }
@@ -46,8 +46,8 @@ BENCHMARK(BM_DirectoryShardFor);
 void BM_ResolverShardFor(benchmark::State& state) {
   const auto ids = Ids();
   std::vector<std::unique_ptr<shardkit::ConnectionPool>> pools;
-  pools.push_back(std::make_unique<shardkit::ConnectionPool>(0, "host=127.0.0.1 port=1"));
-  pools.push_back(std::make_unique<shardkit::ConnectionPool>(1, "host=127.0.0.1 port=1"));
+  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{0}, "host=127.0.0.1 port=1"));
+  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{1}, "host=127.0.0.1 port=1"));
   shardkit::BucketShardResolver resolver{shardkit::BucketDirectory::EvenSplit(2), std::move(pools)};
   std::size_t i = 0;
   for (auto _ : state) {

@@ -58,7 +58,7 @@ std::unique_ptr<shardkit::BucketShardResolver> Resolver(const shardkit::ClusterC
   const int servers = static_cast<int>(config.shards.size());
   for (int i = 0; i < width; ++i) {
     const auto& server = config.shards[static_cast<std::size_t>(i % servers)];
-    pools.push_back(std::make_unique<shardkit::ConnectionPool>(i, server.dsn, config.pool));
+    pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{i}, server.dsn, config.pool));
     names.push_back("s" + std::to_string(i) + "@" + server.name);
   }
   // BucketDirectory needs no more shards than buckets; 32 <= 64.
@@ -96,7 +96,7 @@ void BM_TwoShardsParallelVsSequential(benchmark::State& state) {
   std::vector<double> parallel;
   for (auto _ : state) {
     auto t0 = Clock::now();
-    for (shardkit::ShardId s = 0; s < 2; ++s) (void)scatter.Run(kHeavy, {}, Only(s));
+    for (const shardkit::ShardId s : shardkit::FirstShards(2)) (void)scatter.Run(kHeavy, {}, Only(s));
     auto t1 = Clock::now();
     auto result = scatter.Run(kHeavy);
     auto t2 = Clock::now();
@@ -135,7 +135,7 @@ void BM_FanOutWidth(benchmark::State& state) {
   std::vector<std::vector<double>> alone(static_cast<std::size_t>(width));  // per shard, per iteration
   std::vector<double> in_scatter_slowest;
   for (auto _ : state) {
-    for (shardkit::ShardId s = 0; s < width; ++s) {
+    for (const shardkit::ShardId s : shardkit::FirstShards(width)) {
       auto one = Only(s);
       one.single_round_trip = all.single_round_trip;
       const auto t0 = Clock::now();

@@ -82,7 +82,7 @@ std::vector<OrderRow> GenerateOrders(const std::string& shape, int history_order
   std::mt19937_64 rng(1);
   std::vector<OrderRow> orders;
   std::vector<int> items_per_order;
-  auto customer = [&] { return std::uniform_int_distribution<CustomerId>(1, kCustomers)(rng); };
+  auto customer = [&] { return CustomerId{std::uniform_int_distribution<std::int32_t>(1, kCustomers)(rng)}; };
   std::vector<double> zipf_cdf;
   double zipf_sum = 0;
   for (int r = 1; r <= kBooks; ++r) zipf_cdf.push_back(zipf_sum += 1.0 / std::pow(r, 0.9));
@@ -303,7 +303,7 @@ class PinnedSnapshotSource final : public TopKShardSource<I64> {
   using Tx = pqxx::transaction<pqxx::isolation_level::repeatable_read>;
   PinnedSnapshotSource(BucketShardResolver& resolver, const TopKQuery& q) : query_(q) {
     const auto deadline = Clock::now() + std::chrono::seconds(30);
-    for (int s = 0; s < resolver.ShardCount(); ++s) leases_.push_back(resolver.Pool(s).Acquire(deadline));  // shard order
+    for (const ShardId s : FirstShards(resolver.ShardCount())) leases_.push_back(resolver.Pool(s).Acquire(deadline));  // shard order
     for (auto& lease : leases_) txs_.push_back(std::make_unique<Tx>(*lease));
   }
   ~PinnedSnapshotSource() override {

@@ -38,14 +38,14 @@ BucketedIdGenerator::BucketedIdGenerator(std::shared_ptr<WorkerLease> lease, Sno
 BucketedIdGenerator::~BucketedIdGenerator() = default;
 
 std::int64_t BucketedIdGenerator::Next(BucketId bucket) {
-  if (bucket < 0 || bucket >= kBucketCount) {
+  if (ToInt(bucket) < 0 || ToInt(bucket) >= kBucketCount) {
     throw IdGeneratorError(fmt::format("bucketed ID generator: bucket {} is out of range 0..{}", bucket,
                                        kBucketCount - 1));
   }
   const std::uint64_t tick = sequencer_->Next();  // ms << 8 | sequence
   const std::uint64_t ms = tick >> kBucketedIdSequenceBits;
   return static_cast<std::int64_t>((ms << kTimestampShift) | (static_cast<std::uint64_t>(worker_id_) << kWorkerShift) |
-                                   ((tick & kSequenceMask) << kSequenceShift) | static_cast<std::uint64_t>(bucket));
+                                   ((tick & kSequenceMask) << kSequenceShift) | static_cast<std::uint64_t>(ToInt(bucket)));
 }
 
 std::int64_t BucketedIdGenerator::EpochUnixMs() const noexcept { return sequencer_->EpochUnixMs(); }
@@ -80,7 +80,7 @@ std::int64_t ComposeBucketedId(const BucketedIdParts& parts, std::int64_t epoch_
     throw IdFormatError(what, fmt::format("bucketed ID {}: the time is outside the 41-bit range from the epoch {}",
                                           what, FormatUnixMsUtc(epoch_unix_ms)));
   }
-  if (parts.bucket < 0 || parts.bucket >= kBucketCount) {
+  if (ToInt(parts.bucket) < 0 || ToInt(parts.bucket) >= kBucketCount) {
     throw IdFormatError(what, fmt::format("bucketed ID {}: bucket must be 0..{}", what, kBucketCount - 1));
   }
   if (parts.worker_id < 0 || parts.worker_id > BucketedIdGenerator::kMaxWorkerId) {
@@ -92,7 +92,7 @@ std::int64_t ComposeBucketedId(const BucketedIdParts& parts, std::int64_t epoch_
   return static_cast<std::int64_t>((static_cast<std::uint64_t>(ms) << kTimestampShift) |
                                    (static_cast<std::uint64_t>(parts.worker_id) << kWorkerShift) |
                                    (static_cast<std::uint64_t>(parts.sequence) << kSequenceShift) |
-                                   static_cast<std::uint64_t>(parts.bucket));
+                                   static_cast<std::uint64_t>(ToInt(parts.bucket)));
 }
 
 }  // namespace shardkit

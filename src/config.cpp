@@ -73,7 +73,7 @@ BucketDirectory ParseDirectory(const toml::value& directory, int shard_count) {
                                          shard_count, shard_count - 1));
     }
     const auto [first, last] = ParseBucketRange(range, key);
-    for (int b = first; b <= last; ++b) rows.emplace_back(b, static_cast<ShardId>(shard));
+    for (int b = first; b <= last; ++b) rows.emplace_back(BucketId{b}, ShardId{static_cast<int>(shard)});
   }
   try {
     return BucketDirectory::FromRows(rows, shard_count, version);

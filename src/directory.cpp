@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <pqxx/pqxx>
+#include <vector>
 
 #include "shardkit/errors.hpp"
 
@@ -28,10 +29,10 @@ BucketDirectory BucketDirectory::FromAssignments(const Assignments& bucket_to_sh
   CheckVersion(version);
   for (int bucket = 0; bucket < kBucketCount; ++bucket) {
     const ShardId shard = bucket_to_shard[static_cast<std::size_t>(bucket)];
-    if (shard < 0 || shard >= shard_count) {
+    if (ToInt(shard) < 0 || ToInt(shard) >= shard_count) {
       throw DirectoryError(fmt::format("bucket {} is mapped to shard {}, but shards are 0..{}",
                                        bucket, shard, shard_count - 1),
-                           bucket, shard);
+                           BucketId{bucket}, shard);
     }
   }
   return BucketDirectory(bucket_to_shard, shard_count, version);
@@ -43,10 +44,10 @@ BucketDirectory BucketDirectory::FromRows(std::span<const std::pair<BucketId, Sh
   Assignments table{};
   std::array<bool, kBucketCount> seen{};
   for (const auto& [bucket, shard] : rows) {
-    if (bucket < 0 || bucket >= kBucketCount) {
+    if (ToInt(bucket) < 0 || ToInt(bucket) >= kBucketCount) {
       throw DirectoryError(fmt::format("bucket {} does not exist (buckets are 0..63)", bucket), bucket);
     }
-    auto index = static_cast<std::size_t>(bucket);
+    auto index = static_cast<std::size_t>(ToInt(bucket));
     if (seen[index]) {
       throw DirectoryError(fmt::format("bucket {} is mapped more than once", bucket), bucket);
     }
@@ -55,7 +56,7 @@ BucketDirectory BucketDirectory::FromRows(std::span<const std::pair<BucketId, Sh
   }
   for (int bucket = 0; bucket < kBucketCount; ++bucket) {
     if (!seen[static_cast<std::size_t>(bucket)]) {
-      throw DirectoryError(fmt::format("bucket {} is not mapped to any shard", bucket), bucket);
+      throw DirectoryError(fmt::format("bucket {} is not mapped to any shard", bucket), BucketId{bucket});
     }
   }
   return FromAssignments(table, shard_count, version);
@@ -65,22 +66,22 @@ BucketDirectory BucketDirectory::EvenSplit(int shard_count, std::int64_t version
   CheckShardCount(shard_count);
   Assignments table{};
   for (int bucket = 0; bucket < kBucketCount; ++bucket) {
-    table[static_cast<std::size_t>(bucket)] = bucket * shard_count / kBucketCount;
+    table[static_cast<std::size_t>(bucket)] = ShardId{bucket * shard_count / kBucketCount};
   }
   return FromAssignments(table, shard_count, version);
 }
 
 ShardId BucketDirectory::ShardOf(BucketId bucket) const {
-  if (bucket < 0 || bucket >= kBucketCount) {
+  if (ToInt(bucket) < 0 || ToInt(bucket) >= kBucketCount) {
     throw DirectoryError(fmt::format("bucket {} does not exist (buckets are 0..63)", bucket), bucket);
   }
-  return assignments_[static_cast<std::size_t>(bucket)];
+  return assignments_[static_cast<std::size_t>(ToInt(bucket))];
 }
 
 std::vector<BucketId> BucketDirectory::BucketsOf(ShardId shard) const {
   std::vector<BucketId> buckets;
   for (int bucket = 0; bucket < kBucketCount; ++bucket) {
-    if (assignments_[static_cast<std::size_t>(bucket)] == shard) buckets.push_back(bucket);
+    if (assignments_[static_cast<std::size_t>(bucket)] == shard) buckets.push_back(BucketId{bucket});
   }
   return buckets;
 }
@@ -88,8 +89,37 @@ std::vector<BucketId> BucketDirectory::BucketsOf(ShardId shard) const {
 BucketDirectory BucketDirectory::WithBucketMoved(BucketId bucket, ShardId to_shard) const {
   Assignments next = assignments_;
   (void)ShardOf(bucket);  // validates the bucket
-  next[static_cast<std::size_t>(bucket)] = to_shard;
+  next[static_cast<std::size_t>(ToInt(bucket))] = to_shard;
   return FromAssignments(next, shard_count_, version_ + 1);
+}
+
+BucketDirectory BucketDirectory::WithShardAdded() const {
+  const int old_count = shard_count_;
+  const ShardId new_shard{old_count};
+  const int floor_share = kBucketCount / (old_count + 1);
+  const int ceil_share = (kBucketCount + old_count) / (old_count + 1);
+  Assignments next = assignments_;
+  std::vector<std::vector<BucketId>> held(static_cast<std::size_t>(old_count + 1));
+  for (const BucketId b : AllBuckets()) {
+    held[static_cast<std::size_t>(ToInt(next[static_cast<std::size_t>(ToInt(b))]))].push_back(b);
+  }
+  auto fullest = [&] {
+    std::size_t best = 0;
+    for (std::size_t s = 1; s < static_cast<std::size_t>(old_count); ++s) {
+      if (held[s].size() > held[best].size()) best = s;
+    }
+    return best;
+  };
+  auto& arrivals = held[static_cast<std::size_t>(old_count)];
+  while (true) {
+    auto& donor = held[fullest()];
+    if (static_cast<int>(arrivals.size()) >= floor_share && static_cast<int>(donor.size()) <= ceil_share) break;
+    const BucketId bucket = donor.back();
+    donor.pop_back();
+    arrivals.push_back(bucket);
+    next[static_cast<std::size_t>(ToInt(bucket))] = new_shard;
+  }
+  return FromAssignments(next, old_count + 1, version_ + 1);
 }
 
 BucketDirectory LoadDirectory(pqxx::connection_base& connection, int shard_count) {
@@ -102,13 +132,13 @@ BucketDirectory LoadDirectory(pqxx::connection_base& connection, int shard_count
   std::vector<std::pair<BucketId, ShardId>> pairs;
   std::int64_t version = 0;
   for (const auto& row : rows) {
-    pairs.emplace_back(row[0].as<int>(), row[1].as<int>());
+    pairs.emplace_back(BucketId{row[0].as<int>()}, ShardId{row[1].as<int>()});
     const auto row_version = row[2].as<std::int64_t>();
     if (version != 0 && row_version != version) {
       throw DirectoryError(fmt::format("shard_directory mixes versions {} and {} (bucket {}): a "
                                        "directory change was half-written",
                                        version, row_version, row[0].as<int>()),
-                           row[0].as<int>());
+                           BucketId{row[0].as<int>()});
     }
     version = row_version;
   }
@@ -127,7 +157,7 @@ void StoreDirectory(pqxx::connection_base& connection, const BucketDirectory& di
   tx.exec("DELETE FROM shard_directory");
   for (int bucket = 0; bucket < kBucketCount; ++bucket) {
     tx.exec_params("INSERT INTO shard_directory (bucket, shard, version) VALUES ($1, $2, $3)", bucket,
-                   directory.ShardOf(bucket), directory.Version());
+                   ToInt(directory.ShardOf(BucketId{bucket})), directory.Version());
   }
   tx.commit();
 }

@@ -472,13 +472,13 @@ class TextRows final : public RowsView {
  public:
   explicit TextRows(const PartialRows& p) : RowsView(p.shard), p_(p) {
     if (p.column_types.size() != p.column_names.size()) {
-      throw UnmergeableQuery("shard " + std::to_string(p.shard) + ": partial rows have " +
+      throw UnmergeableQuery("shard " + std::to_string(ToInt(p.shard)) + ": partial rows have " +
                              std::to_string(p.column_names.size()) + " column names but " +
                              std::to_string(p.column_types.size()) + " column types");
     }
     for (const auto& row : p.rows) {
       if (row.size() != p.column_names.size()) {
-        throw UnmergeableQuery("shard " + std::to_string(p.shard) + ": a partial row has " +
+        throw UnmergeableQuery("shard " + std::to_string(ToInt(p.shard)) + ": a partial row has " +
                                std::to_string(row.size()) + " fields for " +
                                std::to_string(p.column_names.size()) + " columns");
       }
@@ -577,7 +577,7 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
   const auto& columns = plan.Columns();
   bound.resize(columns.size());
   for (std::size_t c = 0; c < columns.size(); ++c) bound[c].spec = &columns[c];
-  std::vector<ShardId> first_shard(columns.size(), -1);
+  std::vector<ShardId> first_shard(columns.size(), ShardId{-1});
   positions.assign(inputs.size(), std::vector<std::size_t>(columns.size(), 0));
   count_positions.assign(inputs.size(), std::vector<std::size_t>(columns.size(), 0));
   for (std::size_t s = 0; s < inputs.size(); ++s) {
@@ -589,7 +589,7 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
       auto locate = [&](const std::string& partial) -> std::size_t {
         const auto idx = FindColumn(r, partial);
         if (!idx) {
-          throw UnmergeableQuery("shard " + std::to_string(shard) + " returned no column \"" + partial +
+          throw UnmergeableQuery("shard " + std::to_string(ToInt(shard)) + " returned no column \"" + partial +
                                  "\" (needed for merged column \"" + col.name + "\"; its columns: " +
                                  ColumnList(r) + "): the plan's partial names must match the per-shard SELECT");
         }
@@ -609,8 +609,8 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
         bound[c].count_oid = count_oid;
         first_shard[c] = shard;
       } else if (bound[c].oid != oid || bound[c].count_oid != count_oid) {
-        throw UnmergeableQuery("shard " + std::to_string(shard) + " returned column \"" + col.partial + "\" as " +
-                               TypeInfoFor(oid).name + ", shard " + std::to_string(first_shard[c]) + " as " +
+        throw UnmergeableQuery("shard " + std::to_string(ToInt(shard)) + " returned column \"" + col.partial + "\" as " +
+                               TypeInfoFor(oid).name + ", shard " + std::to_string(ToInt(first_shard[c])) + " as " +
                                TypeInfoFor(bound[c].oid).name +
                                ": the shards' schemas differ; align them before merging");
       }
@@ -766,7 +766,7 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
     const ShardId shard = r.Shard();
     if (r.Columns() == 0 && r.Rows() == 0) continue;
     if (scalar && r.Rows() > 1) {
-      throw UnmergeableQuery("shard " + std::to_string(shard) + " returned " + std::to_string(r.Rows()) +
+      throw UnmergeableQuery("shard " + std::to_string(ToInt(shard)) + " returned " + std::to_string(r.Rows()) +
                              " rows for a plan without group keys: declare the per-shard GROUP BY columns "
                              "as keys (MergePlan::Key)");
     }
@@ -776,7 +776,7 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
         try {
           return ReadValue(r.Field(row, pos), oid);
         } catch (const Error& e) {
-          throw UnmergeableQuery("shard " + std::to_string(shard) + ", column \"" + partial + "\" (merged \"" +
+          throw UnmergeableQuery("shard " + std::to_string(ToInt(shard)) + ", column \"" + partial + "\" (merged \"" +
                                  columns[c].name + "\"): " + e.what());
         }
       };
@@ -796,7 +796,7 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
           // Inputs are read one after another, so a group seen last in this input came twice from it.
           std::string shown;
           for (const auto& v : it->first) shown += (shown.empty() ? "" : ", ") + v.ToString();
-          throw UnmergeableQuery("shard " + std::to_string(shard) + " returned the group (" + shown +
+          throw UnmergeableQuery("shard " + std::to_string(ToInt(shard)) + " returned the group (" + shown +
                                  ") twice: the per-shard query must GROUP BY exactly the plan's keys");
         } else {
           last_input[it->second] = s;
@@ -1259,7 +1259,7 @@ MergedResult Merge(const MergePlan& plan, const std::vector<pqxx::result>& shard
   Inputs inputs;
   inputs.reserve(shard_results.size());
   for (std::size_t i = 0; i < shard_results.size(); ++i) {
-    inputs.push_back(std::make_unique<PqxxRows>(static_cast<ShardId>(i), shard_results[i]));
+    inputs.push_back(std::make_unique<PqxxRows>(ShardId{static_cast<int>(i)}, shard_results[i]));
   }
   return MergeInputs(plan, inputs);
 }
@@ -1274,7 +1274,7 @@ MergedResult Merge(const MergePlan& plan, const std::vector<PartialRows>& shard_
 MergedResult Merge(const MergePlan& plan, const ScatterResult& scatter, const MergeOptions& options) {
   std::string missing;
   for (const auto& f : scatter.failures) {
-    missing += (missing.empty() ? "" : "; ") + ("shard " + std::to_string(f.shard) + ": " + f.cause);
+    missing += (missing.empty() ? "" : "; ") + ("shard " + std::to_string(ToInt(f.shard)) + ": " + f.cause);
   }
   if (!scatter.failures.empty() && !options.allow_missing_shards) {
     throw ScatterError("cannot merge: the answer needs every shard's partials, but " + missing +
@@ -1303,18 +1303,18 @@ void CheckMergeAssumptions(pqxx::connection_base& connection, ShardId shard) {
   pqxx::nontransaction tx{connection};
   const pqxx::result r = tx.exec(
       "SELECT datcollate, current_setting('DateStyle') FROM pg_database WHERE datname = current_database()");
-  if (r.size() != 1) throw ShardError(shard, "shard " + std::to_string(shard) + ": cannot read its database's collation");
+  if (r.size() != 1) throw ShardError(shard, "shard " + std::to_string(ToInt(shard)) + ": cannot read its database's collation");
   const std::string collate = r[0][0].c_str();
   const std::string datestyle = r[0][1].c_str();
   if (collate != "C" && collate != "POSIX") {
-    throw ShardError(shard, "shard " + std::to_string(shard) + ": the database's collation is \"" + collate +
+    throw ShardError(shard, "shard " + std::to_string(ToInt(shard)) + ": the database's collation is \"" + collate +
                                 "\", not C: shardkit orders merged text bytewise, as the C collation does, "
                                 "so ORDER BY, MIN and MAX on text would differ from the server's. Create "
                                 "the database with LC_COLLATE 'C' (initdb --locale=C, or CREATE DATABASE "
                                 "... LC_COLLATE 'C' TEMPLATE template0)");
   }
   if (!datestyle.starts_with("ISO")) {
-    throw ShardError(shard, "shard " + std::to_string(shard) + ": DateStyle is \"" + datestyle +
+    throw ShardError(shard, "shard " + std::to_string(ToInt(shard)) + ": DateStyle is \"" + datestyle +
                                 "\", not ISO: merged dates and timestamps are ordered by their ISO text. "
                                 "Set datestyle = 'ISO, MDY' for the role or database");
   }

@@ -294,6 +294,6 @@ pqxx::connection_base& ConnectionPool::Lease::Connection() const {
   return *connection_->connection;
 }
 
-ShardId ConnectionPool::Lease::Shard() const noexcept { return pool_ != nullptr ? pool_->shard_ : -1; }
+ShardId ConnectionPool::Lease::Shard() const noexcept { return pool_ != nullptr ? pool_->shard_ : ShardId{-1}; }
 
 }  // namespace shardkit

@@ -18,8 +18,8 @@ BucketShardResolver::BucketShardResolver(BucketDirectory directory,
                                      shard_count, pools_.size()));
   }
   for (std::size_t i = 0; i < pools_.size(); ++i) {
-    if (!pools_[i]) throw UnknownShard(static_cast<int>(i), shard_count);
-    if (pools_[i]->Shard() != static_cast<ShardId>(i)) {
+    if (!pools_[i]) throw UnknownShard(ShardId{static_cast<int>(i)}, shard_count);
+    if (pools_[i]->Shard() != ShardId{static_cast<int>(i)}) {
       throw DirectoryError(fmt::format("pool {} serves shard {}: pools must be given in shard order", i,
                                        pools_[i]->Shard()),
                            std::nullopt, pools_[i]->Shard());
@@ -35,7 +35,7 @@ std::unique_ptr<BucketShardResolver> BucketShardResolver::FromConfig(const Clust
   std::vector<std::unique_ptr<ConnectionPool>> pools;
   std::vector<std::string> names;
   for (std::size_t i = 0; i < config.shards.size(); ++i) {
-    pools.push_back(std::make_unique<ConnectionPool>(static_cast<ShardId>(i), config.shards[i].dsn, config.pool));
+    pools.push_back(std::make_unique<ConnectionPool>(ShardId{static_cast<int>(i)}, config.shards[i].dsn, config.pool));
     names.push_back(config.shards[i].name);
   }
   BucketDirectory directory = config.directory;
@@ -47,8 +47,15 @@ std::unique_ptr<BucketShardResolver> BucketShardResolver::FromConfig(const Clust
 }
 
 ConnectionPool& BucketShardResolver::Pool(ShardId shard) const {
-  if (shard < 0 || shard >= ShardCount()) throw UnknownShard(shard, ShardCount());
-  return *pools_[static_cast<std::size_t>(shard)];
+  if (ToInt(shard) < 0 || ToInt(shard) >= ShardCount()) throw UnknownShard(shard, ShardCount());
+  return *pools_[static_cast<std::size_t>(ToInt(shard))];
+}
+
+Route BucketShardResolver::Resolve(CustomerId customer_id) const {
+  const auto directory = directory_.Current();
+  const BucketId bucket = shardkit::BucketOf(customer_id);
+  const ShardId shard = directory->ShardOf(bucket);
+  return Route{customer_id, bucket, shard, directory->Version(), *pools_[static_cast<std::size_t>(ToInt(shard))]};
 }
 
 std::vector<std::reference_wrapper<ConnectionPool>> BucketShardResolver::AllShards() const {
@@ -59,8 +66,8 @@ std::vector<std::reference_wrapper<ConnectionPool>> BucketShardResolver::AllShar
 }
 
 const std::string& BucketShardResolver::ShardName(ShardId shard) const {
-  if (shard < 0 || shard >= ShardCount()) throw UnknownShard(shard, ShardCount());
-  return names_[static_cast<std::size_t>(shard)];
+  if (ToInt(shard) < 0 || ToInt(shard) >= ShardCount()) throw UnknownShard(shard, ShardCount());
+  return names_[static_cast<std::size_t>(ToInt(shard))];
 }
 
 }  // namespace shardkit

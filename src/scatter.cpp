@@ -112,7 +112,7 @@ std::string FirstLine(std::string text) {
 long long Millis(Clock::duration d) { return duration_cast<milliseconds>(d).count(); }
 
 struct ShardTask {
-  ShardId shard = 0;
+  ShardId shard{};
   ConnectionPool* pool = nullptr;
   std::shared_ptr<const Statement> statement;
   std::string where;  // "shard 1 (shard1)"
@@ -317,7 +317,7 @@ std::string ShardList(const std::vector<ScatterError::Failure>& failures) {
   std::string text;
   for (const auto& f : failures) {
     if (!text.empty()) text += ", ";
-    text += std::to_string(f.shard);
+    text += std::to_string(ToInt(f.shard));
   }
   return text;
 }
@@ -372,7 +372,7 @@ ScatterResult ScatterGather::Run(const std::string& sql, const SqlParams& params
   if (options.shards) {
     shards = *options.shards;
   } else {
-    for (ShardId s = 0; s < resolver_.ShardCount(); ++s) shards.push_back(s);
+    for (int s = 0; s < resolver_.ShardCount(); ++s) shards.push_back(ShardId{s});
   }
   auto statement = std::make_shared<const Statement>(Statement{sql, params});
   std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements;

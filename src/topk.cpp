@@ -491,7 +491,7 @@ TopKStatements BuildTopKStatements(const TopKQuery& q) {
 namespace {
 
 template <class Measure>
-[[nodiscard]] Measure ParseMeasure(const pqxx::field& f, int shard, const TopKKey& key) {
+[[nodiscard]] Measure ParseMeasure(const pqxx::field& f, ShardId shard, const TopKKey& key) {
   const std::string_view text(f.c_str(), f.size());
   std::optional<Measure> value;
   if (!f.is_null()) value = TopKMeasureTraits<Measure>::FromText(text);
@@ -504,7 +504,7 @@ template <class Measure>
   return *std::move(value);
 }
 
-[[nodiscard]] TopKKey ParseKey(const pqxx::field& f, TopKKeyType type, int shard) {
+[[nodiscard]] TopKKey ParseKey(const pqxx::field& f, TopKKeyType type, ShardId shard) {
   if (f.is_null()) return std::monostate{};
   if (type == TopKKeyType::kText) return std::string(f.c_str(), f.size());
   std::int64_t value = 0;
@@ -550,8 +550,9 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::Decode(const ScatterResult& resu
   reply.shards_asked = static_cast<int>(result.shards.size());
   if (result.warning) reply.warnings.push_back(*result.warning);
   for (const auto& shard : result.shards) {
-    if (shard.shard < 0 || shard.shard >= shard_count_) throw UnknownShard(shard.shard, shard_count_);
-    auto& out = reply.shards[static_cast<std::size_t>(shard.shard)];
+    const int index = ToInt(shard.shard);
+    if (index < 0 || index >= shard_count_) throw UnknownShard(shard.shard, shard_count_);
+    auto& out = reply.shards[static_cast<std::size_t>(index)];
     out.reserve(shard.rows.size());
     for (const auto& row : shard.rows) {
       // Built in place: moving a temporary Decimal entry trips a false
@@ -561,7 +562,7 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::Decode(const ScatterResult& resu
       entry.value = ParseMeasure<Measure>(row[1], shard.shard, entry.key);
     }
     if (with_min && !shard.rows.empty()) {
-      reply.min_partial[static_cast<std::size_t>(shard.shard)] =
+      reply.min_partial[static_cast<std::size_t>(index)] =
           ParseMeasure<Measure>(shard.rows[0][2], shard.shard, TopKKey{std::monostate{}});
     }
   }
@@ -588,7 +589,7 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::AtLeast(const TopKThreshold<Meas
     params.emplace_back(TopKMeasureTraits<Measure>::ToString(threshold.tau1));
     params.emplace_back(TopKKeysArrayLiteral(ex));
     params.emplace_back(HasNull(ex) ? "true" : "false");
-    statements.emplace_back(s, ScatterGather::Statement{statements_.at_least, std::move(params)});
+    statements.emplace_back(ShardId{s}, ScatterGather::Statement{statements_.at_least, std::move(params)});
   }
   return Decode(scatter_.RunPerShard(statements, PhaseOptions("threshold")), false);
 }
@@ -602,7 +603,7 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::Partials(const std::vector<std::
     SqlParams params = query_.params;
     params.emplace_back(TopKKeysArrayLiteral(ks));
     params.emplace_back(HasNull(ks) ? "true" : "false");
-    statements.emplace_back(s, ScatterGather::Statement{statements_.partials, std::move(params)});
+    statements.emplace_back(ShardId{s}, ScatterGather::Statement{statements_.partials, std::move(params)});
   }
   if (statements.empty()) {
     TopKReply<Measure> none;

@@ -28,11 +28,11 @@ std::vector<std::string> Mismatches(pqxx::connection& c, const std::vector<std::
   std::vector<std::string> bad;
   if (rows.size() != ids.size()) bad.push_back("row count differs");
   for (const auto& row : rows) {
-    const auto id = row[0].as<std::int32_t>();
-    const auto sql_bucket = row[1].as<int>();
+    const auto id = row[0].as<shardkit::CustomerId>();
+    const auto sql_bucket = row[1].as<shardkit::BucketId>();
     if (sql_bucket != shardkit::BucketOf(id)) {
-      bad.push_back(std::to_string(id) + ": sql " + std::to_string(sql_bucket) + " vs c++ " +
-                    std::to_string(shardkit::BucketOf(id)));
+      bad.push_back(std::to_string(ToInt(id)) + ": sql " + std::to_string(ToInt(sql_bucket)) + " vs c++ " +
+                    std::to_string(ToInt(shardkit::BucketOf(id))));
     }
   }
   return bad;

@@ -20,18 +20,18 @@ namespace {
 constexpr std::int64_t kStart = 1'717'243'200'000;  // 2024-06-01T12:00:00Z
 
 TEST(BucketedId, LayoutAndDecode) {
-  const BucketedIdParts parts{kStart, 44, 255, 255};
+  const BucketedIdParts parts{kStart, BucketId{44}, 255, 255};
   const std::int64_t id = ComposeBucketedId(parts);
   EXPECT_EQ(id, ((kStart - kDefaultIdEpochUnixMs) << 22) | (255 << 14) | (255 << 6) | 44);
   EXPECT_EQ(DecodeBucketedId(id), parts);
-  EXPECT_EQ(BucketOfId(id), 44);
-  EXPECT_EQ(DecodeBucketedId(ComposeBucketedId({kStart, 1, 2, 3})), (BucketedIdParts{kStart, 1, 2, 3}));
-  static_assert(BucketOfId(63) == 63);
-  static_assert(BucketOfId(std::int64_t{1} << 6) == 0);
-  static_assert(BucketOfId((std::int64_t{1} << 22) - 1) == 63);
-  EXPECT_THROW((void)ComposeBucketedId({kStart, 64, 0, 0}), IdFormatError);
-  EXPECT_THROW((void)ComposeBucketedId({kStart, 0, 256, 0}), IdFormatError);
-  EXPECT_THROW((void)ComposeBucketedId({kStart, 0, 0, 256}), IdFormatError);
+  EXPECT_EQ(BucketOfId(id), BucketId{44});
+  EXPECT_EQ(DecodeBucketedId(ComposeBucketedId({kStart, BucketId{1}, 2, 3})), (BucketedIdParts{kStart, BucketId{1}, 2, 3}));
+  static_assert(BucketOfId(63) == BucketId{63});
+  static_assert(BucketOfId(std::int64_t{1} << 6) == BucketId{0});
+  static_assert(BucketOfId((std::int64_t{1} << 22) - 1) == BucketId{63});
+  EXPECT_THROW((void)ComposeBucketedId({kStart, BucketId{64}, 0, 0}), IdFormatError);
+  EXPECT_THROW((void)ComposeBucketedId({kStart, BucketId{0}, 256, 0}), IdFormatError);
+  EXPECT_THROW((void)ComposeBucketedId({kStart, BucketId{0}, 0, 256}), IdFormatError);
   EXPECT_THROW((void)DecodeBucketedId(-5), IdFormatError);
   EXPECT_THROW((void)ShardOfId(BucketDirectory::EvenSplit(2), -5), IdFormatError);
   EXPECT_THROW(BucketedIdGenerator(256), IdGeneratorError);
@@ -41,26 +41,26 @@ TEST(BucketedIdGenerator, SeedVectorsRouteLikeTheirCustomers) {
   // Seed 001: 4242 -> bucket 44 -> shard 1; 4243 -> 20 -> 0; 77777 -> 53 -> 1.
   BucketedIdGenerator generator{5};
   const BucketDirectory directory = BucketDirectory::EvenSplit(2);
-  const std::int64_t a = generator.NextFor(4242);
-  const std::int64_t b = generator.NextFor(4243);
-  const std::int64_t c = generator.NextFor(77777);
-  EXPECT_EQ(BucketOfId(a), 44);
-  EXPECT_EQ(BucketOfId(b), 20);
-  EXPECT_EQ(BucketOfId(c), 53);
-  EXPECT_EQ(ShardOfId(directory, a), 1);
-  EXPECT_EQ(ShardOfId(directory, b), 0);
-  EXPECT_EQ(ShardOfId(directory, c), 1);
+  const std::int64_t a = generator.NextFor(CustomerId{4242});
+  const std::int64_t b = generator.NextFor(CustomerId{4243});
+  const std::int64_t c = generator.NextFor(CustomerId{77777});
+  EXPECT_EQ(BucketOfId(a), BucketId{44});
+  EXPECT_EQ(BucketOfId(b), BucketId{20});
+  EXPECT_EQ(BucketOfId(c), BucketId{53});
+  EXPECT_EQ(ShardOfId(directory, a), ShardId{1});
+  EXPECT_EQ(ShardOfId(directory, b), ShardId{0});
+  EXPECT_EQ(ShardOfId(directory, c), ShardId{1});
   EXPECT_EQ(DecodeBucketedId(a).worker_id, 5);
 }
 
 TEST(BucketedIdGenerator, IdsRouteToTheirCustomersShardForALargeRandomSample) {
   std::mt19937 rng(20240601);
-  std::uniform_int_distribution<CustomerId> any_customer(std::numeric_limits<CustomerId>::min(),
-                                                         std::numeric_limits<CustomerId>::max());
+  std::uniform_int_distribution<std::int32_t> any_customer(std::numeric_limits<std::int32_t>::min(),
+                                                           std::numeric_limits<std::int32_t>::max());
   std::vector<BucketDirectory> directories{BucketDirectory::EvenSplit(1), BucketDirectory::EvenSplit(2),
                                            BucketDirectory::EvenSplit(3), BucketDirectory::EvenSplit(4)};
   // After bucket moves, old IDs still route with the customer.
-  directories.push_back(BucketDirectory::EvenSplit(2).WithBucketMoved(44, 0).WithBucketMoved(3, 1));
+  directories.push_back(BucketDirectory::EvenSplit(2).WithBucketMoved(BucketId{44}, ShardId{0}).WithBucketMoved(BucketId{3}, ShardId{1}));
   // A manual clock: the generator's waits for the next millisecond (256 IDs
   // per ms) jump it forward instead of taking real time.
   SnowflakeOptions options;
@@ -70,7 +70,7 @@ TEST(BucketedIdGenerator, IdsRouteToTheirCustomersShardForALargeRandomSample) {
   std::vector<std::pair<CustomerId, std::int64_t>> orders;
   orders.reserve(kSample);
   for (int i = 0; i < kSample; ++i) {
-    const CustomerId customer = any_customer(rng);
+    const CustomerId customer{any_customer(rng)};
     orders.emplace_back(customer, generator.NextFor(customer));
   }
   std::vector<int> per_bucket(kBucketCount, 0);
@@ -90,9 +90,9 @@ TEST(BucketedIdGenerator, IdsRouteToTheirCustomersShardForALargeRandomSample) {
 
 TEST(BucketedIdGenerator, ValidatesTheBucket) {
   BucketedIdGenerator generator{1};
-  EXPECT_THROW((void)generator.Next(64), IdGeneratorError);
-  EXPECT_THROW((void)generator.Next(-1), IdGeneratorError);
-  EXPECT_EQ(BucketOfId(generator.Next(63)), 63);
+  EXPECT_THROW((void)generator.Next(BucketId{64}), IdGeneratorError);
+  EXPECT_THROW((void)generator.Next(BucketId{-1}), IdGeneratorError);
+  EXPECT_EQ(BucketOfId(generator.Next(BucketId{63})), BucketId{63});
 }
 
 TEST(BucketedIdGenerator, SequenceIsPerWorkerAcrossBucketsAndWaitsAt256) {
@@ -101,15 +101,15 @@ TEST(BucketedIdGenerator, SequenceIsPerWorkerAcrossBucketsAndWaitsAt256) {
   options.clock = clock;
   BucketedIdGenerator generator{2, options};
   for (int i = 0; i < BucketedIdGenerator::kIdsPerMs; ++i) {
-    const auto parts = DecodeBucketedId(generator.Next(i % kBucketCount));
+    const auto parts = DecodeBucketedId(generator.Next(BucketId{i % kBucketCount}));
     ASSERT_EQ(parts.sequence, i);
     ASSERT_EQ(parts.unix_ms, kStart);
-    ASSERT_EQ(parts.bucket, i % kBucketCount);
+    ASSERT_EQ(parts.bucket, BucketId{i % kBucketCount});
   }
   EXPECT_EQ(clock->WaitCount(), 0);
-  const auto parts = DecodeBucketedId(generator.Next(7));
+  const auto parts = DecodeBucketedId(generator.Next(BucketId{7}));
   EXPECT_EQ(clock->WaitCount(), 1);
-  EXPECT_EQ(parts, (BucketedIdParts{kStart + 1, 7, 2, 0}));
+  EXPECT_EQ(parts, (BucketedIdParts{kStart + 1, BucketId{7}, 2, 0}));
 }
 
 TEST(BucketedIdGenerator, StepBackBehavesLikeSnowflake) {
@@ -117,12 +117,12 @@ TEST(BucketedIdGenerator, StepBackBehavesLikeSnowflake) {
   SnowflakeOptions options;
   options.clock = clock;
   BucketedIdGenerator generator{2, options};
-  (void)generator.Next(1);
+  (void)generator.Next(BucketId{1});
   clock->AdvanceMs(-4);
-  EXPECT_NO_THROW((void)generator.Next(1));
+  EXPECT_NO_THROW((void)generator.Next(BucketId{1}));
   EXPECT_EQ(clock->WaitCount(), 1);
   clock->AdvanceMs(-50);
-  EXPECT_THROW((void)generator.Next(1), IdGeneratorError);
+  EXPECT_THROW((void)generator.Next(BucketId{1}), IdGeneratorError);
 }
 
 TEST(BucketedIdGenerator, UniqueAcrossThreadsAndGenerators) {
@@ -140,7 +140,7 @@ TEST(BucketedIdGenerator, UniqueAcrossThreadsAndGenerators) {
       auto& out = results[static_cast<std::size_t>(t)];
       out.reserve(kPerThread);
       auto& generator = *generators[static_cast<std::size_t>(t % kGenerators)];
-      for (int i = 0; i < kPerThread; ++i) out.push_back(generator.Next(static_cast<BucketId>(rng() % 64)));
+      for (int i = 0; i < kPerThread; ++i) out.push_back(generator.Next(BucketId{static_cast<int>(rng() % 64)}));
     });
   }
   for (auto& thread : threads) thread.join();

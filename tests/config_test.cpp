@@ -50,8 +50,8 @@ TEST(Config, ParsesAFullFile) {
   EXPECT_EQ(c.pool.connect_timeout.count(), 3000);
   EXPECT_EQ(c.pool.acquire_timeout.count(), 250);
   EXPECT_EQ(c.directory.Version(), 7);
-  EXPECT_EQ(c.directory.ShardFor(4242), 1);
-  EXPECT_EQ(c.directory.ShardFor(4243), 0);
+  EXPECT_EQ(c.directory.ShardFor(shardkit::CustomerId{4242}), shardkit::ShardId{1});
+  EXPECT_EQ(c.directory.ShardFor(shardkit::CustomerId{4243}), shardkit::ShardId{0});
   ASSERT_TRUE(c.reference_dsn);
 }
 

@@ -9,40 +9,43 @@
 namespace {
 
 using shardkit::BucketDirectory;
+using shardkit::BucketId;
+using shardkit::CustomerId;
 using shardkit::DirectoryError;
+using shardkit::ShardId;
 
 TEST(BucketDirectory, EvenSplitOverTwoShards) {
   const auto d = BucketDirectory::EvenSplit(2);
-  EXPECT_EQ(d.ShardOf(0), 0);
-  EXPECT_EQ(d.ShardOf(31), 0);
-  EXPECT_EQ(d.ShardOf(32), 1);
-  EXPECT_EQ(d.ShardOf(63), 1);
-  EXPECT_EQ(d.BucketsOf(0).size(), 32U);
+  EXPECT_EQ(d.ShardOf(BucketId{0}), ShardId{0});
+  EXPECT_EQ(d.ShardOf(BucketId{31}), ShardId{0});
+  EXPECT_EQ(d.ShardOf(BucketId{32}), ShardId{1});
+  EXPECT_EQ(d.ShardOf(BucketId{63}), ShardId{1});
+  EXPECT_EQ(d.BucketsOf(ShardId{0}).size(), 32U);
   EXPECT_EQ(d.Version(), 1);
 }
 
 TEST(BucketDirectory, EvenSplitOverThreeShardsCoversAll) {
   const auto d = BucketDirectory::EvenSplit(3);
-  EXPECT_EQ(d.BucketsOf(0).size() + d.BucketsOf(1).size() + d.BucketsOf(2).size(), 64U);
-  EXPECT_GE(d.BucketsOf(2).size(), 21U);
+  EXPECT_EQ(d.BucketsOf(ShardId{0}).size() + d.BucketsOf(ShardId{1}).size() + d.BucketsOf(ShardId{2}).size(), 64U);
+  EXPECT_GE(d.BucketsOf(ShardId{2}).size(), 21U);
 }
 
 TEST(BucketDirectory, RejectsShardOutOfRangeNamingTheBucket) {
   auto table = BucketDirectory::EvenSplit(2).AssignmentTable();
-  table[17] = 5;
+  table[17] = ShardId{5};
   try {
     (void)BucketDirectory::FromAssignments(table, 2, 1);
     FAIL() << "expected DirectoryError";
   } catch (const DirectoryError& e) {
-    EXPECT_EQ(e.bucket(), 17);
-    EXPECT_EQ(e.shard(), 5);
+    EXPECT_EQ(e.bucket(), BucketId{17});
+    EXPECT_EQ(e.shard(), ShardId{5});
     EXPECT_NE(std::string(e.what()).find("bucket 17"), std::string::npos) << e.what();
   }
 }
 
 TEST(BucketDirectory, RowsMustMapEveryBucketExactlyOnce) {
-  std::vector<std::pair<int, int>> rows;
-  for (int b = 0; b < 64; ++b) rows.emplace_back(b, b < 32 ? 0 : 1);
+  std::vector<std::pair<BucketId, ShardId>> rows;
+  for (int b = 0; b < 64; ++b) rows.emplace_back(BucketId{b}, ShardId{b < 32 ? 0 : 1});
   EXPECT_NO_THROW((void)BucketDirectory::FromRows(rows, 2, 3));
 
   auto missing = rows;
@@ -51,22 +54,22 @@ TEST(BucketDirectory, RowsMustMapEveryBucketExactlyOnce) {
     (void)BucketDirectory::FromRows(missing, 2, 1);
     FAIL();
   } catch (const DirectoryError& e) {
-    EXPECT_EQ(e.bucket(), 40);
+    EXPECT_EQ(e.bucket(), BucketId{40});
     EXPECT_NE(std::string(e.what()).find("not mapped"), std::string::npos) << e.what();
   }
 
   auto twice = rows;
-  twice.emplace_back(7, 1);
+  twice.emplace_back(BucketId{7}, ShardId{1});
   try {
     (void)BucketDirectory::FromRows(twice, 2, 1);
     FAIL();
   } catch (const DirectoryError& e) {
-    EXPECT_EQ(e.bucket(), 7);
+    EXPECT_EQ(e.bucket(), BucketId{7});
     EXPECT_NE(std::string(e.what()).find("more than once"), std::string::npos) << e.what();
   }
 
   auto unknown = rows;
-  unknown.emplace_back(64, 0);
+  unknown.emplace_back(BucketId{64}, ShardId{0});
   EXPECT_THROW((void)BucketDirectory::FromRows(unknown, 2, 1), DirectoryError);
 }
 
@@ -74,24 +77,47 @@ TEST(BucketDirectory, RejectsBadShardCountAndVersion) {
   EXPECT_THROW((void)BucketDirectory::EvenSplit(0), DirectoryError);
   EXPECT_THROW((void)BucketDirectory::EvenSplit(65), DirectoryError);
   EXPECT_THROW((void)BucketDirectory::EvenSplit(2, 0), DirectoryError);
-  EXPECT_THROW((void)BucketDirectory::EvenSplit(2).ShardOf(64), DirectoryError);
-  EXPECT_THROW((void)BucketDirectory::EvenSplit(2).ShardOf(-1), DirectoryError);
+  EXPECT_THROW((void)BucketDirectory::EvenSplit(2).ShardOf(BucketId{64}), DirectoryError);
+  EXPECT_THROW((void)BucketDirectory::EvenSplit(2).ShardOf(BucketId{-1}), DirectoryError);
 }
 
 TEST(BucketDirectory, MovingABucketBumpsTheVersion) {
   const auto before = BucketDirectory::EvenSplit(2);
-  const auto after = before.WithBucketMoved(44, 0);
+  const auto after = before.WithBucketMoved(BucketId{44}, ShardId{0});
   EXPECT_EQ(after.Version(), 2);
-  EXPECT_EQ(after.ShardFor(4242), 0);
-  EXPECT_EQ(before.ShardFor(4242), 1);  // the old snapshot is unchanged
-  EXPECT_THROW((void)before.WithBucketMoved(44, 2), DirectoryError);
+  EXPECT_EQ(after.ShardFor(CustomerId{4242}), ShardId{0});
+  EXPECT_EQ(before.ShardFor(CustomerId{4242}), ShardId{1});  // the old snapshot is unchanged
+  EXPECT_THROW((void)before.WithBucketMoved(BucketId{44}, ShardId{2}), DirectoryError);
+}
+
+TEST(BucketDirectory, AddingAShardMovesTheFewestBuckets) {
+  for (int shards = 1; shards < 8; ++shards) {
+    SCOPED_TRACE(shards);
+    const auto before = BucketDirectory::EvenSplit(shards, 4);
+    const auto after = before.WithShardAdded();
+    EXPECT_EQ(after.ShardCount(), shards + 1);
+    EXPECT_EQ(after.Version(), 5);
+    int moved = 0;
+    for (const BucketId b : shardkit::AllBuckets()) {
+      if (after.ShardOf(b) != before.ShardOf(b)) {
+        ++moved;
+        EXPECT_EQ(after.ShardOf(b), ShardId{shards}) << "bucket " << b << " moved between old shards";
+      }
+    }
+    // The new shard's fair share, and not one bucket more.
+    EXPECT_EQ(moved, 64 / (shards + 1));
+    for (const ShardId s : shardkit::FirstShards(shards + 1)) {
+      EXPECT_GE(after.BucketsOf(s).size(), static_cast<std::size_t>(64 / (shards + 1))) << "shard " << s;
+      EXPECT_LE(after.BucketsOf(s).size(), static_cast<std::size_t>((64 + shards) / (shards + 1))) << "shard " << s;
+    }
+  }
 }
 
 TEST(DirectoryHolder, PublishRequiresAHigherVersionAndSameShardCount) {
   shardkit::DirectoryHolder holder{BucketDirectory::EvenSplit(2, 5)};
   EXPECT_THROW(holder.Publish(BucketDirectory::EvenSplit(2, 5)), DirectoryError);
   EXPECT_THROW(holder.Publish(BucketDirectory::EvenSplit(3, 9)), DirectoryError);
-  holder.Publish(BucketDirectory::EvenSplit(2, 6).WithBucketMoved(0, 1));
+  holder.Publish(BucketDirectory::EvenSplit(2, 6).WithBucketMoved(BucketId{0}, ShardId{1}));
   EXPECT_EQ(holder.Current()->Version(), 7);
 }
 
@@ -112,8 +138,8 @@ TEST(DirectoryHolder, ReadersSeeWholeSnapshotsWhileWritersSwap) {
         if (version < last) ++backwards;
         last = version;
         // Even versions have every bucket on shard 0 .. odd ones the even split.
-        const int expected_shard_63 = version % 2 == 0 ? 0 : 1;
-        if (snapshot->ShardOf(63) != expected_shard_63 || snapshot->ShardOf(0) != 0) ++torn;
+        const ShardId expected_shard_63{version % 2 == 0 ? 0 : 1};
+        if (snapshot->ShardOf(BucketId{63}) != expected_shard_63 || snapshot->ShardOf(BucketId{0}) != ShardId{0}) ++torn;
       }
     });
   }

@@ -131,18 +131,18 @@ TEST_F(LabTest, LoadPutsEveryRowOnItsShardAndAllOnTheReference) {
   EXPECT_FALSE(IsLoaded(*lab_, {kScale * 2, kSeed}));
   for (const std::string table : {"customers", "orders", "order_items"}) {
     std::int64_t on_shards = 0;
-    for (ShardId s = 0; s < lab_->ShardCount(); ++s) on_shards += ShardCount(s, table);
+    for (const ShardId s : FirstShards(lab_->ShardCount())) on_shards += ShardCount(s, table);
     EXPECT_EQ(on_shards, Count(lab_->Reference(), table)) << table;
   }
   EXPECT_EQ(Count(lab_->Reference(), "orders"), static_cast<std::int64_t>(data_->orders.size()));
   EXPECT_EQ(Count(lab_->Reference(), "order_items"), static_cast<std::int64_t>(data_->items.size()));
-  for (ShardId s = 0; s < lab_->ShardCount(); ++s) {
+  for (const ShardId s : FirstShards(lab_->ShardCount())) {
     EXPECT_EQ(ShardCount(s, "books"), static_cast<std::int64_t>(data_->books.size()));
     // Every row is on the shard that owns its bucket.
     auto lease = lab_->Resolver().Pool(s).Acquire();
     pqxx::nontransaction tx{*lease};
     std::string mine = "{";
-    for (BucketId b : lab_->Resolver().Directory()->BucketsOf(s)) mine += (mine.size() > 1 ? "," : "") + std::to_string(b);
+    for (BucketId b : lab_->Resolver().Directory()->BucketsOf(s)) mine += (mine.size() > 1 ? "," : "") + std::to_string(ToInt(b));
     mine += "}";
     for (const std::string table : {"customers", "orders", "order_items"}) {
       const auto foreign =
@@ -165,7 +165,7 @@ TEST_F(LabTest, ReloadReplacesTheDataCleanly) {
   EXPECT_EQ(Count(lab_->Reference(), "orders"), static_cast<std::int64_t>(data_->orders.size()));
   EXPECT_EQ(Count(lab_->Reference(), "order_items"), static_cast<std::int64_t>(data_->items.size()));
   std::int64_t shard_items = 0;
-  for (ShardId s = 0; s < lab_->ShardCount(); ++s) shard_items += ShardCount(s, "order_items");
+  for (const ShardId s : FirstShards(lab_->ShardCount())) shard_items += ShardCount(s, "order_items");
   EXPECT_EQ(shard_items, static_cast<std::int64_t>(data_->items.size()));
 }
 
@@ -179,7 +179,7 @@ TEST_F(LabTest, FailedLoadLeavesThePreviousData) {
   EXPECT_TRUE(IsLoaded(*lab_, {kScale, kSeed}));
   EXPECT_EQ(Count(lab_->Reference(), "orders"), static_cast<std::int64_t>(data_->orders.size()));
   std::int64_t shard_orders = 0;
-  for (ShardId s = 0; s < lab_->ShardCount(); ++s) shard_orders += ShardCount(s, "orders");
+  for (const ShardId s : FirstShards(lab_->ShardCount())) shard_orders += ShardCount(s, "orders");
   EXPECT_EQ(shard_orders, static_cast<std::int64_t>(data_->orders.size()));
 }
 
@@ -287,12 +287,12 @@ TEST_F(LabTest, ThirdShardMovesTheBucketsTheDirectoriesImply) {
   EXPECT_EQ(r.figures["buckets_moved"].get<int>(), 21);
   // The moved buckets are exactly those whose shard differs between the two
   // directories, and the new one is valid.
-  const auto after = AddShardWithFewestMoves(BucketDirectory::EvenSplit(2));
-  std::vector<int> moved;
-  for (BucketId b = 0; b < kBucketCount; ++b) {
+  const auto after = BucketDirectory::EvenSplit(2).WithShardAdded();
+  std::vector<BucketId> moved;
+  for (const BucketId b : AllBuckets()) {
     if (after.ShardOf(b) != BucketDirectory::EvenSplit(2).ShardOf(b)) moved.push_back(b);
   }
-  EXPECT_EQ(r.figures["moved_buckets"].get<std::vector<int>>(), moved);
+  EXPECT_EQ(r.figures["moved_buckets"].get<std::vector<BucketId>>(), moved);
   // Customers moved, measured, = customers of the generated data in those buckets.
   std::int64_t expected = 0;
   for (const auto& c : data_->customers) {
@@ -300,7 +300,7 @@ TEST_F(LabTest, ThirdShardMovesTheBucketsTheDirectoriesImply) {
   }
   EXPECT_EQ(r.figures["measured"]["customers"]["bucket_moves"].get<std::int64_t>(), expected);
   std::int64_t modulo = 0;
-  for (const auto& c : data_->customers) modulo += c.customer_id % 2 != c.customer_id % 3 ? 1 : 0;
+  for (const auto& c : data_->customers) modulo += ToInt(c.customer_id) % 2 != ToInt(c.customer_id) % 3 ? 1 : 0;
   EXPECT_EQ(r.figures["measured"]["customers"]["modulo_moves"].get<std::int64_t>(), modulo);
   EXPECT_NEAR(r.figures["measured"]["customers"]["modulo_share"].get<double>(), 2.0 / 3.0, 0.02);
 }
@@ -308,18 +308,18 @@ TEST_F(LabTest, ThirdShardMovesTheBucketsTheDirectoriesImply) {
 TEST(LabDirectory, FewestMovesForAnyShardCount) {
   for (int n = 1; n < 8; ++n) {
     const auto before = BucketDirectory::EvenSplit(n);
-    const auto after = AddShardWithFewestMoves(before);
+    const auto after = before.WithShardAdded();
     ASSERT_EQ(after.ShardCount(), n + 1);
     EXPECT_EQ(after.Version(), before.Version() + 1);
     int moved = 0;
-    for (BucketId b = 0; b < kBucketCount; ++b) {
+    for (const BucketId b : AllBuckets()) {
       if (after.ShardOf(b) != before.ShardOf(b)) {
         ++moved;
-        EXPECT_EQ(after.ShardOf(b), n) << "a moved bucket goes to the new shard";
+        EXPECT_EQ(after.ShardOf(b), ShardId{n}) << "a moved bucket goes to the new shard";
       }
     }
     EXPECT_EQ(moved, kBucketCount / (n + 1)) << n << " -> " << n + 1;
-    for (ShardId s = 0; s <= n; ++s) {
+    for (const ShardId s : FirstShards(n + 1)) {
       const auto held = static_cast<int>(after.BucketsOf(s).size());
       EXPECT_GE(held, kBucketCount / (n + 1));
       EXPECT_LE(held, (kBucketCount + n) / (n + 1));

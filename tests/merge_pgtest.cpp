@@ -49,7 +49,7 @@ using Text = std::optional<std::string>;
 
 struct DataRow {
   std::int64_t id = 0;
-  CustomerId customer_id = 0;
+  CustomerId customer_id{};
   Text cat;                          // text, NULLable
   std::optional<int> grp;            // integer, NULLable
   std::optional<int> qty;            // integer, NULLable
@@ -194,8 +194,8 @@ class MergePg : public ::testing::Test {
             else return std::to_string(*o);
           };
           values.push_back(std::to_string(r.id));
-          values.push_back(std::to_string(r.customer_id));
-          values.push_back(std::to_string(BucketOf(r.customer_id)));
+          values.push_back(std::to_string(ToInt(r.customer_id)));
+          values.push_back(std::to_string(ToInt(BucketOf(r.customer_id))));
           values.push_back(r.cat);
           values.push_back(opt(r.grp));
           values.push_back(opt(r.qty));
@@ -453,7 +453,7 @@ std::vector<DataRow> RandomData(std::mt19937_64& rng, const BucketDirectory& dir
   const bool one_shard = chance(0.15);
   const auto only = static_cast<ShardId>(pick(static_cast<std::size_t>(shard_count)));
   while (customers.size() < customer_count) {
-    const auto id = static_cast<CustomerId>(static_cast<std::int32_t>(rng()));
+    const CustomerId id{static_cast<std::int32_t>(rng())};
     if (one_shard && directory.ShardFor(id) != only) continue;
     customers.push_back(id);
   }
@@ -573,7 +573,7 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data) {
     case 2: q.where = "false"; break;  // no shard has matching rows
     case 3:  // one customer: every other shard has no matching rows
       q.where = "customer_id = $1";
-      q.params = {data.empty() ? std::string("1") : std::to_string(data[pick(data.size())].customer_id)};
+      q.params = {data.empty() ? std::string("1") : std::to_string(ToInt(data[pick(data.size())].customer_id))};
       break;
     case 4: q.where = "price IS NULL OR flag"; break;
     default: break;
@@ -658,10 +658,10 @@ TEST_F(MergePg, NonCCollationAndNonIsoDateStyleAreRefusedNamingTheShard) {
   {
     pqxx::connection c{test::WithDatabase(cluster_->Config().shards[0].dsn, db)};
     try {
-      CheckMergeAssumptions(c, 0);
+      CheckMergeAssumptions(c, ShardId{0});
     } catch (const ShardError& e) {
       message = e.what();
-      EXPECT_EQ(e.shard(), 0);
+      EXPECT_EQ(e.shard(), ShardId{0});
     }
   }
   {
@@ -678,10 +678,10 @@ TEST_F(MergePg, NonCCollationAndNonIsoDateStyleAreRefusedNamingTheShard) {
     tx.exec("SET DateStyle = 'German'");
   }
   try {
-    CheckMergeAssumptions(c, 1);
+    CheckMergeAssumptions(c, ShardId{1});
     FAIL() << "DateStyle German accepted";
   } catch (const ShardError& e) {
-    EXPECT_EQ(e.shard(), 1);
+    EXPECT_EQ(e.shard(), ShardId{1});
     EXPECT_NE(std::string(e.what()).find("DateStyle"), std::string::npos) << e.what();
   }
 }
@@ -732,13 +732,13 @@ class MergeShapes : public MergePg {
     std::int64_t id = 0;
     // Customers 1..40 spread over both shards; categories chosen so that
     // some exist on one shard only.
-    for (CustomerId customer = 1; customer <= 40; ++customer) {
+    for (std::int32_t customer = 1; customer <= 40; ++customer) {
       for (int k = 0; k < 1 + customer % 4; ++k) {
         DataRow r;
         r.id = ++id;
-        r.customer_id = customer;
-        const ShardId shard = directory_->ShardFor(customer);
-        r.cat = shard == 0 ? (k % 2 ? "only0" : "both") : (customer % 3 ? "both" : "only1");
+        r.customer_id = CustomerId{customer};
+        const ShardId shard = directory_->ShardFor(r.customer_id);
+        r.cat = shard == ShardId{0} ? (k % 2 ? "only0" : "both") : (customer % 3 ? "both" : "only1");
         if (customer % 11 == 0) r.cat.reset();
         r.grp = customer % 5 == 0 ? std::nullopt : std::optional<int>(customer % 3);
         r.qty = customer % 7 == 0 ? std::nullopt : std::optional<int>(customer * 10 + k);
@@ -797,8 +797,8 @@ TEST_F(MergeShapes, NoShardHasMatchingRows) {
 }
 
 TEST_F(MergeShapes, OneShardHasNoMatchingRows) {
-  CustomerId on_shard1 = 1;
-  while (directory_->ShardFor(on_shard1) != 1) ++on_shard1;
+  std::int32_t on_shard1 = 1;
+  while (directory_->ShardFor(CustomerId{on_shard1}) != ShardId{1}) ++on_shard1;
   QueryShape q;
   q.columns = {Agg("n", "count(*)", Kind::kInt), Agg("nq", "count(qty)", Kind::kInt),
                Agg("s", "sum(price)", Kind::kNumeric), Agg("a", "avg(qty)", Kind::kNumeric)};
@@ -850,12 +850,13 @@ TEST_F(MergeShapes, TextKeysInTheCCollation) {
 // matches the reference.
 TEST_F(MergeShapes, LimitPerShardIsWrongLimitAfterMergeIsRight) {
   std::vector<DataRow> rows;
-  auto customer_on = [&](ShardId shard, CustomerId from) {
-    while (directory_->ShardFor(from) != shard) ++from;
-    return from;
+  auto customer_on = [&](ShardId shard) {
+    std::int32_t id = 1;
+    while (directory_->ShardFor(CustomerId{id}) != shard) ++id;
+    return CustomerId{id};
   };
-  const CustomerId c0 = customer_on(0, 1);
-  const CustomerId c1 = customer_on(1, 1);
+  const CustomerId c0 = customer_on(ShardId{0});
+  const CustomerId c1 = customer_on(ShardId{1});
   auto add = [&](CustomerId customer, const char* cat, int qty) {
     DataRow r;
     r.id = static_cast<std::int64_t>(rows.size()) + 1;

@@ -23,8 +23,8 @@ constexpr TypeOid kTimestamptz = 1184;
 using Row = std::vector<std::optional<std::string>>;
 const std::optional<std::string> kNull;
 
-PartialRows Shard(ShardId shard, std::vector<std::string> names, std::vector<TypeOid> types, std::vector<Row> rows) {
-  return PartialRows{shard, std::move(names), std::move(types), std::move(rows)};
+PartialRows Shard(int shard, std::vector<std::string> names, std::vector<TypeOid> types, std::vector<Row> rows) {
+  return PartialRows{ShardId{shard}, std::move(names), std::move(types), std::move(rows)};
 }
 
 // The merged rows as text, "|"-separated, for compact expectations.
@@ -297,7 +297,7 @@ TEST(MergeTest, ScatterResultWithFailedShards) {
   plan.Count("n");
   ScatterResult scatter;
   scatter.shards.push_back(ShardResult{});  // shard 0 answered with no rows (no columns)
-  scatter.failures.push_back({1, "connection refused"});
+  scatter.failures.push_back({ShardId{1}, "connection refused"});
   try {
     (void)Merge(plan, scatter);
     FAIL() << "merged without shard 1";

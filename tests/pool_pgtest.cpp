@@ -39,7 +39,7 @@ int BackendPid(pqxx::connection_base& c) {
 }
 
 TEST(ConnectionPool, ReusesAnIdleConnection) {
-  ConnectionPool pool{0, ShardDsn(0), Small(2)};
+  ConnectionPool pool{shardkit::ShardId{0}, ShardDsn(0), Small(2)};
   int first_pid = 0;
   {
     auto lease = pool.Acquire();
@@ -56,7 +56,7 @@ TEST(ConnectionPool, ReusesAnIdleConnection) {
 }
 
 TEST(ConnectionPool, ExhaustionTimesOutWithCountsInsteadOfHanging) {
-  ConnectionPool pool{1, ShardDsn(1), Small(2)};
+  ConnectionPool pool{shardkit::ShardId{1}, ShardDsn(1), Small(2)};
   auto a = pool.Acquire();
   auto b = pool.Acquire();
   const auto started = Clock::now();
@@ -65,7 +65,7 @@ TEST(ConnectionPool, ExhaustionTimesOutWithCountsInsteadOfHanging) {
     FAIL() << "expected PoolTimeout";
   } catch (const shardkit::PoolTimeout& e) {
     const std::string message = e.what();
-    EXPECT_EQ(e.shard(), 1);
+    EXPECT_EQ(e.shard(), shardkit::ShardId{1});
     EXPECT_NE(message.find("2 of 2 in use"), std::string::npos) << message;
     EXPECT_NE(message.find("shard 1"), std::string::npos) << message;
   }
@@ -78,7 +78,7 @@ TEST(ConnectionPool, ExhaustionTimesOutWithCountsInsteadOfHanging) {
 }
 
 TEST(ConnectionPool, WaiterBoundRejectsAtOnce) {
-  ConnectionPool pool{0, ShardDsn(0), Small(1, 0)};
+  ConnectionPool pool{shardkit::ShardId{0}, ShardDsn(0), Small(1, 0)};
   auto held = pool.Acquire();
   const auto started = Clock::now();
   EXPECT_THROW((void)pool.Acquire(Clock::now() + 5s), shardkit::PoolExhausted);
@@ -87,7 +87,7 @@ TEST(ConnectionPool, WaiterBoundRejectsAtOnce) {
 }
 
 TEST(ConnectionPool, AWaiterGetsTheReleasedConnection) {
-  ConnectionPool pool{0, ShardDsn(0), Small(1)};
+  ConnectionPool pool{shardkit::ShardId{0}, ShardDsn(0), Small(1)};
   auto held = std::make_unique<ConnectionPool::Lease>(pool.Acquire());
   auto waiter = std::async(std::launch::async, [&] {
     auto lease = pool.Acquire(Clock::now() + 5s);
@@ -102,7 +102,7 @@ TEST(ConnectionPool, AWaiterGetsTheReleasedConnection) {
 }
 
 TEST(ConnectionPool, ConnectionLeftMidTransactionIsDiscarded) {
-  ConnectionPool pool{0, ShardDsn(0), Small(2)};
+  ConnectionPool pool{shardkit::ShardId{0}, ShardDsn(0), Small(2)};
   int pid = 0;
   {
     auto lease = pool.Acquire();
@@ -119,7 +119,7 @@ TEST(ConnectionPool, ConnectionLeftMidTransactionIsDiscarded) {
 }
 
 TEST(ConnectionPool, BrokenConnectionIsDroppedOnRelease) {
-  ConnectionPool pool{0, ShardDsn(0), Small(2)};
+  ConnectionPool pool{shardkit::ShardId{0}, ShardDsn(0), Small(2)};
   {
     auto lease = pool.Acquire();
     pqxx::nontransaction tx{*lease};
@@ -133,7 +133,7 @@ TEST(ConnectionPool, BrokenConnectionIsDroppedOnRelease) {
 }
 
 TEST(ConnectionPool, IdleConnectionKilledByTheServerIsReplacedUnnoticed) {
-  ConnectionPool pool{1, ShardDsn(1), Small(2)};
+  ConnectionPool pool{shardkit::ShardId{1}, ShardDsn(1), Small(2)};
   int pid = 0;
   {
     auto lease = pool.Acquire();
@@ -155,7 +155,7 @@ TEST(ConnectionPool, WrongPasswordIsReportedWithoutThePassword) {
   const std::string real = ShardDsn(0);
   ASSERT_NE(real.find("password="), std::string::npos) << "the lab config uses password authentication";
   const std::string dsn = std::regex_replace(real, std::regex(R"(password=\S+)"), "password=not-the-real-pw9");
-  ConnectionPool pool{0, dsn, Small(1)};
+  ConnectionPool pool{shardkit::ShardId{0}, dsn, Small(1)};
   try {
     (void)pool.Acquire();
     FAIL() << "expected ShardUnavailable";
@@ -174,39 +174,39 @@ TEST(ConnectionPool, WrongPasswordIsReportedWithoutThePassword) {
 TEST(ConnectionPool, StoppedShardFailsClearlyAndRecoversWhenStarted) {
   shardkit::test::TemporaryServer server;
   std::vector<std::unique_ptr<ConnectionPool>> pools;
-  pools.push_back(std::make_unique<ConnectionPool>(0, ShardDsn(0), Small(2)));
-  pools.push_back(std::make_unique<ConnectionPool>(1, server.Dsn(), Small(2)));
+  pools.push_back(std::make_unique<ConnectionPool>(shardkit::ShardId{0}, ShardDsn(0), Small(2)));
+  pools.push_back(std::make_unique<ConnectionPool>(shardkit::ShardId{1}, server.Dsn(), Small(2)));
   shardkit::BucketShardResolver resolver{shardkit::BucketDirectory::EvenSplit(2), std::move(pools)};
   auto query_one = [](ConnectionPool& pool) {
     auto lease = pool.Acquire();
     pqxx::nontransaction tx{*lease};
     return tx.exec("SELECT 1")[0][0].as<int>();
   };
-  ASSERT_EQ(query_one(resolver.PoolFor(4242)), 1);  // shard 1 works and leaves an idle connection
+  ASSERT_EQ(query_one(resolver.PoolFor(shardkit::CustomerId{4242})), 1);  // shard 1 works and leaves an idle connection
 
   server.Stop();
   const auto started = Clock::now();
   try {
-    (void)query_one(resolver.PoolFor(4242));
+    (void)query_one(resolver.PoolFor(shardkit::CustomerId{4242}));
     FAIL() << "expected ShardUnavailable";
   } catch (const shardkit::ShardUnavailable& e) {
-    EXPECT_EQ(e.shard(), 1);
+    EXPECT_EQ(e.shard(), shardkit::ShardId{1});
     EXPECT_NE(std::string(e.what()).find("shard 1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("unreachable"), std::string::npos) << e.what();
   }
-  EXPECT_LT(Clock::now() - started, resolver.Pool(1).Options().connect_timeout + 1s);
-  EXPECT_EQ(query_one(resolver.PoolFor(4243)), 1);  // shard 0 keeps serving
+  EXPECT_LT(Clock::now() - started, resolver.Pool(shardkit::ShardId{1}).Options().connect_timeout + 1s);
+  EXPECT_EQ(query_one(resolver.PoolFor(shardkit::CustomerId{4243})), 1);  // shard 0 keeps serving
 
   server.Start();
-  EXPECT_EQ(query_one(resolver.PoolFor(4242)), 1);  // same pool, no restart
-  const auto stats = resolver.Pool(1).Stats();
+  EXPECT_EQ(query_one(resolver.PoolFor(shardkit::CustomerId{4242})), 1);  // same pool, no restart
+  const auto stats = resolver.Pool(shardkit::ShardId{1}).Stats();
   EXPECT_GE(stats.broken, 1U);           // the idle connection from before the stop
   EXPECT_GE(stats.connect_failures, 1U);
   EXPECT_EQ(stats.in_use, 0);
 }
 
 TEST(ConnectionPool, ManyThreadsShareASmallPool) {
-  ConnectionPool pool{0, ShardDsn(0), Small(3, 64)};
+  ConnectionPool pool{shardkit::ShardId{0}, ShardDsn(0), Small(3, 64)};
   std::atomic<int> ok{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {

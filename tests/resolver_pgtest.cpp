@@ -14,7 +14,7 @@ namespace {
 
 using shardkit::test::ScratchCluster;
 
-int CountCustomer(shardkit::ConnectionPool& pool, int customer_id) {
+int CountCustomer(shardkit::ConnectionPool& pool, shardkit::CustomerId customer_id) {
   auto lease = pool.Acquire();
   pqxx::read_transaction tx{*lease};
   return tx.exec_params("SELECT count(*) FROM customers WHERE customer_id = $1", customer_id)[0][0].as<int>();
@@ -24,22 +24,30 @@ TEST(BucketShardResolver, RoutedWritesAndReadsLandOnTheOwningShardOnly) {
   ScratchCluster cluster{"resolver_pgtest"};
   auto resolver = cluster.MakeResolver();
   ASSERT_EQ(resolver->ShardCount(), 2);
-  for (const int customer : {4242, 4243, 77777}) {
+  for (const int id : {4242, 4243, 77777}) {
+    const shardkit::CustomerId customer{id};
     auto lease = resolver->PoolFor(customer).Acquire();
     pqxx::work tx{*lease};
     tx.exec_params("INSERT INTO customers (customer_id, bucket, name, email) VALUES ($1, $2, $3, $4)", customer,
-                   shardkit::BucketOf(customer), "c" + std::to_string(customer), "c@example.com");
+                   shardkit::BucketOf(customer), "c" + std::to_string(id), "c@example.com");
     tx.commit();
   }
-  EXPECT_EQ(resolver->ShardFor(4242), 1);
-  EXPECT_EQ(resolver->ShardFor(4243), 0);
-  EXPECT_EQ(resolver->ShardFor(77777), 1);
-  for (const int customer : {4242, 4243, 77777}) {
-    const int owner = resolver->ShardFor(customer);
-    EXPECT_EQ(CountCustomer(resolver->Pool(owner), customer), 1) << customer;
-    EXPECT_EQ(CountCustomer(resolver->Pool(1 - owner), customer), 0) << customer;  // visibly only there
+  EXPECT_EQ(resolver->ShardFor(shardkit::CustomerId{4242}), shardkit::ShardId{1});
+  EXPECT_EQ(resolver->ShardFor(shardkit::CustomerId{4243}), shardkit::ShardId{0});
+  EXPECT_EQ(resolver->ShardFor(shardkit::CustomerId{77777}), shardkit::ShardId{1});
+  for (const int id : {4242, 4243, 77777}) {
+    const shardkit::CustomerId customer{id};
+    const shardkit::Route route = resolver->Resolve(customer);
+    EXPECT_EQ(route.customer, customer);
+    EXPECT_EQ(route.bucket, shardkit::BucketOf(customer));
+    EXPECT_EQ(route.shard, resolver->ShardFor(customer));
+    EXPECT_EQ(&route.pool, &resolver->Pool(route.shard));
+    EXPECT_EQ(route.directory_version, resolver->Directory()->Version());
+    const shardkit::ShardId other{1 - shardkit::ToInt(route.shard)};
+    EXPECT_EQ(CountCustomer(route.pool, customer), 1) << customer;
+    EXPECT_EQ(CountCustomer(resolver->Pool(other), customer), 0) << customer;  // visibly only there
   }
-  EXPECT_THROW((void)resolver->Pool(2), shardkit::UnknownShard);
+  EXPECT_THROW((void)resolver->Pool(shardkit::ShardId{2}), shardkit::UnknownShard);
 }
 
 TEST(BucketShardResolver, TheBucketCheckRejectsAWrongBucket) {
@@ -53,20 +61,20 @@ TEST(BucketShardResolver, DirectoryFromTheDatabaseAndAtomicRepublish) {
   ScratchCluster cluster{"resolver_dir_pgtest"};
   {
     pqxx::connection c{cluster.ShardDsn(0)};
-    shardkit::StoreDirectory(c, shardkit::BucketDirectory::EvenSplit(2, 3).WithBucketMoved(44, 0));
+    shardkit::StoreDirectory(c, shardkit::BucketDirectory::EvenSplit(2, 3).WithBucketMoved(shardkit::BucketId{44}, shardkit::ShardId{0}));
     EXPECT_THROW(shardkit::StoreDirectory(c, shardkit::BucketDirectory::EvenSplit(2, 2)), shardkit::DirectoryError);
     const auto loaded = shardkit::LoadDirectory(c, 2);
     EXPECT_EQ(loaded.Version(), 4);
-    EXPECT_EQ(loaded.ShardFor(4242), 0);
-    EXPECT_EQ(loaded.ShardFor(77777), 1);
+    EXPECT_EQ(loaded.ShardFor(shardkit::CustomerId{4242}), shardkit::ShardId{0});
+    EXPECT_EQ(loaded.ShardFor(shardkit::CustomerId{77777}), shardkit::ShardId{1});
   }
   auto config = cluster.Config();
   config.directory_source = shardkit::DirectorySource::kDatabase;
   auto resolver = shardkit::BucketShardResolver::FromConfig(config);
   EXPECT_EQ(resolver->Directory()->Version(), 4);
-  EXPECT_EQ(resolver->ShardFor(4242), 0);
-  resolver->PublishDirectory(resolver->Directory()->WithBucketMoved(44, 1));
-  EXPECT_EQ(resolver->ShardFor(4242), 1);
+  EXPECT_EQ(resolver->ShardFor(shardkit::CustomerId{4242}), shardkit::ShardId{0});
+  resolver->PublishDirectory(resolver->Directory()->WithBucketMoved(shardkit::BucketId{44}, shardkit::ShardId{1}));
+  EXPECT_EQ(resolver->ShardFor(shardkit::CustomerId{4242}), shardkit::ShardId{1});
   EXPECT_THROW(resolver->PublishDirectory(shardkit::BucketDirectory::EvenSplit(2, 1)), shardkit::DirectoryError);
 }
 

@@ -69,10 +69,10 @@ class ScatterPg : public ::testing::Test {
     std::string per_shard[2];
     std::string all;
     for (int id = 1; id <= 200; ++id) {
-      const ShardId shard = resolver->ShardFor(id);
+      const ShardId shard = resolver->ShardFor(CustomerId{id});
       const std::string row = "(" + std::to_string(id) + ", bucket_of(" + std::to_string(id) + "), 'c" +
                               std::to_string(id) + "', 'c" + std::to_string(id) + "@example.org')";
-      auto& list = per_shard[shard];
+      auto& list = per_shard[ToInt(shard)];
       list += (list.empty() ? "" : ",") + row;
       all += (all.empty() ? "" : ",") + row;
     }
@@ -104,9 +104,8 @@ class ScatterPg : public ::testing::Test {
     PoolOptions options;
     options.max_size = 2;
     std::vector<std::unique_ptr<ConnectionPool>> pools;
-    pools.push_back(std::make_unique<ConnectionPool>(0, cluster_->ShardDsn(0), options));
-    pools.push_back(std::make_unique<ConnectionPool>(
-        1, "host=127.0.0.1 port=1 dbname=nowhere user=bookstore password=s3cr3t-pw connect_timeout=2", options));
+    pools.push_back(std::make_unique<ConnectionPool>(ShardId{0}, cluster_->ShardDsn(0), options));
+    pools.push_back(std::make_unique<ConnectionPool>(ShardId{1}, "host=127.0.0.1 port=1 dbname=nowhere user=bookstore password=s3cr3t-pw connect_timeout=2", options));
     return std::make_unique<BucketShardResolver>(BucketDirectory::EvenSplit(2), std::move(pools),
                                                  std::vector<std::string>{"shard0", "dead1"});
   }
@@ -141,8 +140,8 @@ TEST_F(ScatterPg, EveryShardAnswersAndTheUnionEqualsTheReference) {
   ASSERT_EQ(result.shards.size(), 2u);
   EXPECT_TRUE(result.failures.empty());
   EXPECT_FALSE(result.warning);
-  EXPECT_EQ(result.shards[0].shard, 0);
-  EXPECT_EQ(result.shards[1].shard, 1);
+  EXPECT_EQ(result.shards[0].shard, ShardId{0});
+  EXPECT_EQ(result.shards[1].shard, ShardId{1});
   EXPECT_EQ(Gathered(result), OnReference(cluster_->ReferenceDsn(), sql));
   EXPECT_EQ(result.TotalRows(), 200u);
 
@@ -171,17 +170,17 @@ TEST_F(ScatterPg, EachShardReturnsOnlyTheCustomersRoutedToIt) {
     for (const auto& row : shard.rows) {
       const auto id = row[0].as<CustomerId>();
       EXPECT_EQ(resolver->ShardFor(id), shard.shard) << "customer " << id;
-      EXPECT_EQ(row[1].as<int>(), BucketOf(id));
-      EXPECT_EQ(row[2].as<int>(), BucketOf(id));
+      EXPECT_EQ(row[1].as<BucketId>(), BucketOf(id));
+      EXPECT_EQ(row[2].as<BucketId>(), BucketOf(id));
     }
   }
   // A chosen subset of shards: only shard 1 is asked.
   ScatterOptions only1;
-  only1.shards = std::vector<ShardId>{1};
+  only1.shards = std::vector<ShardId>{ShardId{1}};
   const std::string sql = "SELECT customer_id FROM customers WHERE customer_id = ANY($1::int[])";
   auto one = scatter.Run(sql, {"{1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20}"}, only1);
   ASSERT_EQ(one.shards.size(), 1u);
-  EXPECT_EQ(one.shards[0].shard, 1);
+  EXPECT_EQ(one.shards[0].shard, ShardId{1});
   EXPECT_EQ(Gathered(one), OnReference(cluster_->ReferenceDsn(),
                                        "SELECT customer_id FROM customers WHERE customer_id <= 20 AND bucket >= 32"));
   EXPECT_GT(one.TotalRows(), 0u);
@@ -214,11 +213,11 @@ TEST_F(ScatterPg, RunPerShardSendsEachShardItsOwnStatement) {
   auto resolver = cluster_->MakeResolver();
   ScatterGather scatter{*resolver};
   std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
-  statements.push_back({1, {"SELECT count(*) FROM customers WHERE customer_id > $1::int", {"100"}}});
-  statements.push_back({0, {"SELECT count(*) FROM customers WHERE customer_id <= $1::int", {"100"}}});
+  statements.push_back({ShardId{1}, {"SELECT count(*) FROM customers WHERE customer_id > $1::int", {"100"}}});
+  statements.push_back({ShardId{0}, {"SELECT count(*) FROM customers WHERE customer_id <= $1::int", {"100"}}});
   auto result = scatter.RunPerShard(statements);
   ASSERT_EQ(result.shards.size(), 2u);
-  EXPECT_EQ(result.shards[0].shard, 0);  // shard order, whatever the input order
+  EXPECT_EQ(result.shards[0].shard, ShardId{0});  // shard order, whatever the input order
   const auto above = OnReference(cluster_->ReferenceDsn(),
                                  "SELECT count(*) FROM customers WHERE customer_id > 100 AND bucket >= 32");
   const auto below = OnReference(cluster_->ReferenceDsn(),
@@ -243,7 +242,7 @@ TEST_F(ScatterPg, SlowShardIsCutAtTheDeadlineAndNamed) {
     // Returned by the deadline plus a slack, nowhere near the 5 s sleep.
     EXPECT_LT(took, 500ms + 1500ms);
     ASSERT_EQ(e.failures().size(), 1u) << e.what();
-    EXPECT_EQ(e.failures()[0].shard, 1);
+    EXPECT_EQ(e.failures()[0].shard, ShardId{1});
     EXPECT_NE(std::string(e.what()).find("shard 1 (shard1)"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("slow-probe"), std::string::npos) << e.what();
     EXPECT_EQ(std::string(e.what()).find("password=bookstore"), std::string::npos) << e.what();
@@ -259,11 +258,11 @@ TEST_F(ScatterPg, SlowShardIsCutAtTheDeadlineAndNamed) {
   auto result = scatter.Run(sql, {}, options);
   EXPECT_LT(Clock::now() - start2, 500ms + 1500ms);
   ASSERT_EQ(result.shards.size(), 1u);
-  EXPECT_EQ(result.shards[0].shard, 0);
+  EXPECT_EQ(result.shards[0].shard, ShardId{0});
   ASSERT_EQ(result.shards[0].rows.size(), 1u);
   EXPECT_EQ(result.shards[0].rows[0][0].as<int>(), 0);
   ASSERT_EQ(result.failures.size(), 1u);
-  EXPECT_EQ(result.failures[0].shard, 1);
+  EXPECT_EQ(result.failures[0].shard, ShardId{1});
   ASSERT_TRUE(result.warning);
   EXPECT_NE(result.warning->find("shard 1 missing"), std::string::npos) << *result.warning;
   EXPECT_NE(result.warning->find("shard 1 (shard1)"), std::string::npos) << *result.warning;
@@ -280,7 +279,7 @@ TEST_F(ScatterPg, SlowShardIsCutAtTheDeadlineAndNamed) {
   } catch (const ScatterError& e) {
     EXPECT_LT(Clock::now() - start3, 500ms + 1500ms);
     ASSERT_EQ(e.failures().size(), 1u) << e.what();
-    EXPECT_EQ(e.failures()[0].shard, 1);
+    EXPECT_EQ(e.failures()[0].shard, ShardId{1});
     EXPECT_NE(std::string(e.what()).find("shard 1 (shard1)"), std::string::npos) << e.what();
   }
 
@@ -307,7 +306,7 @@ TEST_F(ScatterPg, ADeadShardIsNamedWithinTheConnectTimeout) {
     // Connection refused comes back at once; connect_timeout (2 s) bounds it anyway.
     EXPECT_LT(Clock::now() - start, 2s + 1s);
     ASSERT_EQ(e.failures().size(), 1u) << e.what();
-    EXPECT_EQ(e.failures()[0].shard, 1);
+    EXPECT_EQ(e.failures()[0].shard, ShardId{1});
     const std::string message = e.what();
     EXPECT_NE(message.find("shard 1 (dead1)"), std::string::npos) << message;
     EXPECT_NE(message.find("port=1"), std::string::npos) << message;
@@ -317,7 +316,7 @@ TEST_F(ScatterPg, ADeadShardIsNamedWithinTheConnectTimeout) {
   options.allow_partial = true;
   auto result = scatter.Run("SELECT count(*) FROM customers", {}, options);
   ASSERT_EQ(result.shards.size(), 1u);
-  EXPECT_EQ(result.shards[0].shard, 0);
+  EXPECT_EQ(result.shards[0].shard, ShardId{0});
   EXPECT_EQ(ToRows(result.shards[0].rows),
             OnReference(cluster_->ReferenceDsn(), "SELECT count(*) FROM customers WHERE bucket < 32"));
   ASSERT_TRUE(result.warning);
@@ -325,7 +324,7 @@ TEST_F(ScatterPg, ADeadShardIsNamedWithinTheConnectTimeout) {
   EXPECT_EQ(result.warning->find("s3cr3t-pw"), std::string::npos);
 
   // Only the dead shard asked: no partial answer is possible.
-  options.shards = std::vector<ShardId>{1};
+  options.shards = std::vector<ShardId>{ShardId{1}};
   EXPECT_THROW((void)scatter.Run("SELECT 1", {}, options), ScatterError);
 }
 
@@ -337,8 +336,8 @@ struct WithTemporaryShard1 {
 
   WithTemporaryShard1(test::TemporaryServer& temporary, const std::string& shard0_dsn) : server(temporary) {
     std::vector<std::unique_ptr<ConnectionPool>> pools;
-    pools.push_back(std::make_unique<ConnectionPool>(0, shard0_dsn));
-    pools.push_back(std::make_unique<ConnectionPool>(1, server.Dsn()));
+    pools.push_back(std::make_unique<ConnectionPool>(ShardId{0}, shard0_dsn));
+    pools.push_back(std::make_unique<ConnectionPool>(ShardId{1}, server.Dsn()));
     resolver = std::make_unique<BucketShardResolver>(BucketDirectory::EvenSplit(2), std::move(pools),
                                                      std::vector<std::string>{"shard0", "temporary1"});
   }
@@ -383,7 +382,7 @@ TEST_F(ScatterPg, AShardStoppedMidScatterIsNamedBeforeTheDeadline) {
   EXPECT_LT(Clock::now() - start, 20s);
   ASSERT_TRUE(message) << "the scatter succeeded although shard 1 stopped";
   ASSERT_EQ(failures.size(), 1u) << *message;
-  EXPECT_EQ(failures[0].shard, 1);
+  EXPECT_EQ(failures[0].shard, ShardId{1});
   EXPECT_NE(message->find("shard 1 (temporary1)"), std::string::npos) << *message;
 
   // With partial results the other shard still answers while 1 is down...
@@ -391,7 +390,7 @@ TEST_F(ScatterPg, AShardStoppedMidScatterIsNamedBeforeTheDeadline) {
   options.deadline = Clock::now() + 5s;
   auto partial = scatter.Run(WithTemporaryShard1::kSleepSql, shards.SleepParams(), options);
   ASSERT_EQ(partial.shards.size(), 1u);
-  EXPECT_EQ(partial.shards[0].shard, 0);
+  EXPECT_EQ(partial.shards[0].shard, ShardId{0});
   ASSERT_TRUE(partial.warning);
   EXPECT_NE(partial.warning->find("shard 1 missing"), std::string::npos) << *partial.warning;
 
@@ -426,9 +425,9 @@ TEST_F(ScatterPg, AFrozenShardDoesNotHoldTheCallerPastTheDeadline) {
     EXPECT_LT(took, 1500ms + 1000ms);
     ASSERT_TRUE(result);
     ASSERT_EQ(result->shards.size(), 1u);
-    EXPECT_EQ(result->shards[0].shard, 0);
+    EXPECT_EQ(result->shards[0].shard, ShardId{0});
     ASSERT_EQ(result->failures.size(), 1u);
-    EXPECT_EQ(result->failures[0].shard, 1);
+    EXPECT_EQ(result->failures[0].shard, ShardId{1});
     ASSERT_TRUE(result->warning);
     EXPECT_NE(result->warning->find("shard 1 (temporary1)"), std::string::npos) << *result->warning;
     EXPECT_NE(result->failures[0].cause.find("no answer within the deadline"), std::string::npos)
@@ -446,7 +445,7 @@ TEST_F(ScatterPg, AFrozenShardDoesNotHoldTheCallerPastTheDeadline) {
     if (running != 0) std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(running, 0);
-  EXPECT_EQ(shards.resolver->Pool(1).Stats().idle, 0);
+  EXPECT_EQ(shards.resolver->Pool(ShardId{1}).Stats().idle, 0);
 }
 
 TEST_F(ScatterPg, ConcurrentScattersOverPoolsOfOneDoNotDeadlock) {
@@ -498,9 +497,9 @@ TEST_F(ScatterPg, ConcurrentScattersOverPoolsOfOneDoNotDeadlock) {
   const auto b = second.Stats();
   EXPECT_EQ(a.scatters + b.scatters, static_cast<std::uint64_t>(kThreads * kPerThread));
   EXPECT_EQ(a.shard_requests + b.shard_requests, static_cast<std::uint64_t>(2 * kThreads * kPerThread));
-  EXPECT_EQ(resolver->Pool(0).Stats().in_use, 0);
-  EXPECT_EQ(resolver->Pool(1).Stats().in_use, 0);
-  EXPECT_LE(resolver->Pool(0).Stats().connects, 1u);
+  EXPECT_EQ(resolver->Pool(ShardId{0}).Stats().in_use, 0);
+  EXPECT_EQ(resolver->Pool(ShardId{1}).Stats().in_use, 0);
+  EXPECT_LE(resolver->Pool(ShardId{0}).Stats().connects, 1u);
 }
 
 TEST_F(ScatterPg, StatisticsCountCrossShardQueries) {
@@ -508,7 +507,7 @@ TEST_F(ScatterPg, StatisticsCountCrossShardQueries) {
   ScatterGather scatter{*resolver};
   for (int i = 0; i < 3; ++i) (void)scatter.Run("SELECT customer_id FROM customers WHERE customer_id <= 10");
   ScatterOptions one;
-  one.shards = std::vector<ShardId>{0};
+  one.shards = std::vector<ShardId>{ShardId{0}};
   (void)scatter.Run("SELECT 1", {}, one);
   EXPECT_THROW((void)scatter.Run("SELECT * FROM no_such_table"), ScatterError);
   const auto stats = scatter.Stats();
@@ -534,7 +533,7 @@ TEST_F(ScatterPg, SqlErrorsNameTheShardAndTheSqlState) {
     FAIL();
   } catch (const ScatterError& e) {
     ASSERT_EQ(e.failures().size(), 1u);
-    EXPECT_EQ(e.failures()[0].shard, 1);
+    EXPECT_EQ(e.failures()[0].shard, ShardId{1});
     EXPECT_NE(e.failures()[0].cause.find("42P01"), std::string::npos) << e.failures()[0].cause;
   }
   ScatterOptions partial;
@@ -543,8 +542,8 @@ TEST_F(ScatterPg, SqlErrorsNameTheShardAndTheSqlState) {
   ASSERT_EQ(result.shards.size(), 1u);
   EXPECT_EQ(result.shards[0].rows[0][0].as<int>(), 7);
   // The failed transaction was rolled back and the connection reused.
-  EXPECT_EQ(resolver->Pool(1).Stats().discarded_in_transaction, 0u);
-  EXPECT_EQ(resolver->Pool(1).Stats().broken, 0u);
+  EXPECT_EQ(resolver->Pool(ShardId{1}).Stats().discarded_in_transaction, 0u);
+  EXPECT_EQ(resolver->Pool(ShardId{1}).Stats().broken, 0u);
 }
 
 TEST_F(ScatterPg, StatementsAreReadOnlyUnlessAskedOtherwise) {
@@ -588,9 +587,9 @@ TEST_F(ScatterPg, OptionsAreValidated) {
   auto resolver = cluster_->MakeResolver();
   ScatterGather scatter{*resolver};
   ScatterOptions options;
-  options.shards = std::vector<ShardId>{0, 2};
+  options.shards = std::vector<ShardId>{ShardId{0}, ShardId{2}};
   EXPECT_THROW((void)scatter.Run("SELECT 1", {}, options), UnknownShard);
-  options.shards = std::vector<ShardId>{1, 1};
+  options.shards = std::vector<ShardId>{ShardId{1}, ShardId{1}};
   EXPECT_THROW((void)scatter.Run("SELECT 1", {}, options), Error);
   options.shards = std::vector<ShardId>{};
   auto empty = scatter.Run("SELECT 1", {}, options);

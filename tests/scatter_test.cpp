@@ -65,8 +65,8 @@ TEST(Scatter, EveryShardDownListsEveryShardWithoutPasswords) {
     FAIL() << "no shard is up";
   } catch (const ScatterError& e) {
     ASSERT_EQ(e.failures().size(), 2u);
-    EXPECT_EQ(e.failures()[0].shard, 0);
-    EXPECT_EQ(e.failures()[1].shard, 1);
+    EXPECT_EQ(e.failures()[0].shard, ShardId{0});
+    EXPECT_EQ(e.failures()[1].shard, ShardId{1});
     const std::string message = e.what();
     EXPECT_NE(message.find("shard 0 (shard0)"), std::string::npos) << message;
     EXPECT_NE(message.find("shard 1 (shard1)"), std::string::npos) << message;
@@ -102,7 +102,7 @@ TEST(Scatter, ASilentServerDoesNotHoldTheCallerPastTheDeadline) {
     // libpq would wait 2 s (connect_timeout) for the silent server; the caller does not.
     EXPECT_LT(Clock::now() - start, 300ms + 1000ms);
     ASSERT_EQ(e.failures().size(), 2u) << e.what();
-    EXPECT_EQ(e.failures()[1].shard, 1);
+    EXPECT_EQ(e.failures()[1].shard, ShardId{1});
     EXPECT_NE(e.failures()[1].cause.find("no answer within the deadline"), std::string::npos)
         << e.failures()[1].cause;
     EXPECT_NE(e.failures()[1].cause.find("acquiring a connection"), std::string::npos) << e.failures()[1].cause;
@@ -135,18 +135,18 @@ TEST(Scatter, OptionsAreChecked) {
   EXPECT_THROW(ScatterGather(*resolver, 0), Error);
   ScatterGather scatter{*resolver};
   ScatterOptions options;
-  options.shards = std::vector<ShardId>{0, 5};
+  options.shards = std::vector<ShardId>{ShardId{0}, ShardId{5}};
   EXPECT_THROW((void)scatter.Run("SELECT 1", {}, options), UnknownShard);
-  options.shards = std::vector<ShardId>{-1};
+  options.shards = std::vector<ShardId>{ShardId{-1}};
   EXPECT_THROW((void)scatter.Run("SELECT 1", {}, options), UnknownShard);
-  options.shards = std::vector<ShardId>{1, 0, 1};
+  options.shards = std::vector<ShardId>{ShardId{1}, ShardId{0}, ShardId{1}};
   try {
     (void)scatter.Run("SELECT 1", {}, options);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("shard 1 is listed twice"), std::string::npos) << e.what();
   }
-  std::vector<std::pair<ShardId, ScatterGather::Statement>> twice{{0, {"SELECT 1", {}}}, {0, {"SELECT 2", {}}}};
+  std::vector<std::pair<ShardId, ScatterGather::Statement>> twice{{ShardId{0}, {"SELECT 1", {}}}, {ShardId{0}, {"SELECT 2", {}}}};
   EXPECT_THROW((void)scatter.RunPerShard(twice), Error);
   // Nothing to do is not an error, and touches no server.
   options.shards = std::vector<ShardId>{};

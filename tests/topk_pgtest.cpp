@@ -29,7 +29,7 @@ using I64 = std::int64_t;
 
 struct Sale {
   int dataset = 0;
-  CustomerId customer = 0;
+  CustomerId customer{};
   std::optional<I64> item;         // bigint key (NULL sometimes)
   std::optional<std::string> name; // text key (NULL sometimes)
   I64 qty = 0;
@@ -75,7 +75,8 @@ class TopKPg : public ::testing::Test {
   static std::vector<std::vector<CustomerId>> CustomersByShard() {
     const auto directory = BucketDirectory::EvenSplit(cluster_->ShardCount());
     std::vector<std::vector<CustomerId>> by_shard(static_cast<std::size_t>(cluster_->ShardCount()));
-    for (CustomerId c = 1; c <= 20000; ++c) {
+    for (std::int32_t id = 1; id <= 20000; ++id) {
+      const CustomerId c{id};
       EXPECT_EQ(directory.ShardFor(c), resolver_->ShardFor(c));
       by_shard[static_cast<std::size_t>(directory.ShardFor(c))].push_back(c);
     }
@@ -93,7 +94,7 @@ class TopKPg : public ::testing::Test {
     const int shards = cluster_->ShardCount();
     std::vector<Sale> sales;
     std::mt19937_64 rng(2024);
-    auto any_customer = [&] { return std::uniform_int_distribution<CustomerId>(1, 20000)(rng); };
+    auto any_customer = [&] { return CustomerId{std::uniform_int_distribution<std::int32_t>(1, 20000)(rng)}; };
     auto customer_on = [&](int shard) {
       const auto& list = customers[static_cast<std::size_t>(shard)];
       return list[std::uniform_int_distribution<std::size_t>(0, list.size() - 1)(rng)];
@@ -189,8 +190,8 @@ class TopKPg : public ::testing::Test {
     };
     for (const auto& s : sales) {
       const std::string name = s.name ? "'" + *s.name + "'" : std::string("NULL");  // no quotes in names
-      const std::string row = "(" + std::to_string(s.dataset) + "," + std::to_string(s.customer) + ",bucket_of(" +
-                              std::to_string(s.customer) + ")," + (s.item ? std::to_string(*s.item) : "NULL") + "," +
+      const std::string row = "(" + std::to_string(s.dataset) + "," + std::to_string(ToInt(s.customer)) + ",bucket_of(" +
+                              std::to_string(ToInt(s.customer)) + ")," + (s.item ? std::to_string(*s.item) : "NULL") + "," +
                               name + "," + std::to_string(s.qty) + "," + s.amount + ")";
       auto& values = per_shard[static_cast<std::size_t>(resolver_->ShardFor(s.customer))];
       values += (values.empty() ? "" : ",") + row;

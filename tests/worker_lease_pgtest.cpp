@@ -211,8 +211,8 @@ TEST_F(WorkerLeasePg, BucketedIdsFromALeasedWorker) {
   WorkerLeaseOptions o = Short("orders", 256);
   auto lease = WorkerLease::Claim(Dsn(), o);
   BucketedIdGenerator ids{lease};
-  const std::int64_t id = ids.NextFor(4242);
-  EXPECT_EQ(BucketOfId(id), 44);
+  const std::int64_t id = ids.NextFor(CustomerId{4242});
+  EXPECT_EQ(BucketOfId(id), BucketId{44});
   EXPECT_EQ(DecodeBucketedId(id).worker_id, lease->WorkerId());
 }
 

@@ -83,7 +83,7 @@ class BucketedIdGenerator {
 
 struct BucketedIdParts {
   std::int64_t unix_ms = 0;
-  BucketId bucket = 0;
+  BucketId bucket{};
   int worker_id = 0;
   int sequence = 0;
   friend bool operator==(const BucketedIdParts&, const BucketedIdParts&) = default;
@@ -92,7 +92,7 @@ struct BucketedIdParts {
 // The bucket inside a bucketed ID (the low 6 bits). For a negative number,
 // which no generator makes, the result is meaningless: ShardOfId checks.
 [[nodiscard]] constexpr BucketId BucketOfId(std::int64_t id) noexcept {
-  return static_cast<BucketId>(static_cast<std::uint64_t>(id) & (kBucketCount - 1));
+  return BucketId{static_cast<int>(static_cast<std::uint64_t>(id) & (kBucketCount - 1))};
 }
 // The shard holding the ID's data under `directory`. IdFormatError if the
 // ID is negative.

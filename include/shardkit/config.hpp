@@ -48,6 +48,7 @@ struct ShardConfig {
 
 enum class DirectorySource { kConfig, kDatabase };
 
+// Plain values: copy freely; not synchronised (build once, then share read-only).
 struct ClusterConfig {
   std::vector<ShardConfig> shards;
   PoolOptions pool;

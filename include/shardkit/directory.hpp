@@ -6,8 +6,8 @@
 // snapshot keep a consistent view, new readers see the new one.
 //
 //   auto dir = shardkit::BucketDirectory::EvenSplit(2);      // 0-31 -> 0, 32-63 -> 1
-//   shardkit::ShardId s = dir.ShardFor(4242);                // 1
-//   holder.Publish(dir.WithBucketMoved(44, 0));              // version + 1
+//   shardkit::ShardId s = dir.ShardFor(shardkit::CustomerId{4242});   // ShardId{1}
+//   holder.Publish(dir.WithBucketMoved(shardkit::BucketId{44}, shardkit::ShardId{0}));  // version + 1
 #pragma once
 
 #include <array>
@@ -26,6 +26,7 @@ class connection_base;
 
 namespace shardkit {
 
+// Immutable once built, so any number of threads may read one at once.
 class BucketDirectory {
  public:
   using Assignments = std::array<ShardId, kBucketCount>;
@@ -43,7 +44,7 @@ class BucketDirectory {
 
   [[nodiscard]] ShardId ShardOf(BucketId bucket) const;  // throws DirectoryError if out of range
   [[nodiscard]] ShardId ShardFor(CustomerId customer_id) const noexcept {
-    return assignments_[static_cast<std::size_t>(BucketOf(customer_id))];
+    return assignments_[static_cast<std::size_t>(ToInt(BucketOf(customer_id)))];
   }
   [[nodiscard]] std::vector<BucketId> BucketsOf(ShardId shard) const;
   [[nodiscard]] int ShardCount() const noexcept { return shard_count_; }
@@ -52,6 +53,11 @@ class BucketDirectory {
 
   // A copy with one bucket reassigned and the version increased by one.
   [[nodiscard]] BucketDirectory WithBucketMoved(BucketId bucket, ShardId to_shard) const;
+  // A copy with one more shard that takes its fair share (64 / shards, rounded
+  // down) moving as few buckets as possible: each time, the fullest shard
+  // gives up its highest-numbered bucket, so the old shards keep ranges.
+  // Version increased by one.
+  [[nodiscard]] BucketDirectory WithShardAdded() const;
 
   friend bool operator==(const BucketDirectory&, const BucketDirectory&) = default;
 
@@ -70,6 +76,7 @@ class BucketDirectory {
 void StoreDirectory(pqxx::connection_base& connection, const BucketDirectory& directory);
 
 // The current snapshot, swapped atomically for concurrent readers.
+// Thread-safe: Current() and Publish() may be called from any thread.
 class DirectoryHolder {
  public:
   explicit DirectoryHolder(BucketDirectory initial);

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "shardkit/bucket.hpp"
+
 namespace shardkit {
 
 // Base of everything shardkit throws.
@@ -40,32 +42,32 @@ class ConfigError : public Error {
 // a shard index that does not exist, a stale version).
 class DirectoryError : public Error {
  public:
-  explicit DirectoryError(const std::string& message, std::optional<int> bucket = {},
-                          std::optional<int> shard = {})
+  explicit DirectoryError(const std::string& message, std::optional<BucketId> bucket = {},
+                          std::optional<ShardId> shard = {})
       : Error("directory: " + message), bucket_(bucket), shard_(shard) {}
-  [[nodiscard]] std::optional<int> bucket() const noexcept { return bucket_; }
-  [[nodiscard]] std::optional<int> shard() const noexcept { return shard_; }
+  [[nodiscard]] std::optional<BucketId> bucket() const noexcept { return bucket_; }
+  [[nodiscard]] std::optional<ShardId> shard() const noexcept { return shard_; }
 
  private:
-  std::optional<int> bucket_;
-  std::optional<int> shard_;
+  std::optional<BucketId> bucket_;
+  std::optional<ShardId> shard_;
 };
 
 // A failure tied to one shard.
 class ShardError : public Error {
  public:
-  ShardError(int shard, const std::string& message) : Error(message), shard_(shard) {}
-  [[nodiscard]] int shard() const noexcept { return shard_; }
+  ShardError(ShardId shard, const std::string& message) : Error(message), shard_(shard) {}
+  [[nodiscard]] ShardId shard() const noexcept { return shard_; }
 
  private:
-  int shard_;
+  ShardId shard_;
 };
 
 // The shard index is not part of the cluster.
 class UnknownShard : public ShardError {
  public:
-  UnknownShard(int shard, int shard_count)
-      : ShardError(shard, "unknown shard " + std::to_string(shard) + ": the cluster has " +
+  UnknownShard(ShardId shard, int shard_count)
+      : ShardError(shard, "unknown shard " + std::to_string(ToInt(shard)) + ": the cluster has " +
                               std::to_string(shard_count) + " shards (0.." +
                               std::to_string(shard_count - 1) + ")") {}
 };
@@ -98,7 +100,7 @@ class ShardQueryError : public ShardError {
 class ScatterError : public Error {
  public:
   struct Failure {
-    int shard;
+    ShardId shard;
     std::string cause;
   };
   ScatterError(const std::string& message, std::vector<Failure> failures)

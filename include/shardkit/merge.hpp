@@ -230,7 +230,7 @@ struct MergedResult : ResultSet {
 // One shard's partial rows in PostgreSQL's text form, for sources other
 // than a pqxx::result (tests, tools, rows cached or relayed).
 struct PartialRows {
-  ShardId shard = 0;
+  ShardId shard{};
   std::vector<std::string> column_names;
   std::vector<TypeOid> column_types;  // type OIDs: 20 bigint, 1700 numeric, 25 text...
   std::vector<std::vector<std::optional<std::string>>> rows;  // nullopt is NULL

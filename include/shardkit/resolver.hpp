@@ -4,10 +4,15 @@
 // a replaceable directory from bucket to shard, one pool per shard.
 //
 //   auto resolver = shardkit::BucketShardResolver::FromConfig(shardkit::LoadConfig(path));
-//   auto lease = resolver->PoolFor(4242).Acquire();       // shard 1's pool
+//   shardkit::Route route = resolver->Resolve(shardkit::CustomerId{4242});
+//   log("customer {}: bucket {}, shard {}", route.customer, route.bucket, route.shard);
+//   auto lease = route.pool.Acquire();                    // shard 1's pool
 //   for (shardkit::ConnectionPool& pool : resolver->AllShards()) { ... }
+//
+// Thread-safe: any number of threads may route, acquire and publish at once.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -18,6 +23,16 @@
 #include "shardkit/pool.hpp"
 
 namespace shardkit {
+
+// Where one customer lives, all from one directory snapshot: print or use
+// these together, never a shard looked up separately.
+struct Route {
+  CustomerId customer;
+  BucketId bucket;
+  ShardId shard;
+  std::int64_t directory_version;
+  ConnectionPool& pool;  // the shard's pool, owned by the resolver
+};
 
 class BucketShardResolver {
  public:
@@ -35,8 +50,10 @@ class BucketShardResolver {
     return directory_.Current()->ShardFor(customer_id);
   }
   [[nodiscard]] ConnectionPool& PoolFor(CustomerId customer_id) const {
-    return *pools_[static_cast<std::size_t>(ShardFor(customer_id))];
+    return *pools_[static_cast<std::size_t>(ToInt(ShardFor(customer_id)))];
   }
+  // Bucket, shard, directory version and pool of one customer, consistently.
+  [[nodiscard]] Route Resolve(CustomerId customer_id) const;
   // Throws UnknownShard.
   [[nodiscard]] ConnectionPool& Pool(ShardId shard) const;
   [[nodiscard]] std::vector<std::reference_wrapper<ConnectionPool>> AllShards() const;

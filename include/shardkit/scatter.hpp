@@ -65,7 +65,7 @@ struct ScatterOptions {
 };
 
 struct ShardResult {
-  ShardId shard = 0;
+  ShardId shard{};
   pqxx::result rows;
   std::chrono::microseconds elapsed{0};  // acquire + execute on this shard
   std::chrono::microseconds queued{0};   // scatter start -> a worker thread took the statement
@@ -99,6 +99,8 @@ struct ScatterStats {
   std::chrono::microseconds max_slowest{0};
 };
 
+// Thread-safe: any number of threads may Run() scatters at once; they share
+// the worker threads and the shards' pools.
 class ScatterGather {
  public:
   // threads: how many statements may run at once (default: the shard count).

@@ -49,7 +49,8 @@ namespace shardkit {
 
 namespace detail {
 struct LeaseConnection;
-}
+class TickSequencer;
+}  // namespace detail
 
 struct WorkerLeaseOptions {
   // Independent ranges of worker ids, one per ID family: IDs of different
@@ -66,6 +67,7 @@ struct WorkerLeaseOptions {
   std::string owner;
 };
 
+// Thread-safe: generators on any thread check it while its renewer runs.
 class WorkerLease {
  public:
   using Clock = std::chrono::steady_clock;
@@ -109,19 +111,21 @@ class WorkerLease {
   // Stops issuing and frees the id for another process. Idempotent.
   void Release();
 
-  // For generators: IDs with this worker id must be in later milliseconds.
+  // IDs with this worker id must be in later milliseconds than this.
   [[nodiscard]] std::int64_t IssueFloorUnixMs() const noexcept { return floor_unix_ms_; }
-  // For generators: one generator per lease (two would duplicate IDs).
-  // Returns false if one is already attached.
-  [[nodiscard]] bool Attach() noexcept;
-  void Detach() noexcept;
-  // For generators: records the highest millisecond issued (Unix ms).
-  void NoteIssued(std::int64_t unix_ms) noexcept;
+  // The highest millisecond a generator on this lease issued (Unix ms).
   [[nodiscard]] std::int64_t IssuedUntilUnixMs() const noexcept {
     return issued_until_ms_.load(std::memory_order_acquire);
   }
 
  private:
+  // Only the generators' shared core attaches: one generator per lease (two
+  // would duplicate IDs), and it records what it issued.
+  friend class detail::TickSequencer;
+  [[nodiscard]] bool Attach() noexcept;  // false if a generator is already attached
+  void Detach() noexcept;
+  void NoteIssued(std::int64_t unix_ms) noexcept;
+
   void Connect();
   void ClaimNow();
   void RenewLoop(std::stop_token stop);

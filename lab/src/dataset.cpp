@@ -243,9 +243,9 @@ Dataset GenerateDataset(const DatasetParams& params) {
   }
   for (std::size_t i = 0; i < data.orders.size(); ++i) {
     if (taken[i]) continue;
-    CustomerId c = 0;
+    CustomerId c{};
     do {
-      c = static_cast<CustomerId>(rng.Between(1, customer_count));
+      c = CustomerId{static_cast<std::int32_t>(rng.Between(1, customer_count))};
     } while (special.contains(c));
     data.orders[i].customer_id = c;
   }
@@ -347,9 +347,9 @@ Dataset GenerateDataset(const DatasetParams& params) {
 
   // --- customer rows: signed up shortly before their first order
   std::vector<CustomerId> ids;
-  for (CustomerId c = 1; c <= customer_count; ++c) ids.push_back(c);
+  for (std::int64_t c = 1; c <= customer_count; ++c) ids.push_back(CustomerId{static_cast<std::int32_t>(c)});
   for (CustomerId c : kSeedCustomers) {
-    if (c > customer_count) ids.push_back(c);
+    if (ToInt(c) > customer_count) ids.push_back(c);
   }
   std::sort(ids.begin(), ids.end());
   std::vector<UnixSeconds> first_order(ids.size(), std::numeric_limits<UnixSeconds>::max());

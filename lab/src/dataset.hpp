@@ -36,7 +36,7 @@ using UnixSeconds = std::int64_t;
 inline constexpr UnixSeconds kLabNow = 1794614400;  // 2026-11-14 00:00:00 UTC
 inline constexpr UnixSeconds kWindowSeconds = 30LL * 86400;
 inline constexpr UnixSeconds kWindowStart = kLabNow - kWindowSeconds;  // 2026-10-15 00:00:00 UTC
-inline constexpr std::array<CustomerId, 3> kSeedCustomers{4242, 4243, 77777};
+inline constexpr std::array<CustomerId, 3> kSeedCustomers{CustomerId{4242}, CustomerId{4243}, CustomerId{77777}};
 inline constexpr int kSeedCustomerOrders = 10;
 inline constexpr int kFirstYear = 2022;
 inline constexpr int kLastYear = 2026;
@@ -111,14 +111,14 @@ struct Book {
 };
 
 struct Customer {
-  CustomerId customer_id = 0;
-  BucketId bucket = 0;
+  CustomerId customer_id{};
+  BucketId bucket{};
   UnixSeconds created_at = 0;
 };
 
 struct Order {
-  CustomerId customer_id = 0;
-  BucketId bucket = 0;
+  CustomerId customer_id{};
+  BucketId bucket{};
   std::int64_t order_id = 0;
   UnixSeconds ordered_at = 0;
   std::int64_t total_cents = 0;

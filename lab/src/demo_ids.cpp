@@ -29,8 +29,8 @@ constexpr const char* kPlainTable =
 constexpr int kBulkOrders = 10000;
 
 struct Placed {
-  CustomerId customer = 0;
-  ShardId shard = 0;
+  CustomerId customer{};
+  ShardId shard{};
   std::int64_t order_id = 0;
   std::vector<std::int64_t> bulk;  // kBulkOrders more ids from the same shard
 };
@@ -86,7 +86,7 @@ Instances StartInstances(Lab& lab) {
 DemoResult RunIds(Lab& lab) {
   DemoResult r;
   r.name = "ids";
-  const std::vector<CustomerId> customers{4242, 4243};
+  const std::vector<CustomerId> customers{CustomerId{4242}, CustomerId{4243}};
 
   // 1. Identity: one order for 4242 on its shard, one for 4243 on its shard.
   std::vector<Placed> identity;

@@ -19,14 +19,16 @@ constexpr const char* kMyOrders =
 // Seed 001's vectors with the even 2-shard directory (0-31 -> 0, 32-63 -> 1).
 const std::map<CustomerId, std::pair<BucketId, ShardId>>& SeedRoutes() {
   static const std::map<CustomerId, std::pair<BucketId, ShardId>> routes{
-      {4242, {44, 1}}, {4243, {20, 0}}, {77777, {53, 1}}};
+      {CustomerId{4242}, {BucketId{44}, ShardId{1}}},
+      {CustomerId{4243}, {BucketId{20}, ShardId{0}}},
+      {CustomerId{77777}, {BucketId{53}, ShardId{1}}}};
   return routes;
 }
 
 struct Visit {
-  CustomerId customer = 0;
-  BucketId bucket = 0;
-  ShardId shard = 0;
+  CustomerId customer{};
+  BucketId bucket{};
+  ShardId shard{};
   std::vector<std::int64_t> order_ids;
   std::chrono::microseconds elapsed{0};
   bool fresh = false;
@@ -36,11 +38,12 @@ struct Visit {
 // a first connection shows as connect + authentication time.
 Visit MyOrders(const BucketShardResolver& resolver, CustomerId customer) {
   Visit v;
-  v.customer = customer;
-  v.bucket = BucketShardResolver::BucketOf(customer);
-  v.shard = resolver.ShardFor(customer);
   const auto start = Clock::now();
-  auto lease = resolver.PoolFor(customer).Acquire();
+  const Route route = resolver.Resolve(customer);
+  v.customer = route.customer;
+  v.bucket = route.bucket;
+  v.shard = route.shard;
+  auto lease = route.pool.Acquire();
   pqxx::nontransaction tx{*lease};
   const pqxx::result rows = tx.exec_params(kMyOrders, customer);
   v.elapsed = Micros(Clock::now() - start);
@@ -68,8 +71,8 @@ DemoResult RunRouting(Lab& lab) {
   Json customers = Json::array();
   for (std::size_t i = 0; i < first.size(); ++i) {
     const Visit& v = first[i];
-    const bool expect_fresh = !shard_seen[static_cast<std::size_t>(v.shard)];
-    shard_seen[static_cast<std::size_t>(v.shard)] = true;
+    const bool expect_fresh = !shard_seen[static_cast<std::size_t>(ToInt(v.shard))];
+    shard_seen[static_cast<std::size_t>(ToInt(v.shard))] = true;
     r.text += fmt::format("customer {}: bucket {}, shard {}, {} orders ({} ms, {})\n", v.customer, v.bucket, v.shard,
                           v.order_ids.size(), Ms(v.elapsed),
                           v.fresh ? "first connection to that shard" : "pooled");
@@ -80,7 +83,7 @@ DemoResult RunRouting(Lab& lab) {
                          {"first_ms", MsValue(v.elapsed)},
                          {"first_connection", v.fresh},
                          {"pooled_ms", MsValue(again[i].elapsed)}});
-    const std::string id = std::to_string(v.customer);
+    const std::string id = std::to_string(ToInt(v.customer));
     if (const auto it = SeedRoutes().find(v.customer); it != SeedRoutes().end()) {
       r.Expect("routing." + id + ".bucket", v.bucket == it->second.first,
                fmt::format("bucket {} (seed 001: {})", v.bucket, it->second.first));
@@ -109,7 +112,7 @@ DemoResult RunRouting(Lab& lab) {
   pqxx::nontransaction ref{lab.Reference()};
   std::size_t misplaced = 0;
   for (const Visit& v : first) {
-    const std::string id = std::to_string(v.customer);
+    const std::string id = std::to_string(ToInt(v.customer));
     std::vector<std::int64_t> truth;
     for (const auto& row : ref.exec_params(kMyOrders, v.customer)) truth.push_back(row[0].as<std::int64_t>());
     r.Expect("routing." + id + ".reference", truth == v.order_ids,
@@ -117,11 +120,12 @@ DemoResult RunRouting(Lab& lab) {
                          truth.size(), truth == v.order_ids ? ", same ids in the same order" : ", DIFFERENT"));
     auto lease = lab.Resolver().Pool(v.shard).Acquire();
     pqxx::nontransaction tx{*lease};
-    const int sql_bucket = tx.exec_params1("SELECT bucket_of($1)", v.customer)[0].as<int>();
+    const auto sql_bucket = tx.exec_params1("SELECT bucket_of($1)", v.customer)[0].as<BucketId>();
     r.Expect("routing." + id + ".sql_twin", sql_bucket == v.bucket,
              fmt::format("bucket_of({}) on shard {} = {}, BucketOf = {}", v.customer, v.shard, sql_bucket, v.bucket));
     lease.Release();
-    for (ShardId s = 0; s < lab.ShardCount(); ++s) {
+    for (int index = 0; index < lab.ShardCount(); ++index) {
+      const ShardId s{index};
       if (s == v.shard) continue;
       auto other = lab.Resolver().Pool(s).Acquire();
       pqxx::nontransaction otx{*other};

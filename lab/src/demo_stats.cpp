@@ -57,7 +57,7 @@ DemoResult RunStats(Lab& lab) {
   TextTable pools({{"pool", TextTable::Align::kLeft}, {"acquired"}, {"waited"}, {"connects"}, {"timeouts"}, {"broken"},
                    {"in use"}, {"idle"}, {"wait p99 ms"}});
   Json pool_json = Json::array();
-  for (ShardId s = 0; s < lab.ShardCount(); ++s) {
+  for (const ShardId s : FirstShards(lab.ShardCount())) {
     const PoolStats p = lab.Resolver().Pool(s).Stats();
     pools.AddRow({lab.ShardLabel(s), std::to_string(p.acquired), std::to_string(p.waited), std::to_string(p.connects),
                   std::to_string(p.timeouts), std::to_string(p.broken), std::to_string(p.in_use), std::to_string(p.idle),

@@ -22,9 +22,9 @@ std::string Ranges(std::vector<BucketId> buckets) {
   std::size_t i = 0;
   while (i < buckets.size()) {
     std::size_t j = i;
-    while (j + 1 < buckets.size() && buckets[j + 1] == buckets[j] + 1) ++j;
+    while (j + 1 < buckets.size() && ToInt(buckets[j + 1]) == ToInt(buckets[j]) + 1) ++j;
     out += fmt::format("{}{}", out.empty() ? "" : ", ",
-                       i == j ? std::to_string(buckets[i]) : fmt::format("{}-{}", buckets[i], buckets[j]));
+                       i == j ? fmt::format("{}", buckets[i]) : fmt::format("{}-{}", buckets[i], buckets[j]));
     i = j + 1;
   }
   return out;
@@ -32,7 +32,7 @@ std::string Ranges(std::vector<BucketId> buckets) {
 
 std::string PgIntArray(const std::vector<BucketId>& values) {
   std::string out = "{";
-  for (std::size_t i = 0; i < values.size(); ++i) out += (i ? "," : "") + std::to_string(values[i]);
+  for (std::size_t i = 0; i < values.size(); ++i) out += (i ? "," : "") + std::to_string(ToInt(values[i]));
   return out + "}";
 }
 
@@ -44,45 +44,15 @@ struct BucketRows {
 
 }  // namespace
 
-// Takes each donor's highest-numbered bucket, so the old shards keep ranges.
-BucketDirectory AddShardWithFewestMoves(const BucketDirectory& current) {
-  const int old_count = current.ShardCount();
-  const int new_shard = old_count;
-  const int floor_share = kBucketCount / (old_count + 1);
-  const int ceil_share = (kBucketCount + old_count) / (old_count + 1);
-  auto assignments = current.AssignmentTable();
-  std::vector<std::vector<BucketId>> held(static_cast<std::size_t>(old_count + 1));
-  for (BucketId b = 0; b < kBucketCount; ++b) held[static_cast<std::size_t>(assignments[static_cast<std::size_t>(b)])].push_back(b);
-  auto fullest = [&] {
-    int best = 0;
-    for (int s = 1; s < old_count; ++s) {
-      if (held[static_cast<std::size_t>(s)].size() > held[static_cast<std::size_t>(best)].size()) best = s;
-    }
-    return best;
-  };
-  while (true) {
-    const int donor = fullest();
-    const auto donor_size = static_cast<int>(held[static_cast<std::size_t>(donor)].size());
-    const auto new_size = static_cast<int>(held[static_cast<std::size_t>(new_shard)].size());
-    if (new_size >= floor_share && donor_size <= ceil_share) break;
-    auto& from = held[static_cast<std::size_t>(donor)];
-    const BucketId bucket = from.back();
-    from.pop_back();
-    held[static_cast<std::size_t>(new_shard)].push_back(bucket);
-    assignments[static_cast<std::size_t>(bucket)] = new_shard;
-  }
-  return BucketDirectory::FromAssignments(assignments, old_count + 1, current.Version() + 1);
-}
-
 DemoResult RunThirdShard(Lab& lab) {
   DemoResult r;
   r.name = "third-shard";
   const auto before = lab.Resolver().Directory();
   const int n = before->ShardCount();
-  const BucketDirectory after = AddShardWithFewestMoves(*before);
+  const BucketDirectory after = before->WithShardAdded();
 
   std::vector<BucketId> moved;
-  for (BucketId b = 0; b < kBucketCount; ++b) {
+  for (const BucketId b : AllBuckets()) {
     if (before->ShardOf(b) != after.ShardOf(b)) moved.push_back(b);
   }
   TextTable table({{"shard", TextTable::Align::kLeft},
@@ -90,15 +60,16 @@ DemoResult RunThirdShard(Lab& lab) {
                    {"buckets after", TextTable::Align::kLeft},
                    {"gives up", TextTable::Align::kLeft}});
   bool balanced_after = true;
-  for (ShardId s = 0; s <= n; ++s) {
-    const auto b = s < n ? before->BucketsOf(s) : std::vector<BucketId>{};
+  for (const ShardId s : FirstShards(n + 1)) {
+    const bool is_new = ToInt(s) == n;
+    const auto b = !is_new ? before->BucketsOf(s) : std::vector<BucketId>{};
     const auto a = after.BucketsOf(s);
     std::vector<BucketId> gives;
     for (BucketId x : b) {
       if (after.ShardOf(x) != s) gives.push_back(x);
     }
-    table.AddRow({fmt::format("shard{}{}", s, s == n ? " (new)" : ""),
-                  s < n ? fmt::format("{} ({})", Ranges(b), b.size()) : "-", fmt::format("{} ({})", Ranges(a), a.size()),
+    table.AddRow({fmt::format("shard{}{}", s, is_new ? " (new)" : ""),
+                  !is_new ? fmt::format("{} ({})", Ranges(b), b.size()) : "-", fmt::format("{} ({})", Ranges(a), a.size()),
                   gives.empty() ? "" : fmt::format("{} ({})", Ranges(gives), gives.size())});
     const auto size = static_cast<int>(a.size());
     balanced_after = balanced_after && size >= kBucketCount / (n + 1) && size <= (kBucketCount + n) / (n + 1);
@@ -172,7 +143,7 @@ DemoResult RunThirdShard(Lab& lab) {
            fmt::format("{} shards holding {}..{} buckets each", n + 1, kBucketCount / (n + 1), (kBucketCount + n) / (n + 1)));
   // From an even split the fewest moves are exactly the new shard's share.
   int min_before = kBucketCount, max_before = 0;
-  for (ShardId s = 0; s < n; ++s) {
+  for (const ShardId s : FirstShards(n)) {
     const auto size = static_cast<int>(before->BucketsOf(s).size());
     min_before = std::min(min_before, size);
     max_before = std::max(max_before, size);
@@ -182,7 +153,7 @@ DemoResult RunThirdShard(Lab& lab) {
              fmt::format("{} buckets moved, minimum {}", moved.size(), minimum));
   }
   Json directory = Json::array();
-  for (BucketId b = 0; b < kBucketCount; ++b) directory.push_back(after.ShardOf(b));
+  for (const BucketId b : AllBuckets()) directory.push_back(after.ShardOf(b));
   r.figures = {{"shards_before", n},
                {"shards_after", n + 1},
                {"buckets_moved", moved.size()},

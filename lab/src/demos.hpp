@@ -35,11 +35,6 @@ namespace shardkit::lab {
 // 7. The run's cross-shard query statistics.
 [[nodiscard]] DemoResult RunStats(Lab& lab);
 
-// The directory for one more shard that moves the fewest buckets from
-// `current`: the new shard takes floor(64 / (n+1)) buckets, each from the
-// shard holding the most, until no old shard holds more than ceil(64 / (n+1)).
-[[nodiscard]] BucketDirectory AddShardWithFewestMoves(const BucketDirectory& current);
-
 // The demo of that name (DemoNames()), or nullptr.
 [[nodiscard]] std::function<DemoResult(Lab&)> DemoByName(const std::string& name);
 

@@ -385,7 +385,7 @@ double LoadReport::RowsPerSecond() const noexcept {
 LoadReport LoadDataset(Lab& lab, const Dataset& data, const LoadOptions& options) {
   const int shards = lab.ShardCount();
   std::vector<ServerRows> rows(static_cast<std::size_t>(shards) + 1);
-  for (int s = 0; s < shards; ++s) rows[static_cast<std::size_t>(s)].name = lab.ShardLabel(s);
+  for (int s = 0; s < shards; ++s) rows[static_cast<std::size_t>(s)].name = lab.ShardLabel(ShardId{s});
   ServerRows& reference = rows.back();
   reference.name = "reference";
   const BucketShardResolver& resolver = lab.Resolver();
@@ -415,7 +415,7 @@ LoadReport LoadDataset(Lab& lab, const Dataset& data, const LoadOptions& options
   // Connections first, so an unreachable server fails before any work.
   std::vector<ConnectionPool::Lease> leases;
   for (int s = 0; s < shards; ++s) {
-    leases.push_back(resolver.Pool(s).Acquire(Clock::now() + std::chrono::seconds(10)));
+    leases.push_back(resolver.Pool(ShardId{s}).Acquire(Clock::now() + std::chrono::seconds(10)));
   }
   pqxx::connection& reference_connection = lab.Reference();
 
@@ -457,7 +457,7 @@ LoadReport LoadDataset(Lab& lab, const Dataset& data, const LoadOptions& options
 std::vector<std::optional<LabMeta>> ReadLabMeta(Lab& lab) {
   std::vector<std::optional<LabMeta>> metas;
   for (int s = 0; s < lab.ShardCount(); ++s) {
-    auto lease = lab.Resolver().Pool(s).Acquire(Clock::now() + std::chrono::seconds(5));
+    auto lease = lab.Resolver().Pool(ShardId{s}).Acquire(Clock::now() + std::chrono::seconds(5));
     metas.push_back(ReadMeta(lease.Connection()));
   }
   metas.push_back(ReadMeta(lab.Reference()));

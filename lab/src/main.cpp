@@ -74,7 +74,7 @@ struct Output {
 // Every server answers, or a message that says which one and what to do.
 bool Reachable(Lab& lab, std::string& problem) {
   std::string out;
-  for (ShardId s = 0; s < lab.ShardCount(); ++s) {
+  for (const ShardId s : FirstShards(lab.ShardCount())) {
     ConnectionPool& pool = lab.Resolver().Pool(s);
     try {
       auto lease = pool.Acquire(std::chrono::steady_clock::now() + pool.Options().connect_timeout + std::chrono::seconds(1));

@@ -126,7 +126,7 @@ void DecodeInteger(const DecodeOptions& o, bool json) {
   const std::string epoch = shardkit::FormatUnixMsUtc(o.epoch_ms);
   if (o.layout == "bucketed") {
     const auto parts = shardkit::DecodeBucketedId(id, o.epoch_ms);
-    std::optional<int> shard;
+    std::optional<shardkit::ShardId> shard;
     if (o.shards > 0) shard = shardkit::ShardOfId(shardkit::BucketDirectory::EvenSplit(o.shards), id);
     if (json) {
       nlohmann::json out{{"kind", "bucketed"}, {"id", id},          {"epoch", epoch},
@@ -224,8 +224,9 @@ void AddIdCommands(CLI::App& app) {
     if (!bucketed_options->customer && !bucketed_options->bucket) {
       throw CLI::ValidationError("--customer", "give the owning customer (--customer C) or a bucket (--bucket B)");
     }
-    const shardkit::BucketId b = bucketed_options->customer ? shardkit::BucketOf(*bucketed_options->customer)
-                                                            : *bucketed_options->bucket;
+    const shardkit::BucketId b = bucketed_options->customer
+                                     ? shardkit::BucketOf(shardkit::CustomerId{*bucketed_options->customer})
+                                     : shardkit::BucketId{*bucketed_options->bucket};
     shardkit::SnowflakeOptions options;
     options.epoch_unix_ms = bucketed_options->epoch_ms;
     shardkit::BucketedIdGenerator generator{bucketed_options->worker, options};

@@ -19,7 +19,7 @@
 namespace {
 
 shardkit::CustomerId ParseCustomerId(const std::string& text) {
-  shardkit::CustomerId id = 0;
+  std::int32_t id = 0;
   const auto* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, id);
   if (ec != std::errc{} || ptr != end) {
@@ -27,7 +27,7 @@ shardkit::CustomerId ParseCustomerId(const std::string& text) {
                                fmt::format("'{}' is not a customer id (expected an integer from {} to {})", text,
                                            INT32_MIN, INT32_MAX));
   }
-  return id;
+  return shardkit::CustomerId{id};
 }
 
 // The SQL of seed 001's "my orders": served by orders_customer_time_idx.
@@ -63,8 +63,8 @@ void AddRouteCommands(CLI::App& app, CliContext& context) {
     const auto directory = *shards > 0 ? shardkit::BucketDirectory::EvenSplit(*shards) : RoutingDirectory(context);
     nlohmann::json out = nlohmann::json::array();
     for (const auto id : customers) {
-      const int bucket = shardkit::BucketOf(id);
-      const int shard = directory.ShardFor(id);
+      const shardkit::BucketId bucket = shardkit::BucketOf(id);
+      const shardkit::ShardId shard = directory.ShardFor(id);
       if (context.json) {
         out.push_back({{"customer_id", id}, {"bucket", bucket}, {"shard", shard},
                        {"directory_version", directory.Version()}});
@@ -84,17 +84,17 @@ void AddRouteCommands(CLI::App& app, CliContext& context) {
     const auto id = ParseCustomerId(*customer);
     auto resolver = context.MakeResolver();
     const auto started = std::chrono::steady_clock::now();
-    auto& pool = resolver->PoolFor(id);
+    const shardkit::Route where = resolver->Resolve(id);  // the shard printed is the shard asked
     pqxx::result orders;
     {
-      auto lease = pool.Acquire();
+      auto lease = where.pool.Acquire();
       pqxx::read_transaction tx{*lease};
-      orders = tx.exec_params(kMyOrdersSql, id);
+      orders = tx.exec_params(kMyOrdersSql, shardkit::ToInt(id));
       tx.commit();
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-    const int bucket = shardkit::BucketOf(id);
-    const int shard = resolver->ShardFor(id);
+    const shardkit::BucketId bucket = where.bucket;
+    const shardkit::ShardId shard = where.shard;
     if (context.json) {
       nlohmann::json rows = nlohmann::json::array();
       for (const auto& row : orders) {

@@ -17,7 +17,7 @@ std::string BucketRanges(const std::vector<shardkit::BucketId>& buckets) {
   std::string text;
   for (std::size_t i = 0; i < buckets.size();) {
     std::size_t j = i;
-    while (j + 1 < buckets.size() && buckets[j + 1] == buckets[j] + 1) ++j;
+    while (j + 1 < buckets.size() && shardkit::ToInt(buckets[j + 1]) == shardkit::ToInt(buckets[j]) + 1) ++j;
     if (!text.empty()) text += ", ";
     text += i == j ? fmt::format("{}", buckets[i]) : fmt::format("{}-{}", buckets[i], buckets[j]);
     i = j + 1;
@@ -59,7 +59,8 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
     if (!context.json) {
       fmt::print("directory version {}, {} shards\n", directory->Version(), resolver->ShardCount());
     }
-    for (int s = 0; s < resolver->ShardCount(); ++s) {
+    for (int index = 0; index < resolver->ShardCount(); ++index) {
+      const shardkit::ShardId s{index};
       auto& pool = resolver->Pool(s);
       const auto buckets = directory->BucketsOf(s);
       const Probe probe = ProbeShard(pool);

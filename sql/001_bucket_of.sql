@@ -1,3 +1,4 @@
+-- shardkit-migration: targets = shard, reference
 -- bucket_of(customer_id): the SQL twin of shardkit::BucketOf (include/shardkit/bucket.hpp).
 --
 --   bucket = (uint32(customer_id) * 2654435761 mod 2^32) >> 26

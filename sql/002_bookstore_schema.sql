@@ -1,3 +1,4 @@
+-- shardkit-migration: targets = shard, reference
 -- The Bookstore schema, co-located by customer_id (seed 001).
 --
 -- books is a reference table: a full copy on every shard. customers, orders

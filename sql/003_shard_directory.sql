@@ -1,4 +1,6 @@
--- The bucket -> shard directory, as a table (BucketDirectory in C++).
+-- shardkit-migration: targets = catalog
+-- The bucket -> shard directory, as a table (BucketDirectory in C++), in the
+-- catalog: the one authoritative placement (directory.source = "catalog").
 -- All 64 rows carry the directory's version; a new placement is written in
 -- one transaction with a higher version (shardkit::StoreDirectory).
 CREATE TABLE IF NOT EXISTS shard_directory (

@@ -1,8 +1,9 @@
+-- shardkit-migration: targets = catalog
 -- Worker-id leases for shardkit's Snowflake and bucketed ID generators
 -- (include/shardkit/worker_lease.hpp). One table for the whole fleet: all
 -- processes that write IDs into the same columns must claim from the same
--- table, so keep it in one database (the control/reference database, or
--- shard 0), never one per shard.
+-- table, so it lives in one database, the catalog ([catalog] dsn), never
+-- one per shard.
 --
 -- A row per (id_space, worker_id) that was ever claimed; rows are never
 -- deleted, so claim_version (the fencing token) only grows. owner is NULL

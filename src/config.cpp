@@ -17,6 +17,15 @@ bool IsUri(std::string_view dsn) {
   return dsn.starts_with("postgresql://") || dsn.starts_with("postgres://");
 }
 
+// A parser's message may quote the offending line of the file, connection
+// strings and their passwords included: hide them as RedactDsn does.
+std::string RedactSecrets(std::string text) {
+  static const std::regex kUserInfo(R"((postgres(?:ql)?://[^:/@?\s]*):[^@/?\s]*@)");
+  text = std::regex_replace(text, kUserInfo, "$1:***@");
+  static const std::regex kKeyValue(R"((password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&"]+))", std::regex::icase);
+  return std::regex_replace(text, kKeyValue, "$1***");
+}
+
 // Reads an optional integer key of a table, checking its range.
 template <typename Int>
 Int IntOr(const toml::value& table, const std::string& table_name, const std::string& key, Int fallback,
@@ -90,7 +99,7 @@ ClusterConfig ParseConfig(std::string_view toml_text, std::string origin) {
     std::istringstream in{std::string(toml_text)};
     root = toml::parse(in, origin);
   } catch (const std::exception& e) {
-    throw ConfigError(origin, std::string("is not valid TOML: ") + e.what());
+    throw ConfigError(origin, "is not valid TOML: " + RedactSecrets(e.what()));
   }
 
   ClusterConfig config;
@@ -128,19 +137,39 @@ ClusterConfig ParseConfig(std::string_view toml_text, std::string origin) {
       const std::string source = StringAt(directory, "directory", "source");
       if (source == "config") {
         config.directory_source = DirectorySource::kConfig;
+      } else if (source == "catalog") {
+        config.directory_source = DirectorySource::kCatalog;
       } else if (source == "database") {
-        config.directory_source = DirectorySource::kDatabase;
+        throw ConfigError("directory.source",
+                          "\"database\" (shard_directory on shard 0) is gone: the directory lives in the catalog "
+                          "database now; set source = \"catalog\" and [catalog] dsn");
       } else {
-        throw ConfigError("directory.source", fmt::format("\"{}\" is neither \"config\" nor \"database\"", source));
+        throw ConfigError("directory.source", fmt::format("\"{}\" is neither \"config\" nor \"catalog\"", source));
       }
+    }
+    if (config.directory_source == DirectorySource::kCatalog && directory.contains("buckets")) {
+      throw ConfigError("directory.buckets",
+                        "is given with source = \"catalog\": the catalog's shard_directory is the one placement; "
+                        "remove buckets (or use source = \"config\")");
     }
     config.directory = ParseDirectory(directory, shard_count);
 
     if (root.contains("reference")) {
       config.reference_dsn = StringAt(root.at("reference"), "reference", "dsn");
     }
+    if (root.contains("catalog")) {
+      const toml::value& catalog = root.at("catalog");
+      if (!catalog.is_table()) throw ConfigError("catalog", "must be a table with dsn");
+      config.catalog_dsn = StringAt(catalog, "catalog", "dsn");
+      if (config.catalog_dsn->empty()) throw ConfigError("catalog.dsn", "is empty");
+    }
+    if (config.directory_source == DirectorySource::kCatalog && !config.catalog_dsn) {
+      throw ConfigError("catalog.dsn",
+                        "is missing: directory.source = \"catalog\" reads the directory from the catalog "
+                        "database; add [catalog] dsn = \"...\"");
+    }
   } catch (const toml::exception& e) {
-    throw ConfigError(origin, e.what());
+    throw ConfigError(origin, RedactSecrets(e.what()));
   }
   return config;
 }

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <pqxx/connection>
+#include <pqxx/pqxx>
 
 #include "shardkit/errors.hpp"
 
@@ -31,6 +31,28 @@ BucketShardResolver::BucketShardResolver(BucketDirectory directory,
   }
 }
 
+BucketDirectory LoadCatalogDirectory(const ClusterConfig& config) {
+  if (!config.catalog_dsn) {
+    throw ConfigError("catalog.dsn", fmt::format("{} has no [catalog] dsn to read the directory from", config.origin));
+  }
+  const std::string dsn = WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
+  try {
+    pqxx::connection catalog{dsn};
+    return LoadDirectory(catalog, static_cast<int>(config.shards.size()));
+  } catch (const pqxx::broken_connection& e) {
+    throw CatalogError(fmt::format("catalog ({}) is unreachable: {}; check [catalog] dsn in {} (lab/cluster start "
+                                   "runs the local one)",
+                                   RedactDsn(dsn), RedactDsn(e.what()), config.origin));
+  } catch (const pqxx::undefined_table&) {
+    throw CatalogError(fmt::format("catalog ({}) has no shard_directory table: run shardctl migrate, then store a "
+                                   "directory there (lab/cluster start does both)",
+                                   RedactDsn(dsn)));
+  } catch (const pqxx::failure& e) {
+    throw CatalogError(fmt::format("reading shard_directory from the catalog ({}) failed: {}", RedactDsn(dsn),
+                                   RedactDsn(e.what())));
+  }
+}
+
 std::unique_ptr<BucketShardResolver> BucketShardResolver::FromConfig(const ClusterConfig& config) {
   std::vector<std::unique_ptr<ConnectionPool>> pools;
   std::vector<std::string> names;
@@ -38,11 +60,9 @@ std::unique_ptr<BucketShardResolver> BucketShardResolver::FromConfig(const Clust
     pools.push_back(std::make_unique<ConnectionPool>(ShardId{static_cast<int>(i)}, config.shards[i].dsn, config.pool));
     names.push_back(config.shards[i].name);
   }
-  BucketDirectory directory = config.directory;
-  if (config.directory_source == DirectorySource::kDatabase) {
-    auto lease = pools.front()->Acquire();
-    directory = LoadDirectory(*lease, static_cast<int>(pools.size()));
-  }
+  BucketDirectory directory = config.directory_source == DirectorySource::kCatalog
+                                  ? LoadCatalogDirectory(config)
+                                  : config.directory;
   return std::make_unique<BucketShardResolver>(std::move(directory), std::move(pools), std::move(names));
 }
 

@@ -180,8 +180,8 @@ RETURNING worker_id, claim_version, 0::bigint)",
       throw IdGeneratorError(fmt::format("worker-id lease: lost the connection to {} while claiming ({})",
                                          RedactDsn(dsn_), RedactDsn(e.what())));
     } catch (const pqxx::undefined_table& e) {
-      throw IdGeneratorError(fmt::format("worker-id lease: table {} does not exist at {}; apply "
-                                         "sql/004_worker_ids.sql there ({})",
+      throw IdGeneratorError(fmt::format("worker-id lease: table {} does not exist at {}; it belongs "
+                                         "in the catalog: shardctl migrate creates it (sql/004_worker_ids.sql) ({})",
                                          options_.table, RedactDsn(dsn_), e.what()));
     } catch (const pqxx::failure& e) {
       throw IdGeneratorError(fmt::format("worker-id lease: claiming from table {} at {} failed: {}", options_.table,

@@ -77,6 +77,51 @@ TEST(Config, ErrorsNameTheCulprit) {
   EXPECT_EQ(ErrorKey("this is = = not toml"), "test.toml");
 }
 
+TEST(Config, CatalogAndItsDirectorySource) {
+  const auto c = shardkit::ParseConfig(
+      "[directory]\nsource = 'catalog'\n[[shard]]\ndsn='a'\n[[shard]]\ndsn='b'\n"
+      "[catalog]\ndsn = 'host=127.0.0.1 port=55434 dbname=shardkit_catalog user=bookstore password=s3cret'\n");
+  EXPECT_EQ(c.directory_source, shardkit::DirectorySource::kCatalog);
+  ASSERT_TRUE(c.catalog_dsn);
+  EXPECT_NE(c.catalog_dsn->find("dbname=shardkit_catalog"), std::string::npos);
+  EXPECT_FALSE(shardkit::ParseConfig("[[shard]]\ndsn='a'\n").catalog_dsn);
+}
+
+TEST(Config, CatalogErrorsNameTheKey) {
+  // The catalog source needs a catalog.
+  EXPECT_EQ(ErrorKey("[directory]\nsource='catalog'\n[[shard]]\ndsn='a'\n"), "catalog.dsn");
+  EXPECT_EQ(ErrorKey("[catalog]\ndsn=''\n[[shard]]\ndsn='a'\n"), "catalog.dsn");
+  EXPECT_EQ(ErrorKey("[catalog]\ndsn=5\n[[shard]]\ndsn='a'\n"), "catalog.dsn");
+  EXPECT_EQ(ErrorKey("[catalog]\nhost='x'\n[[shard]]\ndsn='a'\n"), "catalog.dsn");
+  EXPECT_EQ(ErrorKey("catalog = 'x'\n[[shard]]\ndsn='a'\n"), "catalog");
+  // Two placements would be two truths.
+  EXPECT_EQ(ErrorKey("[directory]\nsource='catalog'\nbuckets={'0-63'=0}\n[[shard]]\ndsn='a'\n[catalog]\ndsn='c'\n"),
+            "directory.buckets");
+}
+
+TEST(Config, TheOldDatabaseSourceSaysWhereTheDirectoryWent) {
+  try {
+    (void)shardkit::ParseConfig("[directory]\nsource='database'\n[[shard]]\ndsn='a'\n");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "directory.source");
+    EXPECT_NE(std::string(e.what()).find("catalog"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, CatalogPasswordStaysOutOfParseErrors) {
+  // A broken line that holds the password: the parser quotes it, the message must not.
+  for (const char* text : {"[catalog]\ndsn = 'host=h password=s3cret' x\n[[shard]]\ndsn='a'\n",
+                           "[catalog]\ndsn = 'postgresql://bob:s3cret@h/db\n[[shard]]\ndsn='a'\n"}) {
+    try {
+      (void)shardkit::ParseConfig(text, "test.toml");
+      FAIL() << text;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).find("s3cret"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Config, MissingBucketIsNamedInTheMessage) {
   try {
     (void)shardkit::ParseConfig("[directory]\nbuckets={'0-62'=0}\n[[shard]]\ndsn='a'\n");

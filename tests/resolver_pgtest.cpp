@@ -1,6 +1,6 @@
 // The resolver against real shards: a routed statement lands on the shard
 // that owns the customer, the bucket CHECK guards misplaced rows, and the
-// directory round-trips through the shard_directory table.
+// directory round-trips through the catalog's shard_directory table.
 #include "shardkit/resolver.hpp"
 
 #include <gtest/gtest.h>
@@ -57,10 +57,10 @@ TEST(BucketShardResolver, TheBucketCheckRejectsAWrongBucket) {
                pqxx::check_violation);
 }
 
-TEST(BucketShardResolver, DirectoryFromTheDatabaseAndAtomicRepublish) {
+TEST(BucketShardResolver, DirectoryFromTheCatalogAndAtomicRepublish) {
   ScratchCluster cluster{"resolver_dir_pgtest"};
   {
-    pqxx::connection c{cluster.ShardDsn(0)};
+    pqxx::connection c{cluster.CatalogDsn()};
     shardkit::StoreDirectory(c, shardkit::BucketDirectory::EvenSplit(2, 3).WithBucketMoved(shardkit::BucketId{44}, shardkit::ShardId{0}));
     EXPECT_THROW(shardkit::StoreDirectory(c, shardkit::BucketDirectory::EvenSplit(2, 2)), shardkit::DirectoryError);
     const auto loaded = shardkit::LoadDirectory(c, 2);
@@ -69,7 +69,7 @@ TEST(BucketShardResolver, DirectoryFromTheDatabaseAndAtomicRepublish) {
     EXPECT_EQ(loaded.ShardFor(shardkit::CustomerId{77777}), shardkit::ShardId{1});
   }
   auto config = cluster.Config();
-  config.directory_source = shardkit::DirectorySource::kDatabase;
+  config.directory_source = shardkit::DirectorySource::kCatalog;
   auto resolver = shardkit::BucketShardResolver::FromConfig(config);
   EXPECT_EQ(resolver->Directory()->Version(), 4);
   EXPECT_EQ(resolver->ShardFor(shardkit::CustomerId{4242}), shardkit::ShardId{0});
@@ -80,14 +80,42 @@ TEST(BucketShardResolver, DirectoryFromTheDatabaseAndAtomicRepublish) {
 
 TEST(BucketShardResolver, MixedVersionsInTheTableAreRefused) {
   ScratchCluster cluster{"resolver_mixed_pgtest"};
-  pqxx::connection c{cluster.ShardDsn(0)};
-  shardkit::StoreDirectory(c, shardkit::BucketDirectory::EvenSplit(2, 1));
+  pqxx::connection c{cluster.CatalogDsn()};
+  shardkit::StoreDirectory(c, shardkit::BucketDirectory::EvenSplit(2, 2));
   {
     pqxx::work tx{c};
-    tx.exec("UPDATE shard_directory SET version = 2 WHERE bucket = 9");
+    tx.exec("UPDATE shard_directory SET version = 3 WHERE bucket = 9");
     tx.commit();
   }
   EXPECT_THROW((void)shardkit::LoadDirectory(c, 2), shardkit::DirectoryError);
+  EXPECT_THROW((void)shardkit::BucketShardResolver::FromConfig(cluster.Config()), shardkit::DirectoryError);
+}
+
+TEST(BucketShardResolver, AnUnreachableCatalogIsNamedWithoutItsPassword) {
+  ScratchCluster cluster{"resolver_nocat_pgtest"};
+  auto config = cluster.Config();
+  config.catalog_dsn = "host=127.0.0.1 port=1 dbname=nowhere user=bookstore password=s3cret connect_timeout=2";
+  try {
+    (void)shardkit::BucketShardResolver::FromConfig(config);
+    FAIL() << "no error for an unreachable catalog";
+  } catch (const shardkit::CatalogError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("catalog"), std::string::npos) << what;
+    EXPECT_NE(what.find("port=1"), std::string::npos) << what;
+    EXPECT_EQ(what.find("s3cret"), std::string::npos) << what;
+  }
+}
+
+TEST(BucketShardResolver, AnUnmigratedCatalogSaysToMigrate) {
+  ScratchCluster cluster{"resolver_bare_pgtest", shardkit::test::ScratchOptions{.migrate = false}};
+  auto config = cluster.Config();
+  config.directory_source = shardkit::DirectorySource::kCatalog;
+  try {
+    (void)shardkit::BucketShardResolver::FromConfig(config);
+    FAIL() << "no error for a catalog without shard_directory";
+  } catch (const shardkit::CatalogError& e) {
+    EXPECT_NE(std::string(e.what()).find("shardctl migrate"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -28,8 +28,8 @@ class WorkerLeasePg : public ::testing::Test {
   static void SetUpTestSuite() { cluster_ = std::make_unique<test::ScratchCluster>("worker_lease_pgtest"); }
   static void TearDownTestSuite() { cluster_.reset(); }
 
-  // The lease table lives in the reference (control) database.
-  static const std::string& Dsn() { return cluster_->ReferenceDsn(); }
+  // The lease table lives in the catalog (sql/004_worker_ids.sql).
+  static const std::string& Dsn() { return cluster_->CatalogDsn(); }
 
   // Short leases for tests that wait for expiry; no background renewal.
   static WorkerLeaseOptions Short(std::string space, int worker_count) {

@@ -11,9 +11,13 @@
 //   acquire_timeout_ms = 1000
 //
 //   [directory]
-//   source = "config"         # or "database": table shard_directory on shard 0
+//   source = "config"         # or "catalog": table shard_directory in the catalog
 //   version = 1
 //   buckets = { "0-31" = 0, "32-63" = 1 }   # omitted: even contiguous split
+//
+//   [catalog]                 # the control database: authoritative directory,
+//   dsn = "host=127.0.0.1 port=55434 dbname=shardkit_catalog user=bookstore"
+//                             # worker-id leases, migration targets "catalog"
 //
 //   [[shard]]
 //   name = "shard0"
@@ -46,7 +50,9 @@ struct ShardConfig {
   std::string dsn;
 };
 
-enum class DirectorySource { kConfig, kDatabase };
+// Where the bucket directory comes from: the [directory] table of this file,
+// or the shard_directory table of the catalog database ([catalog] dsn).
+enum class DirectorySource { kConfig, kCatalog };
 
 // Plain values: copy freely; not synchronised (build once, then share read-only).
 struct ClusterConfig {
@@ -55,6 +61,7 @@ struct ClusterConfig {
   DirectorySource directory_source = DirectorySource::kConfig;
   BucketDirectory directory = BucketDirectory::EvenSplit(1);  // from the file (kConfig)
   std::optional<std::string> reference_dsn;
+  std::optional<std::string> catalog_dsn;  // [catalog] dsn: the control database
   std::string origin;  // where it was read from, for messages
 };
 

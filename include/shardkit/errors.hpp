@@ -53,6 +53,42 @@ class DirectoryError : public Error {
   std::optional<ShardId> shard_;
 };
 
+// The catalog database ([catalog] dsn) cannot be reached or does not hold
+// what it should (no shard_directory table: run shardctl migrate).
+class CatalogError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A schema migration cannot be loaded, planned or applied. server() names
+// the server ("shard1", "reference", "catalog") and version() the migration,
+// where the error is about one; the message says what to do.
+class MigrationError : public Error {
+ public:
+  explicit MigrationError(const std::string& message, std::string server = {}, std::optional<int> version = {})
+      : Error("migrate: " + message), server_(std::move(server)), version_(version) {}
+  [[nodiscard]] const std::string& server() const noexcept { return server_; }
+  [[nodiscard]] std::optional<int> version() const noexcept { return version_; }
+
+ private:
+  std::string server_;
+  std::optional<int> version_;
+};
+
+// A migration run was refused before anything was applied: a file changed
+// after it was applied, a server has a version no file describes, or a
+// failed non-transactional step left something to resolve (an INVALID
+// index). problems() lists each, naming the server and the version.
+class MigrationRefused : public MigrationError {
+ public:
+  MigrationRefused(const std::string& message, std::vector<std::string> problems)
+      : MigrationError(message), problems_(std::move(problems)) {}
+  [[nodiscard]] const std::vector<std::string>& problems() const noexcept { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
 // A failure tied to one shard.
 class ShardError : public Error {
  public:

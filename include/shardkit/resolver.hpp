@@ -34,13 +34,18 @@ struct Route {
   ConnectionPool& pool;  // the shard's pool, owned by the resolver
 };
 
+// The catalog's shard_directory table ([catalog] dsn) as a directory over
+// config's shards. Throws CatalogError if the catalog is unreachable or not
+// migrated, DirectoryError if the rows are not a valid directory.
+[[nodiscard]] BucketDirectory LoadCatalogDirectory(const ClusterConfig& config);
+
 class BucketShardResolver {
  public:
   // pools[i] serves shard i; the directory's shard count must match.
   BucketShardResolver(BucketDirectory directory, std::vector<std::unique_ptr<ConnectionPool>> pools,
                       std::vector<std::string> shard_names = {});
   // Builds the pools from the configuration; with directory source
-  // "database" it reads shard_directory from shard 0.
+  // "catalog" it reads shard_directory from the catalog database.
   [[nodiscard]] static std::unique_ptr<BucketShardResolver> FromConfig(const ClusterConfig& config);
 
   [[nodiscard]] static constexpr BucketId BucketOf(CustomerId customer_id) noexcept {

@@ -4,9 +4,9 @@
 // classic production bug (a copied config, a scaled-out deployment). A
 // WorkerLease claims a free or expired worker id from one PostgreSQL table
 // (sql/004_worker_ids.sql) shared by the whole fleet — one table for all
-// shards, e.g. in the control/reference database, never one per shard:
+// shards, in the catalog database ([catalog] dsn), never one per shard:
 //
-//   auto lease = shardkit::WorkerLease::Claim(control_dsn, {.id_space = "orders"});
+//   auto lease = shardkit::WorkerLease::Claim(*config.catalog_dsn, {.id_space = "orders"});
 //   shardkit::SnowflakeGenerator ids{lease};    // worker id = lease->WorkerId()
 //   std::int64_t order_id = ids.Next();          // throws once the lease is not valid
 //   ...

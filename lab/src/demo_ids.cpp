@@ -50,8 +50,8 @@ std::size_t Common(std::vector<std::int64_t> a, std::vector<std::int64_t> b) {
 }
 
 // Two service instances, each with its own worker id: leased from the
-// reference server's shardkit_worker_ids table like a real fleet, or fixed
-// ids if that table is not there.
+// catalog's shardkit_worker_ids table like a real fleet, or fixed ids if the
+// configuration has no catalog or the table is not there.
 struct Instances {
   std::vector<std::shared_ptr<WorkerLease>> leases;
   std::vector<std::unique_ptr<SnowflakeGenerator>> generators;
@@ -63,15 +63,19 @@ Instances StartInstances(Lab& lab) {
   SnowflakeOptions options;
   options.epoch_unix_ms = kLabIdEpochMs;  // the orders column's epoch
   try {
+    if (!lab.Config().catalog_dsn) {
+      throw ConfigError("catalog.dsn", fmt::format("{} has no [catalog], where the leases are", lab.Config().origin));
+    }
+    const std::string catalog = WithConnectTimeout(*lab.Config().catalog_dsn, lab.Config().pool.connect_timeout);
     for (int i = 0; i < 2; ++i) {
       WorkerLeaseOptions lease_options;
       lease_options.id_space = "bookstore-lab-orders";
       lease_options.owner = fmt::format("bookstore-lab instance {}", i);
-      auto lease = WorkerLease::Claim(lab.ReferenceDsn(), lease_options);
+      auto lease = WorkerLease::Claim(catalog, lease_options);
       in.generators.push_back(std::make_unique<SnowflakeGenerator>(lease, options));
       in.leases.push_back(std::move(lease));
     }
-    in.how = "worker ids leased from the reference server's shardkit_worker_ids";
+    in.how = "worker ids leased from the catalog's shardkit_worker_ids";
   } catch (const Error& e) {
     in.leases.clear();
     in.generators.clear();

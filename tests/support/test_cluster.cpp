@@ -15,28 +15,10 @@
 namespace shardkit::test {
 namespace {
 
-std::string ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 void Exec(const std::string& dsn, const std::string& sql) {
   pqxx::connection c{dsn};
   pqxx::nontransaction tx{c};
   tx.exec(sql);
-}
-
-std::vector<std::string> SchemaScripts() {
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(SHARDKIT_SOURCE_DIR "/sql")) {
-    if (entry.path().extension() == ".sql") files.push_back(entry.path());
-  }
-  std::sort(files.begin(), files.end());
-  std::vector<std::string> scripts;
-  for (const auto& f : files) scripts.push_back(ReadFile(f));
-  return scripts;
 }
 
 }  // namespace
@@ -63,37 +45,95 @@ std::string WithDatabase(const std::string& dsn, const std::string& database) {
   return dsn + " dbname=" + database;
 }
 
-ScratchCluster::ScratchCluster(const std::string& name_prefix, PoolOptions pool)
-    : base_(LoadTestConfig()), config_(base_) {
-  database_ = fmt::format("{}_{}", name_prefix, ::getpid());
-  config_.pool = pool;
-  std::vector<std::string*> dsns;
-  for (auto& shard : config_.shards) dsns.push_back(&shard.dsn);
-  dsns.push_back(&*config_.reference_dsn);
-  const auto scripts = SchemaScripts();
-  for (std::string* dsn : dsns) {
-    // Separate statements: each must run outside a transaction block.
-    Exec(*dsn, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database_));
-    Exec(*dsn, fmt::format("CREATE DATABASE {}", database_));
-    *dsn = WithDatabase(*dsn, database_);
-    for (const auto& script : scripts) Exec(*dsn, script);
+const MigrationSet& ProjectMigrations() {
+  static const MigrationSet set = MigrationSet::Load(SHARDKIT_SOURCE_DIR "/sql");
+  return set;
+}
+
+BucketDirectory UnevenSplit(int shard_count, std::int64_t version) {
+  BucketDirectory::Assignments table{};
+  const int total = shard_count * (shard_count + 1) / 2;
+  int bucket = 0;
+  int weight = 0;
+  for (int shard = 0; shard < shard_count; ++shard) {
+    weight += shard + 1;
+    // Rounded to the nearest bucket: shard i ends where the shares up to i end.
+    const int end = (kBucketCount * weight * 2 + total) / (2 * total);
+    for (; bucket < end; ++bucket) table[static_cast<std::size_t>(bucket)] = shard;
   }
-  config_.directory = BucketDirectory::EvenSplit(static_cast<int>(config_.shards.size()));
-  config_.directory_source = DirectorySource::kConfig;
+  return BucketDirectory::FromAssignments(table, shard_count, version);
+}
+
+ScratchCluster::ScratchCluster(const std::string& name_prefix, PoolOptions pool)
+    : ScratchCluster(name_prefix, ScratchOptions{.shards = 0, .directory = std::nullopt, .pool = pool, .migrate = true}) {}
+
+ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions options) {
+  const ClusterConfig base = LoadTestConfig();
+  database_ = fmt::format("{}_{}", name_prefix, ::getpid());
+  const int servers = static_cast<int>(base.shards.size());
+  const int shards = options.shards > 0 ? options.shards : servers;
+  config_ = base;
+  config_.pool = options.pool;
+  config_.origin = "scratch cluster " + database_;
+
+  // Separate statements: each must run outside a transaction block.
+  auto create = [this](const std::string& server_dsn, const std::string& database) {
+    Exec(server_dsn, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database));
+    Exec(server_dsn, fmt::format("CREATE DATABASE {}", database));
+    created_.emplace_back(server_dsn, database);
+    return WithDatabase(server_dsn, database);
+  };
+  try {
+    config_.shards.clear();
+    for (int i = 0; i < shards; ++i) {
+      const std::string& server = base.shards[static_cast<std::size_t>(i % servers)].dsn;
+      config_.shards.push_back({fmt::format("shard{}", i), create(server, ShardDatabaseName(i))});
+    }
+    config_.reference_dsn = create(*base.reference_dsn, database_);
+    config_.catalog_dsn = create(base.catalog_dsn.value_or(*base.reference_dsn), database_ + "_catalog");
+    config_.directory = options.directory.value_or(BucketDirectory::EvenSplit(shards));
+    if (config_.directory.ShardCount() != shards) {
+      throw std::runtime_error(fmt::format("scratch cluster {}: the directory is for {} shards, not {}", database_,
+                                           config_.directory.ShardCount(), shards));
+    }
+    config_.directory_source = DirectorySource::kConfig;
+    if (options.migrate) {
+      Migrator migrator(ProjectMigrations(), shardkit::MigrationServers(config_));
+      const MigrationReport report = migrator.Apply();
+      if (!report.Ok()) {
+        std::string why;
+        for (const auto& left : report.left_behind) why += "; " + left;
+        for (const auto& step : report.applied) {
+          if (!step.ok) why += fmt::format("; {} version {}: {}", step.server, step.version, step.error);
+        }
+        throw std::runtime_error("scratch cluster " + database_ + ": migrating failed" + why);
+      }
+      pqxx::connection catalog{*config_.catalog_dsn};
+      StoreDirectory(catalog, config_.directory);
+      config_.directory_source = DirectorySource::kCatalog;
+    }
+  } catch (...) {
+    for (const auto& [server, database] : created_) {
+      try {
+        Exec(server, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database));
+      } catch (const std::exception&) {
+      }
+    }
+    throw;
+  }
 }
 
 ScratchCluster::~ScratchCluster() {
-  std::vector<std::string> dsns;
-  for (const auto& shard : base_.shards) dsns.push_back(shard.dsn);
-  dsns.push_back(*base_.reference_dsn);
-  for (const auto& dsn : dsns) {
+  for (const auto& [server, database] : created_) {
     try {
-      Exec(dsn, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database_));
+      Exec(server, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database));
     } catch (const std::exception&) {
       // A server stopped by the test itself; the next run drops it.
     }
   }
 }
+
+std::string ScratchCluster::ShardDatabaseName(int shard) const { return fmt::format("{}_s{}", database_, shard); }
 
 std::unique_ptr<BucketShardResolver> ScratchCluster::MakeResolver(std::optional<PoolOptions> pool) const {
   ClusterConfig config = config_;
@@ -103,6 +143,7 @@ std::unique_ptr<BucketShardResolver> ScratchCluster::MakeResolver(std::optional<
 
 void ScratchCluster::ExecOnShard(int shard, const std::string& sql) const { Exec(ShardDsn(shard), sql); }
 void ScratchCluster::ExecOnReference(const std::string& sql) const { Exec(ReferenceDsn(), sql); }
+void ScratchCluster::ExecOnCatalog(const std::string& sql) const { Exec(CatalogDsn(), sql); }
 void ScratchCluster::ExecEverywhere(const std::string& sql) const {
   for (int s = 0; s < ShardCount(); ++s) ExecOnShard(s, sql);
   ExecOnReference(sql);

@@ -1,16 +1,21 @@
 // Test support: the local cluster started by lab/cluster, and scratch
 // databases so that every test binary works on data of its own.
 //
-//   shardkit::test::ScratchCluster cluster{"pool_pgtest"};   // CREATE DATABASE on every server
+//   shardkit::test::ScratchCluster cluster{"pool_pgtest"};   // a database per shard, reference, catalog
 //   auto resolver = cluster.MakeResolver();
 //   cluster.ExecOnReference("INSERT ...");
+//
+//   // three shards on the cluster's two shard servers, buckets placed unevenly
+//   shardkit::test::ScratchCluster three{"verify_pgtest", {.shards = 3, .directory = UnevenSplit(3)}};
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "shardkit/config.hpp"
+#include "shardkit/migrate.hpp"
 #include "shardkit/resolver.hpp"
 
 namespace shardkit::test {
@@ -22,29 +27,61 @@ namespace shardkit::test {
 // The same connection string pointing at another database.
 [[nodiscard]] std::string WithDatabase(const std::string& dsn, const std::string& database);
 
-// A database created on every shard and on the reference server, with the
-// project's sql/*.sql applied; dropped again by the destructor.
+// The project's migration files (<source dir>/sql).
+[[nodiscard]] const MigrationSet& ProjectMigrations();
+
+// A directory whose shards own different numbers of buckets: shard i gets
+// a share proportional to i + 1 (3 shards: 11, 21, 32 buckets), in
+// contiguous ranges.
+[[nodiscard]] BucketDirectory UnevenSplit(int shard_count, std::int64_t version = 1);
+
+struct ScratchOptions {
+  // Shards of the scratch cluster (0: one per shard server of the local
+  // cluster). Shard i lives in database <name>_s<i> on shard server
+  // i % (number of shard servers), so any number fits on two servers.
+  int shards = 0;
+  // Where the buckets are (default: the even split over `shards`); stored in
+  // the scratch catalog's shard_directory, and the config reads it there.
+  std::optional<BucketDirectory> directory;
+  PoolOptions pool;
+  // Apply the project's sql/ through the migrator (shardkit/migrate.hpp).
+  // Without it the databases are empty and the directory is not stored:
+  // tests of the migrator bring their own migration files.
+  bool migrate = true;
+};
+
+// Scratch databases: one per shard, one on the reference server, one catalog
+// (on the catalog's instance, or the reference server's); dropped again by
+// the destructor.
 class ScratchCluster {
  public:
   explicit ScratchCluster(const std::string& name_prefix, PoolOptions pool = {});
+  ScratchCluster(const std::string& name_prefix, ScratchOptions options);
   ~ScratchCluster();
   ScratchCluster(const ScratchCluster&) = delete;
   ScratchCluster& operator=(const ScratchCluster&) = delete;
 
   [[nodiscard]] const ClusterConfig& Config() const noexcept { return config_; }
+  // The reference server's scratch database; shard i's is ShardDatabaseName(i).
   [[nodiscard]] const std::string& DatabaseName() const noexcept { return database_; }
+  [[nodiscard]] std::string ShardDatabaseName(int shard) const;
   [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(config_.shards.size()); }
   [[nodiscard]] const std::string& ShardDsn(int shard) const { return config_.shards.at(static_cast<std::size_t>(shard)).dsn; }
   [[nodiscard]] const std::string& ReferenceDsn() const { return *config_.reference_dsn; }
-  // A resolver over the scratch databases (even split unless given).
+  [[nodiscard]] const std::string& CatalogDsn() const { return *config_.catalog_dsn; }
+  [[nodiscard]] const BucketDirectory& Directory() const noexcept { return config_.directory; }
+  // The servers a migrator works on: the shards, the reference, the catalog.
+  [[nodiscard]] std::vector<MigrationServer> MigrationServers() const { return shardkit::MigrationServers(config_); }
+  // A resolver over the scratch databases (the scratch directory).
   [[nodiscard]] std::unique_ptr<BucketShardResolver> MakeResolver(std::optional<PoolOptions> pool = {}) const;
 
   void ExecOnShard(int shard, const std::string& sql) const;
   void ExecOnReference(const std::string& sql) const;
+  void ExecOnCatalog(const std::string& sql) const;
   void ExecEverywhere(const std::string& sql) const;  // every shard and the reference
 
  private:
-  ClusterConfig base_;
+  std::vector<std::pair<std::string, std::string>> created_;  // (server dsn, database) to drop
   ClusterConfig config_;
   std::string database_;
 };

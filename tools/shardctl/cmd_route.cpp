@@ -44,7 +44,9 @@ shardkit::BucketDirectory RoutingDirectory(const CliContext& context) {
                  "(2 shards: buckets 0-31 -> shard 0, 32-63 -> shard 1)\n";
     return shardkit::BucketDirectory::EvenSplit(2);
   }
-  return context.LoadConfig().directory;
+  const auto config = context.LoadConfig();
+  if (config.directory_source == shardkit::DirectorySource::kCatalog) return shardkit::LoadCatalogDirectory(config);
+  return config.directory;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ class App;
 
 namespace shardkit {
 class BucketShardResolver;
+class MigrationSet;
 struct ClusterConfig;
 }  // namespace shardkit
 
@@ -18,11 +19,17 @@ struct ClusterConfig;
 struct CliContext {
   std::optional<std::string> config_path;  // --config, else $SHARDKIT_CONFIG, else ./shardkit.toml
   bool json = false;                       // --json: machine-readable output
+  std::optional<std::string> sql_dir;      // --sql-dir: the migration files
 
   [[nodiscard]] shardkit::ClusterConfig LoadConfig() const;
   [[nodiscard]] std::unique_ptr<shardkit::BucketShardResolver> MakeResolver() const;
+  // The migration files of --sql-dir, else the installed ones, else ./sql;
+  // `where` says which directory and why.
+  [[nodiscard]] shardkit::MigrationSet LoadMigrations(std::string& where) const;
 };
 
 void AddRouteCommands(CLI::App& app, CliContext& context);   // route, my-orders
 void AddShardsCommand(CLI::App& app, CliContext& context);   // shards
 void AddIdCommands(CLI::App& app);                           // id uuidv7|snowflake|decode
+void AddMigrateCommands(CLI::App& app, CliContext& context);  // migrate, migrate status
+void AddVerifyCommand(CLI::App& app, CliContext& context);    // verify

@@ -3,6 +3,8 @@
 //   shardctl route 4242 4243 77777
 //   shardctl my-orders 4242
 //   shardctl shards --json
+//   shardctl migrate [--to V] [--dry-run]      shardctl migrate status [--json]
+//   shardctl verify [--json]
 //
 // Exit codes: 0 success, 1 a shardkit error (message on stderr), 2 bad usage.
 #include <fmt/format.h>
@@ -13,6 +15,7 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/migrate.hpp"
 #include "shardkit/resolver.hpp"
 
 shardkit::ClusterConfig CliContext::LoadConfig() const {
@@ -23,17 +26,30 @@ std::unique_ptr<shardkit::BucketShardResolver> CliContext::MakeResolver() const 
   return shardkit::BucketShardResolver::FromConfig(LoadConfig());
 }
 
+shardkit::MigrationSet CliContext::LoadMigrations(std::string& where) const {
+  const shardkit::SqlDirectory dir = shardkit::FindSqlDirectory(sql_dir);
+  auto set = shardkit::MigrationSet::Load(dir.path);
+  where = fmt::format("{} ({})", set.Directory().string(), dir.why);
+  return set;
+}
+
 int main(int argc, char** argv) {
-  CLI::App app{"shardctl: route customers, inspect shards and generate global IDs for a shardkit cluster"};
+  CLI::App app{"shardctl: route customers, inspect shards, migrate and verify them, and generate global IDs for a "
+               "shardkit cluster"};
   app.require_subcommand(1);
+  app.fallthrough();  // global options after the subcommand too: shardctl verify --json
   CliContext context;
   app.add_option("--config", context.config_path,
                  "cluster configuration file (default: $SHARDKIT_CONFIG, else ./shardkit.toml)");
   app.add_flag("--json", context.json, "print data as JSON");
+  app.add_option("--sql-dir", context.sql_dir,
+                 "the migration files (default: the installed share/shardkit/sql, else ./sql)");
 
   AddRouteCommands(app, context);
   AddShardsCommand(app, context);
   AddIdCommands(app);
+  AddMigrateCommands(app, context);
+  AddVerifyCommand(app, context);
 
   try {
     app.parse(argc, argv);

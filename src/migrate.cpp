@@ -521,6 +521,17 @@ struct StepOutcome {
   std::string error;
 };
 
+// A server shutting down ends sessions with an error (57P01...) before the
+// connection drops; either way this server is gone for this run.
+bool ConnectionGone(pqxx::connection_base& c, const std::exception& e) {
+  if (!c.is_open()) return true;
+  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {
+    const std::string& state = sql->sqlstate();
+    return state.starts_with("57P") || state.starts_with("08");
+  }
+  return false;
+}
+
 void RecordFailure(pqxx::connection_base& c, const Migration& m, bool transactional, int steps_done,
                    double duration_ms, const std::string& applied_by, const std::string& error) {
   pqxx::work tx{c, "record failed migration"};
@@ -555,6 +566,10 @@ StepOutcome ApplyInTransaction(pqxx::connection_base& c, const Migration& m, con
     return out;
   } catch (const std::exception& e) {
     out.error = ErrorText(e);
+    if (ConnectionGone(c, e)) {
+      out.lost = true;
+      return out;
+    }
   }
   try {
     RecordFailure(c, m, true, 0, MsSince(start), applied_by, out.error);
@@ -590,6 +605,10 @@ StepOutcome ApplyStepByStep(pqxx::connection_base& c, const Migration& m, const 
         throw;
       } catch (const std::exception& e) {
         out.error = fmt::format("step {} of {}: {}", done + 1, total, ErrorText(e));
+        if (ConnectionGone(c, e)) {
+          out.lost = true;
+          return out;
+        }
         ServerMigrationStatus state;
         ReadServer(c, state);
         for (const auto& index : state.invalid_indexes) {

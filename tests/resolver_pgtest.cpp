@@ -107,7 +107,7 @@ TEST(BucketShardResolver, AnUnreachableCatalogIsNamedWithoutItsPassword) {
 }
 
 TEST(BucketShardResolver, AnUnmigratedCatalogSaysToMigrate) {
-  ScratchCluster cluster{"resolver_bare_pgtest", shardkit::test::ScratchOptions{.migrate = false}};
+  ScratchCluster cluster{"resolver_bare_pgtest", shardkit::test::ScratchOptions().Unmigrated()};
   auto config = cluster.Config();
   config.directory_source = shardkit::DirectorySource::kCatalog;
   try {

@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace shardkit::test {
 namespace {
@@ -65,7 +66,7 @@ BucketDirectory UnevenSplit(int shard_count, std::int64_t version) {
 }
 
 ScratchCluster::ScratchCluster(const std::string& name_prefix, PoolOptions pool)
-    : ScratchCluster(name_prefix, ScratchOptions{.shards = 0, .directory = std::nullopt, .pool = pool, .migrate = true}) {}
+    : ScratchCluster(name_prefix, ScratchOptions().Pool(pool)) {}
 
 ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions options) {
   const ClusterConfig base = LoadTestConfig();
@@ -76,21 +77,41 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
   config_.pool = options.pool;
   config_.origin = "scratch cluster " + database_;
 
-  // Separate statements: each must run outside a transaction block.
-  auto create = [this](const std::string& server_dsn, const std::string& database) {
-    Exec(server_dsn, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database));
-    Exec(server_dsn, fmt::format("CREATE DATABASE {}", database));
-    created_.emplace_back(server_dsn, database);
-    return WithDatabase(server_dsn, database);
-  };
+  // (server dsn, database) of every scratch database: the shards', the
+  // reference's, the catalog's.
+  std::vector<std::pair<std::string, std::string>> wanted;
+  for (int i = 0; i < shards; ++i) {
+    wanted.emplace_back(base.shards[static_cast<std::size_t>(i % servers)].dsn, ShardDatabaseName(i));
+  }
+  wanted.emplace_back(*base.reference_dsn, database_);
+  wanted.emplace_back(base.catalog_dsn.value_or(*base.reference_dsn), database_ + "_catalog");
+  created_ = wanted;
   try {
+    // All at once (CREATE DATABASE takes a few hundred ms each); separate
+    // statements: each must run outside a transaction block.
+    std::vector<std::string> errors(wanted.size());
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < wanted.size(); ++i) {
+      threads.emplace_back([&wanted, &errors, i] {
+        try {
+          Exec(wanted[i].first, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", wanted[i].second));
+          Exec(wanted[i].first, fmt::format("CREATE DATABASE {}", wanted[i].second));
+        } catch (const std::exception& e) {
+          errors[i] = fmt::format("creating database {}: {}", wanted[i].second, RedactDsn(e.what()));
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& error : errors) {
+      if (!error.empty()) throw std::runtime_error("scratch cluster " + database_ + ": " + error);
+    }
     config_.shards.clear();
     for (int i = 0; i < shards; ++i) {
-      const std::string& server = base.shards[static_cast<std::size_t>(i % servers)].dsn;
-      config_.shards.push_back({fmt::format("shard{}", i), create(server, ShardDatabaseName(i))});
+      const auto& [server, database] = wanted[static_cast<std::size_t>(i)];
+      config_.shards.push_back({fmt::format("shard{}", i), WithDatabase(server, database)});
     }
-    config_.reference_dsn = create(*base.reference_dsn, database_);
-    config_.catalog_dsn = create(base.catalog_dsn.value_or(*base.reference_dsn), database_ + "_catalog");
+    config_.reference_dsn = WithDatabase(wanted[wanted.size() - 2].first, wanted[wanted.size() - 2].second);
+    config_.catalog_dsn = WithDatabase(wanted.back().first, wanted.back().second);
     config_.directory = options.directory.value_or(BucketDirectory::EvenSplit(shards));
     if (config_.directory.ShardCount() != shards) {
       throw std::runtime_error(fmt::format("scratch cluster {}: the directory is for {} shards, not {}", database_,
@@ -113,24 +134,25 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
       config_.directory_source = DirectorySource::kCatalog;
     }
   } catch (...) {
-    for (const auto& [server, database] : created_) {
-      try {
-        Exec(server, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database));
-      } catch (const std::exception&) {
-      }
-    }
+    DropAll();
     throw;
   }
 }
 
-ScratchCluster::~ScratchCluster() {
+ScratchCluster::~ScratchCluster() { DropAll(); }
+
+void ScratchCluster::DropAll() noexcept {
+  std::vector<std::thread> threads;
   for (const auto& [server, database] : created_) {
-    try {
-      Exec(server, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database));
-    } catch (const std::exception&) {
-      // A server stopped by the test itself; the next run drops it.
-    }
+    threads.emplace_back([&server = server, &database = database] {
+      try {
+        Exec(server, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database));
+      } catch (const std::exception&) {
+        // A server stopped by the test itself; the next run drops it.
+      }
+    });
   }
+  for (auto& t : threads) t.join();
 }
 
 std::string ScratchCluster::ShardDatabaseName(int shard) const { return fmt::format("{}_s{}", database_, shard); }

@@ -6,7 +6,8 @@
 //   cluster.ExecOnReference("INSERT ...");
 //
 //   // three shards on the cluster's two shard servers, buckets placed unevenly
-//   shardkit::test::ScratchCluster three{"verify_pgtest", {.shards = 3, .directory = UnevenSplit(3)}};
+//   shardkit::test::ScratchCluster three{"verify_pgtest",
+//                                        ScratchOptions().Shards(3).Directory(UnevenSplit(3))};
 #pragma once
 
 #include <memory>
@@ -48,6 +49,12 @@ struct ScratchOptions {
   // Without it the databases are empty and the directory is not stored:
   // tests of the migrator bring their own migration files.
   bool migrate = true;
+
+  // Chainable: ScratchOptions().Shards(3).Unmigrated()
+  ScratchOptions& Shards(int n) { shards = n; return *this; }
+  ScratchOptions& Directory(BucketDirectory d) { directory = std::move(d); return *this; }
+  ScratchOptions& Pool(PoolOptions p) { pool = p; return *this; }
+  ScratchOptions& Unmigrated() { migrate = false; return *this; }
 };
 
 // Scratch databases: one per shard, one on the reference server, one catalog
@@ -81,6 +88,7 @@ class ScratchCluster {
   void ExecEverywhere(const std::string& sql) const;  // every shard and the reference
 
  private:
+  void DropAll() noexcept;
   std::vector<std::pair<std::string, std::string>> created_;  // (server dsn, database) to drop
   ClusterConfig config_;
   std::string database_;

@@ -30,6 +30,11 @@ WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p'
 ORDER BY 1
 )";
 
+constexpr const char* kColumns = R"(
+SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum
+)";
+
 constexpr const char* kPrimaryKey = R"(
 SELECT a.attname FROM pg_index i
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
@@ -45,6 +50,10 @@ std::string ErrorText(const std::exception& e) {
 }
 
 std::string Rows(std::int64_t n) { return fmt::format("{} row{}", n, n == 1 ? "" : "s"); }
+// "1 row stores", "2 rows store"
+std::string RowsDo(std::int64_t n, const char* one, const char* many) {
+  return fmt::format("{} {}", Rows(n), n == 1 ? one : many);
+}
 
 struct Group {
   int computed = 0;  // bucket_of(customer_id), -1 if NULL
@@ -75,6 +84,7 @@ struct Server {
   std::vector<std::string> sharded_tables;  // discovered there
   std::vector<TableScan> scans;
   std::map<std::string, ReferenceTableSum> reference_sums;
+  std::map<std::string, std::vector<std::string>> columns;  // table -> "name type [not null]"
   std::chrono::microseconds elapsed{0};
 };
 
@@ -124,10 +134,16 @@ void ScanServer(Server& s, const std::vector<std::string>& reference_tables, boo
         s.scans.push_back(std::move(scan));
       }
     }
+    auto describe = [&](const std::string& table) {
+      auto& columns = s.columns[table];
+      for (const auto& row : tx.exec_params(kColumns, tx.quote_name(table))) columns.push_back(row[0].as<std::string>());
+    };
+    for (const auto& table : s.sharded_tables) describe(table);
     for (const auto& table : reference_tables) {
       ReferenceTableSum sum;
       sum.present = tx.exec_params1("SELECT to_regclass($1) IS NOT NULL", tx.quote_name(table))[0].as<bool>();
       if (sum.present) {
+        describe(table);
         sum.key = KeyColumns(tx, table);
         // Order-independent: the sum of a 64-bit hash of each row's text.
         const auto row = tx.exec1(fmt::format(
@@ -217,6 +233,8 @@ std::string_view FindingName(FindingKind kind) noexcept {
       return "schema version";
     case FindingKind::kMissingTable:
       return "missing table";
+    case FindingKind::kTableDefinition:
+      return "table definition";
     case FindingKind::kWrongBucket:
       return "wrong bucket";
     case FindingKind::kMisplacedRows:
@@ -315,6 +333,35 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
     return nullptr;
   };
 
+  // One definition of each table everywhere: the columns, their types and
+  // NOT NULL, in order, as on the reference server (else the first shard).
+  {
+    std::set<std::string> tables(report.sharded_tables.begin(), report.sharded_tables.end());
+    tables.insert(options.reference_tables.begin(), options.reference_tables.end());
+    for (const auto& table : tables) {
+      const Server* baseline = nullptr;
+      for (const auto& candidate : servers) {
+        if (!candidate.connection || !candidate.columns.contains(table)) continue;
+        if (baseline == nullptr || !candidate.shard) baseline = &candidate;  // the reference wins
+      }
+      if (baseline == nullptr) continue;
+      const auto& want = baseline->columns.at(table);
+      for (const auto& s : servers) {
+        if (&s == baseline || !s.connection || !s.columns.contains(table)) continue;
+        const auto& have = s.columns.at(table);
+        if (have == want) continue;
+        std::string first;
+        for (std::size_t i = 0; i < std::max(have.size(), want.size()) && first.empty(); ++i) {
+          const std::string h = i < have.size() ? have[i] : "(none)";
+          const std::string w = i < want.size() ? want[i] : "(none)";
+          if (h != w) first = fmt::format("column {}: {} here, {} on {}", i + 1, h, w, baseline->name);
+        }
+        add(FindingKind::kTableDefinition, s.name, table, std::nullopt, 0, "",
+            fmt::format("{} {}: the table's columns differ from {}'s ({})", s.name, table, baseline->name, first));
+      }
+    }
+  }
+
   // Rows on the wrong shard or with the wrong bucket.
   for (auto& s : servers) {
     if (!s.shard || !s.connection) continue;
@@ -335,8 +382,8 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
           add(FindingKind::kWrongBucket, s.name, scan.table, g.stored, g.rows, sample,
               g.computed < 0 ? fmt::format("{} {}: {} with bucket {} and a NULL customer_id, e.g. {}", s.name,
                                            scan.table, Rows(g.rows), g.stored, sample)
-                             : fmt::format("{} {}: {} store bucket {} but bucket_of(customer_id) = {}, e.g. {}",
-                                           s.name, scan.table, Rows(g.rows), g.stored, g.computed, sample));
+                             : fmt::format("{} {}: {} bucket {} but bucket_of(customer_id) = {}, e.g. {}", s.name,
+                                           scan.table, RowsDo(g.rows, "stores", "store"), g.stored, g.computed, sample));
         }
         if (directory && g.computed >= 0 && directory->ShardOf(g.computed) != shard) not_owned[g.computed] += g.rows;
       }
@@ -457,8 +504,10 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
       std::string sample_text;
       for (const auto& sample : samples) sample_text += (sample_text.empty() ? "" : "; ") + sample;
       add(FindingKind::kReferenceDiffers, s.name, table, std::nullopt, differing, samples.empty() ? "" : samples.front(),
-          fmt::format("{} {}: {} differ from {}'s copy ({} there, {} here), e.g. {}", s.name, table, Rows(differing),
-                      baseline->name, want.rows, have.rows, sample_text));
+          fmt::format("{} {}: {} from the {} copy ({} rows there, {} here), e.g. {}", s.name, table,
+                      RowsDo(differing, "differs", "differ"),
+                      baseline->shard ? baseline->name + "'s" : std::string("reference server's"), want.rows,
+                      have.rows, sample_text));
     }
   }
 

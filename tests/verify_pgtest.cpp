@@ -2,7 +2,8 @@
 // on the local cluster's two shard servers. A clean cluster passes; each
 // planted problem is found and named: a misplaced row, an orphan bucket, a
 // differing books row, a wrong bucket value, a bucket short of rows, a
-// server behind on migrations, a server that does not answer.
+// server behind on migrations, a column changed by hand, a server that does
+// not answer.
 #include "shardkit/verify.hpp"
 
 #include <fmt/format.h>
@@ -141,6 +142,8 @@ TEST_F(VerifyPg, FindsAndNamesEachPlantedProblem) {
                                        short_one * 10 + 1));
   // 6. shard2 behind on migrations.
   cluster_->ExecOnShard(2, "DELETE FROM shardkit_migrations WHERE version = 2");
+  // 7. A column changed by hand on shard 0.
+  cluster_->ExecOnShard(0, "ALTER TABLE order_items ALTER COLUMN quantity TYPE bigint");
 
   const VerifyReport report = VerifyCluster(cluster_->Config(), options_);
   EXPECT_FALSE(report.Ok());
@@ -191,7 +194,14 @@ TEST_F(VerifyPg, FindsAndNamesEachPlantedProblem) {
   EXPECT_EQ(schema[0]->server, "shard2");
   EXPECT_TRUE(Contains(schema[0]->detail, "002")) << schema[0]->detail;
 
-  EXPECT_EQ(report.findings.size(), 1U + 3U + 1U + 1U + 1U + 1U) << All(report);
+  const auto definition = Of(report, FindingKind::kTableDefinition);
+  ASSERT_EQ(definition.size(), 1U) << All(report);
+  EXPECT_EQ(definition[0]->server, "shard0");
+  EXPECT_EQ(definition[0]->table, "order_items");
+  EXPECT_TRUE(Contains(definition[0]->detail, "quantity bigint not null here, quantity integer not null on reference"))
+      << definition[0]->detail;
+
+  EXPECT_EQ(report.findings.size(), 1U + 3U + 1U + 1U + 1U + 1U + 1U) << All(report);
   (void)directory;
 }
 

@@ -10,6 +10,7 @@
 //    lacks is misplaced;
 //  - reference tables (books) are identical on every shard: a count and a
 //    hash aggregate of the rows per table, then the differing keys;
+//  - every table has one definition (columns, types, NOT NULL) everywhere;
 //  - every server is at the same migration version (when given the set);
 //  - with a [reference] server, each bucket's row count on its owner equals
 //    the reference server's.
@@ -59,6 +60,7 @@ enum class FindingKind {
   kDirectory,        // the directory cannot be read or does not fit the shards
   kSchemaVersion,    // a server is not at the same migration version as the others
   kMissingTable,     // a sharded or reference table is missing on a server
+  kTableDefinition,  // a table's columns differ from the reference server's (or the first shard's)
   kWrongBucket,      // bucket <> bucket_of(customer_id)
   kMisplacedRows,    // rows of a bucket the shard does not own, that its owner lacks
   kOrphanBucket,     // rows of a bucket the shard does not own, copies of the owner's

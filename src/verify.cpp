@@ -102,8 +102,9 @@ std::string DescribeKey(const std::vector<std::string>& columns, const std::vect
   return fmt::format("({}) = ({})", names, text);
 }
 
-void ScanServer(Server& s, const std::vector<std::string>& reference_tables, bool count_reference,
-                std::chrono::milliseconds connect_timeout) {
+// Shards: every sharded table; the reference server: the mirrored ones.
+void ScanServer(Server& s, const std::vector<std::string>& reference_tables,
+                const std::vector<std::string>& mirrored_tables, std::chrono::milliseconds connect_timeout) {
   const auto start = Clock::now();
   try {
     s.connection = std::make_unique<pqxx::connection>(WithConnectTimeout(s.dsn, connect_timeout));
@@ -112,8 +113,11 @@ void ScanServer(Server& s, const std::vector<std::string>& reference_tables, boo
     tx.exec0("SET LOCAL jit = off");
     tx.exec0("SET LOCAL application_name = 'shardkit verify'");
     for (const auto& row : tx.exec(kShardedTables)) s.sharded_tables.push_back(row[0].as<std::string>());
-    if (s.shard || count_reference) {
+    {
       for (const auto& table : s.sharded_tables) {
+        if (!s.shard && std::find(mirrored_tables.begin(), mirrored_tables.end(), table) == mirrored_tables.end()) {
+          continue;
+        }
         TableScan scan;
         scan.table = table;
         scan.counts.table = table;
@@ -285,7 +289,7 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
   }
 
   // Every shard and the reference server at once.
-  const bool count_reference = options.compare_with_reference && config.reference_dsn.has_value();
+  const bool count_reference = !options.mirrored_tables.empty() && config.reference_dsn.has_value();
   std::vector<Server> servers;
   for (std::size_t i = 0; i < config.shards.size(); ++i) {
     servers.push_back(Server{config.shards[i].name.empty() ? fmt::format("shard{}", i) : config.shards[i].name,
@@ -298,7 +302,7 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
     std::vector<std::thread> threads;
     for (auto& s : servers) {
       threads.emplace_back([&s, &options, count_reference] {
-        ScanServer(s, options.reference_tables, count_reference, options.connect_timeout);
+        ScanServer(s, options.reference_tables, options.mirrored_tables, options.connect_timeout);
       });
     }
     for (auto& t : threads) t.join();
@@ -317,12 +321,18 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
     if (s.shard && s.connection) sharded.insert(s.sharded_tables.begin(), s.sharded_tables.end());
   }
   report.sharded_tables.assign(sharded.begin(), sharded.end());
+  auto mirrored = [&options](const std::string& table) {
+    return std::find(options.mirrored_tables.begin(), options.mirrored_tables.end(), table) !=
+           options.mirrored_tables.end();
+  };
   for (const auto& s : servers) {
     if (!s.connection || (!s.shard && !count_reference)) continue;
     for (const auto& table : report.sharded_tables) {
+      if (!s.shard && !mirrored(table)) continue;
       if (std::find(s.sharded_tables.begin(), s.sharded_tables.end(), table) == s.sharded_tables.end()) {
         add(FindingKind::kMissingTable, s.name, table, std::nullopt, 0, "",
-            fmt::format("{}: sharded table {} is missing (other shards have it)", s.name, table));
+            fmt::format("{}: sharded table {} is missing ({})", s.name, table,
+                        s.shard ? "other shards have it" : "it mirrors every shard's rows"));
       }
     }
   }
@@ -435,7 +445,7 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
   if (count_reference && directory && servers.back().connection) {
     const Server& reference = servers.back();
     for (const auto& table : report.sharded_tables) {
-      const TableScan* ref_scan = scan_of(reference, table);
+      const TableScan* ref_scan = mirrored(table) ? scan_of(reference, table) : nullptr;
       if (ref_scan == nullptr) continue;
       for (int bucket = 0; bucket < kBucketCount; ++bucket) {
         const ShardId owner = directory->ShardOf(bucket);

@@ -171,6 +171,26 @@ nlohmann::json ReportJson(const shardkit::MigrationReport& report, const std::st
           {"stopped", report.stopped}, {"elapsed_ms", static_cast<double>(report.elapsed.count()) / 1000.0}};
 }
 
+// Servers of the configuration; says on stderr which files no server takes
+// (a configuration without [catalog] leaves the catalog's files unapplied).
+std::vector<shardkit::MigrationServer> Servers(const CliContext& context, const shardkit::MigrationSet& set) {
+  const auto config = context.LoadConfig();
+  auto servers = shardkit::MigrationServers(config);
+  std::string orphans;
+  for (const auto& m : set.All()) {
+    const bool taken = std::any_of(servers.begin(), servers.end(), [&m](const auto& s) { return s.Takes(m); });
+    if (!taken) orphans += (orphans.empty() ? "" : ", ") + m.file_name + " (targets " + m.TargetList() + ")";
+  }
+  if (!orphans.empty()) {
+    const std::string missing = !config.catalog_dsn && !config.reference_dsn ? "[catalog] and [reference]"
+                                : !config.catalog_dsn                        ? "[catalog]"
+                                                                             : "[reference]";
+    fmt::print(stderr, "shardctl: warning: no server of {} takes {}: it has no {} dsn\n", config.origin, orphans,
+               missing);
+  }
+  return servers;
+}
+
 }  // namespace
 
 void AddMigrateCommands(CLI::App& app, CliContext& context) {
@@ -193,7 +213,7 @@ void AddMigrateCommands(CLI::App& app, CliContext& context) {
   status_cmd->final_callback([&context] {
     std::string where;
     const auto set = context.LoadMigrations(where);
-    const shardkit::Migrator migrator(set, shardkit::MigrationServers(context.LoadConfig()));
+    const shardkit::Migrator migrator(set, Servers(context, set));
     const auto status = migrator.Status();
     if (context.json) {
       fmt::print("{}\n", StatusJson(status, where).dump(2));
@@ -233,7 +253,7 @@ void AddMigrateCommands(CLI::App& app, CliContext& context) {
         std::fflush(stdout);
       };
     }
-    shardkit::Migrator migrator(set, shardkit::MigrationServers(context.LoadConfig()), options);
+    shardkit::Migrator migrator(set, Servers(context, set), options);
     const auto report = migrator.Apply(*to, *dry_run);
     if (json) {
       fmt::print("{}\n", ReportJson(report, where).dump(2));

@@ -258,7 +258,7 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
   VerifyReport report;
   report.shard_count = static_cast<int>(config.shards.size());
   report.reference_tables = options.reference_tables;
-  auto add = [&report](FindingKind kind, std::string server, std::string table, std::optional<int> bucket,
+  auto add = [&report](FindingKind kind, std::string server, std::string table, std::optional<BucketId> bucket,
                        std::int64_t rows, std::string sample, std::string detail) {
     report.findings.push_back(VerifyFinding{kind, std::move(server), std::move(table), bucket, rows, std::move(sample),
                                             std::move(detail)});
@@ -389,17 +389,19 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
           } catch (const std::exception& e) {
             sample = "(no sample: " + ErrorText(e) + ")";
           }
-          add(FindingKind::kWrongBucket, s.name, scan.table, g.stored, g.rows, sample,
+          add(FindingKind::kWrongBucket, s.name, scan.table, BucketId{g.stored}, g.rows, sample,
               g.computed < 0 ? fmt::format("{} {}: {} with bucket {} and a NULL customer_id, e.g. {}", s.name,
                                            scan.table, Rows(g.rows), g.stored, sample)
                              : fmt::format("{} {}: {} bucket {} but bucket_of(customer_id) = {}, e.g. {}", s.name,
                                            scan.table, RowsDo(g.rows, "stores", "store"), g.stored, g.computed, sample));
         }
-        if (directory && g.computed >= 0 && directory->ShardOf(g.computed) != shard) not_owned[g.computed] += g.rows;
+        if (directory && g.computed >= 0 && directory->ShardOf(BucketId{g.computed}) != shard) {
+          not_owned[g.computed] += g.rows;
+        }
       }
       for (const auto& [bucket, rows] : not_owned) {
-        const ShardId owner = directory->ShardOf(bucket);
-        const Server& owner_server = servers[static_cast<std::size_t>(owner)];
+        const ShardId owner = directory->ShardOf(BucketId{bucket});
+        const Server& owner_server = servers[static_cast<std::size_t>(ToInt(owner))];
         std::vector<std::string> sample_values;
         std::string sample;
         try {
@@ -424,13 +426,13 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
           }
         }
         if (owner_has.value_or(false)) {
-          add(FindingKind::kOrphanBucket, s.name, scan.table, bucket, rows, sample,
+          add(FindingKind::kOrphanBucket, s.name, scan.table, BucketId{bucket}, rows, sample,
               fmt::format("{} {}: {} of bucket {}, which {} owns, e.g. {}; {} has that row too: an orphan copy (an "
                           "interrupted move?) to delete from {}",
                           s.name, scan.table, Rows(rows), bucket, owner_server.name, sample, owner_server.name,
                           s.name));
         } else {
-          add(FindingKind::kMisplacedRows, s.name, scan.table, bucket, rows, sample,
+          add(FindingKind::kMisplacedRows, s.name, scan.table, BucketId{bucket}, rows, sample,
               fmt::format("{} {}: {} of bucket {}, which {} owns, e.g. {}; {}", s.name, scan.table, Rows(rows),
                           bucket, owner_server.name, sample,
                           owner_has.has_value() ? fmt::format("{} lacks that row: misplaced, it belongs on {}",
@@ -448,15 +450,15 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
       const TableScan* ref_scan = mirrored(table) ? scan_of(reference, table) : nullptr;
       if (ref_scan == nullptr) continue;
       for (int bucket = 0; bucket < kBucketCount; ++bucket) {
-        const ShardId owner = directory->ShardOf(bucket);
-        const Server& owner_server = servers[static_cast<std::size_t>(owner)];
+        const ShardId owner = directory->ShardOf(BucketId{bucket});
+        const Server& owner_server = servers[static_cast<std::size_t>(ToInt(owner))];
         const TableScan* owner_scan = owner_server.connection ? scan_of(owner_server, table) : nullptr;
         if (owner_scan == nullptr) continue;
         const auto b = static_cast<std::size_t>(bucket);
         const std::int64_t have = owner_scan->counts.by_bucket[b];
         const std::int64_t want = ref_scan->counts.by_bucket[b];
         if (have == want) continue;
-        add(FindingKind::kCountDiffers, owner_server.name, table, bucket, want - have, "",
+        add(FindingKind::kCountDiffers, owner_server.name, table, BucketId{bucket}, want - have, "",
             fmt::format("{} {} bucket {}: {} on its owner, {} on the reference server ({} {})", owner_server.name,
                         table, bucket, Rows(have), want, have < want ? "missing" : "extra",
                         have < want ? want - have : have - want));

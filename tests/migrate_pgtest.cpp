@@ -431,7 +431,7 @@ TEST(MigratePg, ScratchClustersAreMigratedAndCanHaveMoreShardsThanServers) {
   // The resolver reads the uneven directory from the scratch catalog.
   auto resolver = cluster.MakeResolver();
   EXPECT_EQ(*resolver->Directory(), test::UnevenSplit(4));
-  EXPECT_LT(resolver->Directory()->BucketsOf(0).size(), resolver->Directory()->BucketsOf(3).size());
+  EXPECT_LT(resolver->Directory()->BucketsOf(ShardId{0}).size(), resolver->Directory()->BucketsOf(ShardId{3}).size());
 
   // A new, empty shard database is not at the current schema until migrated.
   ScratchCluster bare{"migrate_bare_pgtest", ScratchOptions().Shards(1).Unmigrated()};

@@ -29,7 +29,7 @@ bool Contains(const std::string& text, const std::string& part) { return text.fi
 // reference server gets all of them), and every book.
 std::string DataSql(const std::vector<BucketId>& buckets) {
   std::string list;
-  for (const BucketId b : buckets) list += (list.empty() ? "" : ",") + std::to_string(b);
+  for (const BucketId b : buckets) list += (list.empty() ? "" : ",") + std::to_string(ToInt(b));
   const std::string where = fmt::format("bucket_of(g) = ANY ('{{{}}}'::int[])", list);
   return fmt::format(
       "INSERT INTO customers (customer_id, bucket, name, email, created_at) "
@@ -56,23 +56,24 @@ class VerifyPg : public ::testing::Test {
                                                 ScratchOptions().Shards(3).Directory(test::UnevenSplit(3)));
     const BucketDirectory& directory = cluster_->Directory();
     std::vector<BucketId> all;
-    for (int b = 0; b < kBucketCount; ++b) all.push_back(b);
+    for (const BucketId b : AllBuckets()) all.push_back(b);
     cluster_->ExecOnReference(DataSql(all));
     cluster_->ExecEverywhere(kBooks);
-    for (int s = 0; s < 3; ++s) cluster_->ExecOnShard(s, DataSql(directory.BucketsOf(s)));
+    for (const ShardId s : FirstShards(3)) cluster_->ExecOnShard(ToInt(s), DataSql(directory.BucketsOf(s)));
     options_.migrations = &test::ProjectMigrations();
   }
 
   // The first customer (1..kCustomers) whose bucket `shard` owns, other than `except`.
   CustomerId CustomerOn(ShardId shard, std::vector<BucketId> except = {}) const {
-    for (CustomerId c = 1; c <= kCustomers; ++c) {
+    for (int id = 1; id <= kCustomers; ++id) {
+      const CustomerId c{id};
       const BucketId b = BucketOf(c);
       if (cluster_->Directory().ShardOf(b) == shard && std::find(except.begin(), except.end(), b) == except.end()) {
         return c;
       }
     }
     ADD_FAILURE() << "no customer on shard " << shard;
-    return 0;
+    return CustomerId{0};
   }
 
   static std::vector<const VerifyFinding*> Of(const VerifyReport& report, FindingKind kind) {
@@ -109,7 +110,7 @@ TEST_F(VerifyPg, ACleanClusterPassesAndIsCountedPerShardAndBucket) {
     EXPECT_EQ(server.tables[0].table, "customers");
     customers += server.tables[0].rows;
     for (int b = 0; b < kBucketCount; ++b) {
-      const bool owned = cluster_->Directory().ShardOf(b) == s;
+      const bool owned = cluster_->Directory().ShardOf(BucketId{b}) == ShardId{s};
       if (!owned) {
         EXPECT_EQ(server.tables[0].by_bucket[static_cast<std::size_t>(b)], 0) << "shard" << s << " bucket " << b;
       }
@@ -122,24 +123,24 @@ TEST_F(VerifyPg, ACleanClusterPassesAndIsCountedPerShardAndBucket) {
 TEST_F(VerifyPg, FindsAndNamesEachPlantedProblem) {
   const BucketDirectory& directory = cluster_->Directory();
   // 1. A row on the wrong shard only: an order of a shard-2 customer on shard 0.
-  const CustomerId stray = CustomerOn(2);
+  const CustomerId stray = CustomerOn(ShardId{2});
   cluster_->ExecOnShard(0, fmt::format("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) "
                                        "VALUES ({}, {}, 999999, '2026-02-01', 1)",
                                        stray, BucketOf(stray)));
   // 2. A whole bucket of shard 1 copied onto shard 0: an orphan, as an interrupted move leaves it.
-  const BucketId orphan = BucketOf(CustomerOn(1));
+  const BucketId orphan = BucketOf(CustomerOn(ShardId{1}));
   cluster_->ExecOnShard(0, DataSql({orphan}));
   // 3. One books row differs on shard 2.
   cluster_->ExecOnShard(2, "UPDATE books SET price = price + 1 WHERE book_id = 17");
   // 4. A wrong bucket value on shard 1 (past a dropped CHECK).
-  const CustomerId wrong = CustomerOn(1, {orphan});
-  const BucketId stored = (BucketOf(wrong) + 1) % kBucketCount;
+  const CustomerId wrong = CustomerOn(ShardId{1}, {orphan});
+  const BucketId stored{(ToInt(BucketOf(wrong)) + 1) % kBucketCount};
   cluster_->ExecOnShard(1, "ALTER TABLE customers DROP CONSTRAINT customers_check");
   cluster_->ExecOnShard(1, fmt::format("UPDATE customers SET bucket = {} WHERE customer_id = {}", stored, wrong));
   // 5. An order lost on its owner (the reference still has it).
-  const CustomerId short_one = CustomerOn(2, {BucketOf(stray)});
+  const CustomerId short_one = CustomerOn(ShardId{2}, {BucketOf(stray)});
   cluster_->ExecOnShard(2, fmt::format("DELETE FROM orders WHERE customer_id = {} AND order_id = {}", short_one,
-                                       short_one * 10 + 1));
+                                       ToInt(short_one) * 10 + 1));
   // 6. shard2 behind on migrations.
   cluster_->ExecOnShard(2, "DELETE FROM shardkit_migrations WHERE version = 2");
   // 7. A column changed by hand on shard 0.

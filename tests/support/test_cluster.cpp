@@ -60,7 +60,7 @@ BucketDirectory UnevenSplit(int shard_count, std::int64_t version) {
     weight += shard + 1;
     // Rounded to the nearest bucket: shard i ends where the shares up to i end.
     const int end = (kBucketCount * weight * 2 + total) / (2 * total);
-    for (; bucket < end; ++bucket) table[static_cast<std::size_t>(bucket)] = shard;
+    for (; bucket < end; ++bucket) table[static_cast<std::size_t>(bucket)] = ShardId{shard};
   }
   return BucketDirectory::FromAssignments(table, shard_count, version);
 }

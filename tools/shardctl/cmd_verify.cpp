@@ -59,7 +59,7 @@ nlohmann::json ReportJson(const shardkit::VerifyReport& report, const std::strin
       tables[t.table] = {{"rows", t.rows}, {"by_bucket", buckets}};
     }
     servers.push_back({{"server", s.server},
-                       {"shard", s.shard ? nlohmann::json(*s.shard) : nlohmann::json(nullptr)},
+                       {"shard", s.shard ? nlohmann::json(shardkit::ToInt(*s.shard)) : nlohmann::json(nullptr)},
                        {"reachable", s.reachable},
                        {"elapsed_ms", static_cast<double>(s.elapsed.count()) / 1000.0},
                        {"tables", tables}});
@@ -69,7 +69,7 @@ nlohmann::json ReportJson(const shardkit::VerifyReport& report, const std::strin
     findings.push_back({{"kind", std::string(shardkit::FindingName(f.kind))},
                         {"server", f.server},
                         {"table", f.table},
-                        {"bucket", f.bucket ? nlohmann::json(*f.bucket) : nlohmann::json(nullptr)},
+                        {"bucket", f.bucket ? nlohmann::json(shardkit::ToInt(*f.bucket)) : nlohmann::json(nullptr)},
                         {"rows", f.rows},
                         {"sample_key", f.sample_key},
                         {"detail", f.detail}});

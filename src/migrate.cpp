@@ -159,7 +159,12 @@ std::string DescribeIndex(const InvalidIndex& index) {
 }
 
 // Who holds the migration lock on this database, for the message.
-std::string LockHolder(pqxx::connection_base& connection) {
+struct Holder {
+  int pid = 0;
+  std::string text;
+};
+
+Holder LockHolder(pqxx::connection_base& connection) {
   try {
     pqxx::nontransaction tx{connection};
     const auto rows = tx.exec_params(
@@ -172,23 +177,40 @@ std::string LockHolder(pqxx::connection_base& connection) {
         "AND l.classid = $1::oid AND l.objid = $2::oid",
         std::to_string(static_cast<std::uint64_t>(kLockKey) >> 32),
         std::to_string(static_cast<std::uint64_t>(kLockKey) & 0xFFFFFFFFU));
-    if (rows.empty()) return "the holder has just let go";
+    if (rows.empty()) return {0, "the holder has just let go"};
     const auto& r = rows[0];
-    return fmt::format("held by pid {}, application '{}', user {}, from {}, connected since {} UTC", r[0].as<int>(),
-                       r[1].as<std::string>(), r[2].as<std::string>(), r[3].as<std::string>(),
-                       r[4].as<std::string>());
+    return {r[0].as<int>(),
+            fmt::format("held by pid {}, application '{}', user {}, from {}, connected since {} UTC", r[0].as<int>(),
+                        r[1].as<std::string>(), r[2].as<std::string>(), r[3].as<std::string>(),
+                        r[4].as<std::string>())};
   } catch (const std::exception& e) {
-    return "holder unknown: " + ErrorText(e);
+    return {0, "holder unknown: " + ErrorText(e)};
   }
 }
 
-void TakeLock(pqxx::connection_base& connection, const MigrationServer& server, std::chrono::milliseconds timeout) {
+// `mine`: backend pid -> server name of the sessions this run has locked
+// already. If one of them holds this lock, two configured servers are one
+// database: waiting would only time out.
+void TakeLock(pqxx::connection_base& connection, const MigrationServer& server, std::chrono::milliseconds timeout,
+              const std::map<int, std::string>& mine) {
   bool locked = false;
-  try {
+  {
     pqxx::nontransaction tx{connection};
-    if (timeout.count() <= 0) {
-      locked = tx.exec_params1("SELECT pg_try_advisory_lock($1)", kLockKey)[0].as<bool>();
-    } else {
+    locked = tx.exec_params1("SELECT pg_try_advisory_lock($1)", kLockKey)[0].as<bool>();
+  }
+  if (!locked) {
+    const Holder holder = LockHolder(connection);
+    if (const auto it = mine.find(holder.pid); it != mine.end()) {
+      throw MigrationError(fmt::format("{} and {} are the same database (this run holds its migration lock through "
+                                       "{}): give one database one connection string in the configuration, so it "
+                                       "is one server with both roles",
+                                       server.name, it->second, it->second),
+                           server.name);
+    }
+  }
+  try {
+    if (!locked && timeout.count() > 0) {
+      pqxx::nontransaction tx{connection};
       tx.exec0(fmt::format("SET lock_timeout = {}", timeout.count()));
       tx.exec_params("SELECT pg_advisory_lock($1)", kLockKey);
       tx.exec0("RESET lock_timeout");
@@ -200,7 +222,7 @@ void TakeLock(pqxx::connection_base& connection, const MigrationServer& server, 
   if (!locked) {
     throw MigrationError(fmt::format("{}: another migrator holds the migration lock ({}); waited {} ms. Let it "
                                      "finish and run again, or wait longer (--lock-timeout)",
-                                     server.name, LockHolder(connection), timeout.count()),
+                                     server.name, LockHolder(connection).text, timeout.count()),
                          server.name);
   }
 }
@@ -681,11 +703,13 @@ MigrationReport Migrator::Apply(std::optional<int> to_version, bool dry_run) {
 
   // Lock in one fixed order (the servers' order), so two migrators queue up
   // instead of deadlocking; then read each history under its lock.
+  std::map<int, std::string> locked_by_pid;
   for (Session& s : sessions) {
     if (!s.connection) continue;
     try {
       if (!dry_run) {
-        TakeLock(*s.connection, *s.server, options_.lock_timeout);
+        TakeLock(*s.connection, *s.server, options_.lock_timeout, locked_by_pid);
+        locked_by_pid[s.connection->backendpid()] = s.server->name;
         emit(MigrationEvent::Kind::kLocked, s.server->name, 0, {}, "");
       }
       ReadServer(*s.connection, s.status);

@@ -330,6 +330,25 @@ TEST(MigratePg, TwoMigratorsNeverInterleave) {
   }
 }
 
+TEST(MigratePg, OneDatabaseUnderTwoConnectionStringsIsNamedNotWaitedFor) {
+  ScratchCluster cluster{"migrate_twice_pgtest", ScratchOptions().Shards(1).Unmigrated()};
+  MigrationFiles files;
+  WriteHistory(files);
+  // The catalog spelled differently, but the reference's database.
+  std::vector<MigrationServer> servers{{"reference", cluster.ReferenceDsn(), {ServerRole::kReference}},
+                                       {"catalog", cluster.ReferenceDsn() + " connect_timeout=3", {ServerRole::kCatalog}}};
+  MigratorOptions patient;
+  patient.lock_timeout = 120s;
+  try {
+    (void)Migrator(files.Load(), servers, patient).Apply();
+    FAIL() << "one database under two names was migrated";
+  } catch (const MigrationError& e) {
+    EXPECT_EQ(e.server(), "catalog");
+    EXPECT_TRUE(Contains(e.what(), "catalog and reference are the same database")) << e.what();
+  }
+  EXPECT_TRUE(Logged(cluster.ReferenceDsn()).empty());
+}
+
 TEST(MigratePg, AFailedConcurrentIndexIsReportedInvalidAndResumedAfterRepair) {
   ScratchCluster cluster{"migrate_cic_pgtest", ScratchOptions().Shards(3).Unmigrated()};
   MigrationFiles files;

@@ -119,6 +119,10 @@ ClusterConfig ParseConfig(std::string_view toml_text, std::string origin) {
       shard.name = shards[i].contains("name") ? StringAt(shards[i], path, "name") : fmt::format("shard{}", i);
       shard.dsn = StringAt(shards[i], path, "dsn");
       if (shard.dsn.empty()) throw ConfigError(path + ".dsn", "is empty");
+      if (shards[i].contains("admin_dsn")) {
+        shard.admin_dsn = StringAt(shards[i], path, "admin_dsn");
+        if (shard.admin_dsn.empty()) throw ConfigError(path + ".admin_dsn", "is empty (omit it to use dsn)");
+      }
       config.shards.push_back(std::move(shard));
     }
 

@@ -162,6 +162,40 @@ void StoreDirectory(pqxx::connection_base& connection, const BucketDirectory& di
   tx.commit();
 }
 
+bool CompareAndSetDirectory(pqxx::transaction_base& tx, std::int64_t expected_version, const BucketDirectory& next) {
+  if (next.Version() <= expected_version) {
+    throw DirectoryError(fmt::format("compare-and-set: the new version {} must be higher than the expected {}",
+                                     next.Version(), expected_version));
+  }
+  // Serialise writers: the lock is held until the caller's commit.
+  tx.exec("LOCK TABLE shard_directory IN EXCLUSIVE MODE");
+  const auto stored = tx.exec("SELECT coalesce(max(version), 0) FROM shard_directory")[0][0].as<std::int64_t>();
+  if (stored != expected_version) return false;
+  std::string buckets = "{";
+  std::string shards = "{";
+  for (const BucketId b : AllBuckets()) {
+    buckets += fmt::format("{}{}", ToInt(b) == 0 ? "" : ",", ToInt(b));
+    shards += fmt::format("{}{}", ToInt(b) == 0 ? "" : ",", ToInt(next.ShardOf(b)));
+  }
+  buckets += "}";
+  shards += "}";
+  tx.exec_params(
+      "INSERT INTO shard_directory (bucket, shard, version, updated_at) "
+      "SELECT b, s, $3, now() FROM unnest($1::smallint[], $2::integer[]) AS v(b, s) "
+      "ON CONFLICT (bucket) DO UPDATE SET shard = EXCLUDED.shard, version = EXCLUDED.version, "
+      "updated_at = EXCLUDED.updated_at",
+      buckets, shards, next.Version());
+  return true;
+}
+
+bool CompareAndSetDirectory(pqxx::connection_base& connection, std::int64_t expected_version,
+                            const BucketDirectory& next) {
+  pqxx::work tx{connection};
+  if (!CompareAndSetDirectory(tx, expected_version, next)) return false;
+  tx.commit();
+  return true;
+}
+
 DirectoryHolder::DirectoryHolder(BucketDirectory initial)
     : current_(std::make_shared<const BucketDirectory>(std::move(initial))) {}
 

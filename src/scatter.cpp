@@ -15,6 +15,8 @@
 #include <string>
 
 #include "shardkit/config.hpp"
+#include "shardkit/directory_watcher.hpp"
+#include "shardkit/ownership.hpp"
 #include "shardkit/pool.hpp"
 #include "shardkit/resolver.hpp"
 
@@ -49,6 +51,12 @@
 //   into SQL, and a single statement is enforced), one for COMMIT. The pool's
 //   connections have libpqxx's reconnect-and-retry disabled, so a broken
 //   connection cannot silently run the statement outside the transaction.
+//   The BEGIN round trip also sets shardkit.buckets, the buckets the
+//   scatter's directory snapshot assigns to this shard (ownership.hpp): rows
+//   a bucket move has copied to its target, or not yet deleted from its
+//   source, are seen on one shard only, and a shard that cannot serve a
+//   bucket any more refuses (SK003), so the scatter is run again with a
+//   refreshed directory (FollowDirectory) instead of answering short.
 //   With single_round_trip only the statement is sent: for cheap statements
 //   on busy machines the two extra round trips cost as much as the statement
 //   (bench/scatter_bench.cpp), and the cancel at the deadline plus the
@@ -116,6 +124,7 @@ struct ShardTask {
   ConnectionPool* pool = nullptr;
   std::shared_ptr<const Statement> statement;
   std::string where;  // "shard 1 (shard1)"
+  std::string buckets;  // shardkit.buckets for this shard; empty: not set
 
   std::atomic<Phase> phase{Phase::kQueued};
 
@@ -135,6 +144,7 @@ struct ShardTask {
   bool done = false;
   std::optional<pqxx::result> rows;
   std::string cause;
+  bool stale_directory = false;
   microseconds elapsed{0};
   microseconds queued{0};
   std::size_t bytes = 0;
@@ -213,8 +223,10 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   try {
     // The timeout is a number computed here, not a caller's value; SET takes
     // no parameters.
-    tx.exec(fmt::format("BEGIN{}; SET LOCAL statement_timeout = {}", state.read_only ? " READ ONLY" : "",
-                        left.count()));
+    // The bucket mask is a number computed here as well.
+    tx.exec(fmt::format("BEGIN{}; SET LOCAL statement_timeout = {}{}", state.read_only ? " READ ONLY" : "",
+                        left.count(),
+                        task.buckets.empty() ? std::string() : "; SET LOCAL shardkit.buckets = '" + task.buckets + "'"));
     pqxx::result rows = tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
     committing = true;
     tx.exec("COMMIT");
@@ -267,6 +279,7 @@ void RunShard(ScatterState& state, ShardTask& task) {
   const auto started = Clock::now();
   std::optional<pqxx::result> rows;
   std::string cause;
+  bool stale_directory = false;
   std::size_t bytes = 0;
   if (state.abandoned.load() || started >= state.deadline) {
     cause = fmt::format("not started before the deadline ({} ms): every worker thread was busy; give the "
@@ -286,6 +299,9 @@ void RunShard(ScatterState& state, ShardTask& task) {
         cancelled = task.cancel_requested;
       }
       cause = DescribeFailure(task, error, cancelled, Clock::now() - started);
+      if (const auto refusal = ParseFenceRefusal(error)) {
+        stale_directory = refusal->kind == BucketRefused::Kind::kNotReadable;
+      }
       rows.reset();
     }
   }
@@ -296,6 +312,7 @@ void RunShard(ScatterState& state, ShardTask& task) {
     task.done = true;
     task.rows = std::move(rows);
     task.cause = std::move(cause);
+    task.stale_directory = stale_directory;
     task.bytes = bytes;
     task.elapsed = duration_cast<microseconds>(finished - started);
     task.queued = duration_cast<microseconds>(started - state.start);
@@ -378,7 +395,7 @@ ScatterResult ScatterGather::Run(const std::string& sql, const SqlParams& params
   std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements;
   statements.reserve(shards.size());
   for (ShardId s : shards) statements.emplace_back(s, statement);
-  return impl_->Execute(std::move(statements), options);
+  return ExecuteFollowingDirectory(std::move(statements), options);
 }
 
 ScatterResult ScatterGather::RunPerShard(const std::vector<std::pair<ShardId, Statement>>& statements,
@@ -388,7 +405,32 @@ ScatterResult ScatterGather::RunPerShard(const std::vector<std::pair<ShardId, St
   for (const auto& [shard, statement] : statements) {
     copies.emplace_back(shard, std::make_shared<const Statement>(statement));
   }
-  return impl_->Execute(std::move(copies), options);
+  return ExecuteFollowingDirectory(std::move(copies), options);
+}
+
+ScatterResult ScatterGather::ExecuteFollowingDirectory(
+    std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements, const ScatterOptions& options) {
+  constexpr int kMaxDirectoryRetries = 3;
+  ScatterOptions attempt = options;
+  attempt.deadline = std::min(options.deadline.value_or(Clock::now() + kDefaultTimeout), Clock::now() + kMaxTimeout);
+  for (int retry = 0;; ++retry) {
+    try {
+      ScatterResult result = impl_->Execute(statements, attempt);
+      result.directory_retries = retry;
+      return result;
+    } catch (const ScatterError& e) {
+      const bool stale = std::any_of(e.failures().begin(), e.failures().end(),
+                                     [](const ScatterError::Failure& f) { return f.stale_directory; });
+      if (!stale || watcher_ == nullptr || retry >= kMaxDirectoryRetries || Clock::now() >= *attempt.deadline) throw;
+      // A shard refused a bucket this directory gave it: the whole scatter
+      // runs again with a newer directory, never a mix of two.
+      try {
+        (void)watcher_->RefreshNow();
+      } catch (const Error&) {
+        throw e;
+      }
+    }
+  }
 }
 
 ScatterStats ScatterGather::Stats() const {
@@ -435,6 +477,8 @@ ScatterResult ScatterGather::Impl::Execute(
   ScatterResult result;
   if (statements.empty()) return result;
 
+  // One directory snapshot assigns every bucket to exactly one shard.
+  const auto directory = resolver.Directory();
   auto state = std::make_shared<ScatterState>();
   state->start = start;
   state->deadline = deadline;
@@ -446,6 +490,9 @@ ScatterResult ScatterGather::Impl::Execute(
     task->shard = shard;
     task->pool = &resolver.Pool(shard);
     task->statement = std::move(statement);
+    if (options.directory_buckets && !options.single_round_trip) {
+      task->buckets = BucketSet::Of(*directory, shard).Setting();
+    }
     state->tasks.push_back(std::move(task));
   }
   for (std::size_t i = 0; i < state->tasks.size(); ++i) {
@@ -482,7 +529,7 @@ ScatterResult ScatterGather::Impl::Execute(
       slowest_any = std::max(slowest_any, shard.elapsed);
       result.shards.push_back(std::move(shard));
     } else if (task.done) {
-      result.failures.push_back({task.shard, task.cause});
+      result.failures.push_back({task.shard, task.cause, task.stale_directory});
       slowest_any = std::max(slowest_any, task.elapsed);
     } else {
       result.failures.push_back(
@@ -495,6 +542,7 @@ ScatterResult ScatterGather::Impl::Execute(
   }
   lock.unlock();
   result.elapsed = duration_cast<microseconds>(now - start);
+  result.directory_version = directory->Version();
 
   const std::size_t fanout = state->tasks.size();
   if (!result.failures.empty() && (!options.allow_partial || result.shards.empty())) {

@@ -22,6 +22,9 @@
 //   [[shard]]
 //   name = "shard0"
 //   dsn = "host=127.0.0.1 port=55432 dbname=bookstore user=bookstore"
+//   admin_dsn = "host=127.0.0.1 port=55432 dbname=bookstore user=shardkit_admin"
+//                             # optional: a superuser for bucket moves (logical
+//                             # replication needs one); default: dsn
 //
 //   [[shard]]
 //   name = "shard1"
@@ -48,6 +51,11 @@ namespace shardkit {
 struct ShardConfig {
   std::string name;
   std::string dsn;
+  // For privileged operations only (a bucket move's replication slot,
+  // publication and subscription need a superuser in PostgreSQL 15), so the
+  // application's role need not be one. Empty: dsn.
+  std::string admin_dsn;
+  [[nodiscard]] const std::string& AdminDsn() const noexcept { return admin_dsn.empty() ? dsn : admin_dsn; }
 };
 
 // Where the bucket directory comes from: the [directory] table of this file,

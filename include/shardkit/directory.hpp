@@ -22,6 +22,7 @@
 
 namespace pqxx {
 class connection_base;
+class transaction_base;
 }
 
 namespace shardkit {
@@ -74,6 +75,16 @@ class BucketDirectory {
 // Replaces the shard_directory table's rows with `directory`, in one transaction.
 // Refuses (DirectoryError) if the stored version is not lower than the new one.
 void StoreDirectory(pqxx::connection_base& connection, const BucketDirectory& directory);
+// Compare-and-set: replaces the shard_directory rows with `next` only if the
+// stored version is exactly `expected_version`, and returns whether it did.
+// `next` must have a higher version (DirectoryError otherwise). The catalog's
+// trigger (sql/012) NOTIFYs routers of the new version at commit. The
+// transaction overload leaves the commit to the caller (a move flips the
+// directory and writes its journal in one transaction).
+[[nodiscard]] bool CompareAndSetDirectory(pqxx::connection_base& connection, std::int64_t expected_version,
+                                          const BucketDirectory& next);
+[[nodiscard]] bool CompareAndSetDirectory(pqxx::transaction_base& tx, std::int64_t expected_version,
+                                          const BucketDirectory& next);
 
 // The current snapshot, swapped atomically for concurrent readers.
 // Thread-safe: Current() and Publish() may be called from any thread.

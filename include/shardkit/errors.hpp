@@ -10,6 +10,7 @@
 //   catch (const shardkit::Error& e)      { /* anything shardkit throws */ }
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -132,12 +133,64 @@ class ShardQueryError : public ShardError {
   using ShardError::ShardError;
 };
 
+// A shard refused to serve a bucket (include/shardkit/ownership.hpp): the
+// fence refused a write (SQLSTATE SK001: not owned there, SK002: frozen for a
+// move's cutover) or the visibility rule refused a read (SK003: the caller's
+// directory is out of date). Nothing was written: the refusal happens before
+// any effect, so the transaction may be retried (routed.hpp does). new_owner()
+// is where the bucket went, when the shard knows.
+class BucketRefused : public ShardError {
+ public:
+  enum class Kind { kNotOwned, kFrozen, kNotReadable };
+  BucketRefused(Kind kind, ShardId shard, BucketId bucket, std::optional<ShardId> new_owner, std::string state,
+                const std::string& message)
+      : ShardError(shard, message), kind_(kind), bucket_(bucket), new_owner_(new_owner), state_(std::move(state)) {}
+  [[nodiscard]] Kind kind() const noexcept { return kind_; }
+  [[nodiscard]] BucketId bucket() const noexcept { return bucket_; }
+  [[nodiscard]] std::optional<ShardId> new_owner() const noexcept { return new_owner_; }
+  // The bucket's ownership state on that shard: owned, incoming, retired,
+  // cleaning, absent (or changed: an old REPEATABLE READ snapshot).
+  [[nodiscard]] const std::string& state() const noexcept { return state_; }
+
+ private:
+  Kind kind_;
+  BucketId bucket_;
+  std::optional<ShardId> new_owner_;
+  std::string state_;
+};
+
+// A routed transaction lost its connection while committing: it may or may
+// not have committed. Never retried blindly; check (e.g. by the IDs it wrote)
+// before doing it again.
+class OutcomeUnknown : public ShardError {
+ public:
+  using ShardError::ShardError;
+};
+
+// A bucket move could not start, failed (and was rolled back, or left to
+// resume), or a move command was refused. move_id() names the move when it
+// exists; the message says which step and what to do.
+class MoveError : public Error {
+ public:
+  MoveError(const std::string& message, std::optional<std::int64_t> move_id = {}, std::optional<BucketId> bucket = {})
+      : Error(message), move_id_(move_id), bucket_(bucket) {}
+  [[nodiscard]] std::optional<std::int64_t> move_id() const noexcept { return move_id_; }
+  [[nodiscard]] std::optional<BucketId> bucket() const noexcept { return bucket_; }
+
+ private:
+  std::optional<std::int64_t> move_id_;
+  std::optional<BucketId> bucket_;
+};
+
 // A scatter over several shards failed on one or more of them.
 class ScatterError : public Error {
  public:
   struct Failure {
     ShardId shard;
     std::string cause;
+    // The shard refused a bucket the scatter's directory assigned to it
+    // (SQLSTATE SK003): that directory is out of date.
+    bool stale_directory = false;
   };
   ScatterError(const std::string& message, std::vector<Failure> failures)
       : Error(message), failures_(std::move(failures)) {}

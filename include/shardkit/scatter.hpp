@@ -38,6 +38,7 @@
 namespace shardkit {
 
 class BucketShardResolver;
+class DirectoryWatcher;
 
 // Positional parameters $1..$n, in PostgreSQL text form; nullopt is NULL.
 using SqlParams = std::vector<std::optional<std::string>>;
@@ -62,6 +63,13 @@ struct ScatterOptions {
   bool single_round_trip = false;
   // A label for statistics and messages, e.g. "best-sellers".
   std::string label;
+  // Each shard sees only the rows of the buckets that the scatter's
+  // directory snapshot assigns to it (SET LOCAL shardkit.buckets, in the
+  // BEGIN round trip; see ownership.hpp), so a bucket whose rows a move has
+  // copied to a second shard is still counted once. false: each shard
+  // answers for the buckets it owns itself (as single_round_trip does, which
+  // sends no setting: exact except while a bucket's cutover is under way).
+  bool directory_buckets = true;
 };
 
 struct ShardResult {
@@ -79,6 +87,8 @@ struct ScatterResult {
   std::chrono::microseconds elapsed{0};            // wall time of the whole scatter
   std::optional<ShardId> slowest_shard;            // of the shards that answered
   std::chrono::microseconds slowest_elapsed{0};
+  std::int64_t directory_version = 0;              // the directory snapshot the buckets were assigned by
+  int directory_retries = 0;                       // reruns after a shard said that directory was stale
   [[nodiscard]] std::size_t TotalRows() const noexcept;
   [[nodiscard]] std::size_t TotalBytes() const noexcept;
 };
@@ -129,9 +139,20 @@ class ScatterGather {
   [[nodiscard]] ScatterStats Stats() const;
   [[nodiscard]] BucketShardResolver& Resolver() const noexcept { return resolver_; }
 
+  // When a shard refuses a bucket the scatter's directory assigned to it
+  // (the directory is stale: a move finished), refresh through `watcher`
+  // and run the whole scatter again with the new directory (at most 3 times,
+  // within the deadline). Without a watcher such a scatter throws
+  // ScatterError (its failures say stale_directory). Set before use.
+  void FollowDirectory(DirectoryWatcher* watcher) noexcept { watcher_ = watcher; }
+
  private:
   struct Impl;
+  ScatterResult ExecuteFollowingDirectory(std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements,
+                                          const ScatterOptions& options);
+
   BucketShardResolver& resolver_;
+  DirectoryWatcher* watcher_ = nullptr;
   std::unique_ptr<Impl> impl_;
 };
 

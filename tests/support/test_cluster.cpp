@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "shardkit/ownership.hpp"
+
 namespace shardkit::test {
 namespace {
 
@@ -80,12 +82,16 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
   // (server dsn, database) of every scratch database: the shards', the
   // reference's, the catalog's.
   std::vector<std::pair<std::string, std::string>> wanted;
+  std::vector<std::string> admin_servers;  // admin_dsn of each shard's server, if the config has one
   for (int i = 0; i < shards; ++i) {
-    wanted.emplace_back(base.shards[static_cast<std::size_t>(i % servers)].dsn, ShardDatabaseName(i));
+    const auto& server = base.shards[static_cast<std::size_t>(i % servers)];
+    wanted.emplace_back(server.dsn, ShardDatabaseName(i));
+    admin_servers.push_back(server.admin_dsn);
   }
   wanted.emplace_back(*base.reference_dsn, database_);
   wanted.emplace_back(base.catalog_dsn.value_or(*base.reference_dsn), database_ + "_catalog");
   created_ = wanted;
+  cleanup_admin_ = admin_servers;
   try {
     // All at once (CREATE DATABASE takes a few hundred ms each); separate
     // statements: each must run outside a transaction block.
@@ -108,7 +114,11 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
     config_.shards.clear();
     for (int i = 0; i < shards; ++i) {
       const auto& [server, database] = wanted[static_cast<std::size_t>(i)];
-      config_.shards.push_back({fmt::format("shard{}", i), WithDatabase(server, database)});
+      ShardConfig shard{fmt::format("shard{}", i), WithDatabase(server, database), {}};
+      if (const auto& admin = admin_servers[static_cast<std::size_t>(i)]; !admin.empty()) {
+        shard.admin_dsn = WithDatabase(admin, database);
+      }
+      config_.shards.push_back(std::move(shard));
     }
     config_.reference_dsn = WithDatabase(wanted[wanted.size() - 2].first, wanted[wanted.size() - 2].second);
     config_.catalog_dsn = WithDatabase(wanted.back().first, wanted.back().second);
@@ -132,6 +142,12 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
       pqxx::connection catalog{*config_.catalog_dsn};
       StoreDirectory(catalog, config_.directory);
       config_.directory_source = DirectorySource::kCatalog;
+      if (options.enroll) {
+        for (int i = 0; i < shards; ++i) {
+          pqxx::connection c{ShardDsn(i)};
+          EnrollShard(c, ShardId{i}, BucketSet::Of(config_.directory, ShardId{i}), config_.directory.Version());
+        }
+      }
     }
   } catch (...) {
     DropAll();
@@ -143,8 +159,29 @@ ScratchCluster::~ScratchCluster() { DropAll(); }
 
 void ScratchCluster::DropAll() noexcept {
   std::vector<std::thread> threads;
-  for (const auto& [server, database] : created_) {
-    threads.emplace_back([&server = server, &database = database] {
+  for (std::size_t i = 0; i < created_.size(); ++i) {
+    const auto& [server, database] = created_[i];
+    const std::string admin = i < cleanup_admin_.size() && !cleanup_admin_[i].empty() ? cleanup_admin_[i] : server;
+    threads.emplace_back([&server = server, &database = database, admin] {
+      try {
+        // Subscriptions and slots of moves left by a failed test would keep
+        // the database busy (and a slot its server's WAL): a superuser's job.
+        pqxx::connection c{WithDatabase(admin, database)};
+        pqxx::nontransaction tx{c};
+        for (const auto& row : tx.exec("SELECT quote_ident(subname) FROM pg_subscription WHERE subdbid = "
+                                       "(SELECT oid FROM pg_database WHERE datname = current_database())")) {
+          const std::string name = row[0].c_str();
+          tx.exec("ALTER SUBSCRIPTION " + name + " DISABLE");
+          tx.exec("ALTER SUBSCRIPTION " + name + " SET (slot_name = NONE)");
+          tx.exec("DROP SUBSCRIPTION " + name);
+        }
+        for (const auto& row : tx.exec("SELECT slot_name FROM pg_replication_slots WHERE database = "
+                                       "current_database() AND NOT active")) {
+          tx.exec_params("SELECT pg_drop_replication_slot($1)", row[0].c_str());
+        }
+      } catch (const std::exception&) {
+        // Not a superuser, or the server is gone: DROP DATABASE says why.
+      }
       try {
         Exec(server, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database));
       } catch (const std::exception&) {

@@ -1,0 +1,62 @@
+// Private: a thin RAII wrapper around a libpq connection, for what libpqxx
+// 6.4 does not offer: replication-protocol commands (CREATE_REPLICATION_SLOT
+// ... EXPORT_SNAPSHOT) and streaming COPY from one server straight into
+// another without parsing rows.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shardkit::detail {
+
+// Thrown for any failure; `sqlstate` is empty when there is none (a lost
+// connection). The message is redacted (no passwords).
+struct RawPgError : std::runtime_error {
+  RawPgError(const std::string& message, std::string state, bool lost)
+      : std::runtime_error(message), sqlstate(std::move(state)), connection_lost(lost) {}
+  std::string sqlstate;
+  bool connection_lost = false;
+};
+
+class RawConnection {
+ public:
+  // Connects (blocking); throws RawPgError naming `what` ("shard 2 (admin)").
+  RawConnection(const std::string& dsn, std::string what);
+  ~RawConnection();
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  // Runs SQL (simple protocol) and returns the rows of the last result as
+  // text (NULL as an empty string, see IsNull on the rows' own flags).
+  struct Rows {
+    std::vector<std::string> columns;
+    std::vector<std::vector<std::string>> values;
+  };
+  Rows Exec(const std::string& sql);
+
+  // COPY ... TO STDOUT on this connection into COPY ... FROM STDIN on `into`
+  // (already in COPY IN mode after this call starts it). `on_chunk(bytes)`
+  // is called now and then with the bytes moved so far. Returns the rows the
+  // target reports ("COPY n").
+  std::int64_t CopyInto(const std::string& copy_out_sql, RawConnection& into, const std::string& copy_in_sql,
+                        const std::function<void(std::int64_t rows_so_far)>& on_progress = {});
+
+  [[nodiscard]] const std::string& What() const noexcept { return what_; }
+  [[nodiscard]] bool Alive() const noexcept;
+
+ private:
+  [[noreturn]] void Fail(const std::string& doing, PGresult* result);
+  PGconn* conn_ = nullptr;
+  std::string what_;
+};
+
+// dsn with `key=value` added (key=value form or URI query).
+[[nodiscard]] std::string WithConnectionOption(const std::string& dsn, const std::string& key,
+                                               const std::string& value);
+
+}  // namespace shardkit::detail

@@ -1,0 +1,371 @@
+// The fence and the visibility rule on real shards (sql/010, ownership.hpp).
+#include "shardkit/ownership.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <pqxx/pqxx>
+#include <thread>
+
+#include "shardkit/directory.hpp"
+#include "shardkit/errors.hpp"
+#include "support/test_cluster.hpp"
+
+namespace shardkit {
+namespace {
+
+using test::ScratchCluster;
+using test::ScratchOptions;
+
+// A customer of `bucket` (the first id >= 1 that hashes there).
+int CustomerIn(int bucket, int after = 0) {
+  for (int id = after + 1;; ++id) {
+    if (ToInt(BucketOf(CustomerId{id})) == bucket) return id;
+  }
+}
+
+std::string InsertCustomer(int id) {
+  return fmt::format("INSERT INTO customers (customer_id, bucket, name, email) VALUES ({0}, bucket_of({0}), 'c', 'e')",
+                     id);
+}
+
+// Runs `sql` on `dsn` and returns the fence refusal it raised (or nullopt if
+// it succeeded or failed otherwise).
+std::optional<FenceRefusal> Refusal(const std::string& dsn, const std::string& sql) {
+  pqxx::connection c{dsn};
+  try {
+    pqxx::work tx{c};
+    tx.exec(sql);
+    tx.commit();
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    auto refusal = ParseFenceRefusal(e);
+    if (!refusal) ADD_FAILURE() << "not a fence refusal: " << e.what();
+    return refusal;
+  }
+}
+
+std::int64_t Count(const std::string& dsn, const std::string& sql) {
+  pqxx::connection c{dsn};
+  pqxx::work tx{c};
+  return tx.exec1(sql)[0].as<std::int64_t>();
+}
+
+class Fence : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = new ScratchCluster("ownership_pgtest"); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  static ScratchCluster* cluster_;
+  const std::string& Shard0() const { return cluster_->ShardDsn(0); }
+};
+ScratchCluster* Fence::cluster_ = nullptr;
+
+TEST_F(Fence, EnrolledShardsKnowThemselvesAndTheirBuckets) {
+  for (int s = 0; s < 2; ++s) {
+    pqxx::connection c{cluster_->ShardDsn(s)};
+    const ShardOwnership own = ReadOwnership(c);
+    ASSERT_TRUE(own.enrolled_as);
+    EXPECT_EQ(*own.enrolled_as, ShardId{s});
+    EXPECT_EQ(own.InState(OwnershipState::kOwned), BucketSet::Of(cluster_->Directory(), ShardId{s}));
+    EXPECT_EQ(ShardedTables(c), (std::vector<std::string>{"customers", "order_items", "orders"}));
+  }
+  // Enrolling again with the same buckets changes nothing; with other
+  // buckets it is refused unless replacing.
+  pqxx::connection c{Shard0()};
+  EXPECT_NO_THROW(EnrollShard(c, ShardId{0}, BucketSet::Of(cluster_->Directory(), ShardId{0}), 1));
+  EXPECT_THROW(EnrollShard(c, ShardId{0}, BucketSet::One(BucketId{40}), 1), ShardError);
+  EXPECT_THROW(EnrollShard(c, ShardId{1}, BucketSet::Of(cluster_->Directory(), ShardId{0}), 1), ShardError);
+}
+
+TEST_F(Fence, WritesToBucketsNotOwnedAreRefusedWithTheBucketNamed) {
+  const int mine = CustomerIn(3);      // shard 0 owns 0-31
+  const int theirs = CustomerIn(40);   // shard 1 owns 32-63
+  EXPECT_FALSE(Refusal(Shard0(), InsertCustomer(mine)));
+  const auto refusal = Refusal(Shard0(), InsertCustomer(theirs));
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->kind, BucketRefused::Kind::kNotOwned);
+  EXPECT_EQ(refusal->bucket, BucketId{40});
+  EXPECT_EQ(refusal->shard, ShardId{0});
+  EXPECT_EQ(refusal->state, "absent");
+  EXPECT_NE(refusal->message.find("bucket 40 is not owned by shard 0"), std::string::npos) << refusal->message;
+  // UPDATE moving a row into a foreign bucket, DELETE through 'all'.
+  const auto moved = Refusal(Shard0(), fmt::format("UPDATE customers SET customer_id = {}, bucket = 40 WHERE "
+                                                   "customer_id = {}",
+                                                   theirs, mine));
+  ASSERT_TRUE(moved);
+  EXPECT_EQ(moved->bucket, BucketId{40});
+}
+
+TEST_F(Fence, CopyIsFencedToo) {
+  pqxx::connection c{Shard0()};
+  const int theirs = CustomerIn(41);
+  try {
+    pqxx::work tx{c};
+    pqxx::stream_to out{tx, "customers"};
+    out << std::make_tuple(theirs, 41, std::string("c"), std::string("e"), std::string("2026-01-01 00:00:00+00"));
+    out.complete();
+    tx.commit();
+    FAIL() << "COPY into a foreign bucket was accepted";
+  } catch (const std::exception& e) {
+    // Row-level security forbids COPY FROM outright; the bulk-load bracket
+    // lets it through and then checks the buckets (next test).
+    EXPECT_NE(std::string(e.what()).find("row-level security"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Fence, BulkLoadBracketChecksTheBuckets) {
+  pqxx::connection c{Shard0()};
+  const int mine = CustomerIn(5, 1000);
+  {
+    pqxx::work tx{c};
+    tx.exec("SELECT shardkit_bulk_load_begin()");
+    pqxx::stream_to out{tx, "customers"};
+    out << std::make_tuple(mine, 5, std::string("c"), std::string("e"), std::string("2026-01-01 00:00:00+00"));
+    out.complete();
+    tx.exec("SELECT shardkit_bulk_load_end()");
+    tx.commit();
+  }
+  EXPECT_EQ(Count(Shard0(), fmt::format("SELECT count(*) FROM customers WHERE customer_id = {}", mine)), 1);
+  const int theirs = CustomerIn(45, 1000);
+  try {
+    pqxx::work tx{c};
+    tx.exec("SELECT shardkit_bulk_load_begin()");
+    pqxx::stream_to out{tx, "customers"};
+    out << std::make_tuple(theirs, 45, std::string("c"), std::string("e"), std::string("2026-01-01 00:00:00+00"));
+    out.complete();
+    tx.exec("SELECT shardkit_bulk_load_end()");
+    tx.commit();
+    FAIL() << "a bulk load with a foreign bucket was accepted";
+  } catch (const std::exception& e) {
+    const auto refusal = ParseFenceRefusal(e);
+    ASSERT_TRUE(refusal) << e.what();
+    EXPECT_EQ(refusal->bucket, BucketId{45});
+  }
+  // The fence is back on after a bulk load.
+  EXPECT_TRUE(Refusal(Shard0(), InsertCustomer(CustomerIn(46))));
+}
+
+TEST_F(Fence, ARetiredBucketNamesItsNewOwnerAndIsHiddenFromRawReads) {
+  const int bucket = 7;
+  const int id = CustomerIn(bucket);
+  cluster_->ExecOnShard(0, InsertCustomer(id));
+  const std::int64_t before = Count(Shard0(), "SELECT count(*) FROM customers");
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1, "
+                           "directory_version = 9 WHERE bucket = 7");
+  const auto refusal = Refusal(Shard0(), InsertCustomer(CustomerIn(bucket, id)));
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->kind, BucketRefused::Kind::kNotOwned);
+  EXPECT_EQ(refusal->state, "retired");
+  ASSERT_TRUE(refusal->new_owner);
+  EXPECT_EQ(*refusal->new_owner, ShardId{1});
+  EXPECT_NE(refusal->message.find("it moved to shard 1"), std::string::npos) << refusal->message;
+  // Raw SQL sees only owned buckets: the retired copy is out of sight...
+  EXPECT_LT(Count(Shard0(), "SELECT count(*) FROM customers"), before);
+  // ...but a router whose directory still places bucket 7 here reads it, as
+  // of the freeze.
+  {
+    pqxx::connection c{Shard0()};
+    pqxx::work tx{c};
+    tx.exec("SET LOCAL shardkit.buckets = '" + BucketSet::One(BucketId{bucket}).Setting() + "'");
+    EXPECT_EQ(tx.exec1(fmt::format("SELECT count(*) FROM customers WHERE customer_id = {}", id))[0].as<int>(), 1);
+  }
+  // Raw deletes of the retired rows find nothing; with every row in sight the
+  // fence refuses them.
+  EXPECT_EQ(Count(Shard0(), fmt::format("WITH d AS (DELETE FROM customers WHERE customer_id = {} RETURNING 1) "
+                                        "SELECT count(*) FROM d",
+                                        id)),
+            0);
+  EXPECT_TRUE(Refusal(Shard0(), fmt::format("SET LOCAL shardkit.buckets = 'all'; DELETE FROM customers WHERE "
+                                            "customer_id = {}",
+                                            id)));
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL WHERE bucket = 7");
+}
+
+TEST_F(Fence, AFrozenBucketRefusesNewWritersAtOnceAndTheFreezeDrainsOldOnes) {
+  const int bucket = 9;
+  // A writer already in the bucket holds it until its transaction ends.
+  pqxx::connection writer{Shard0()};
+  pqxx::work writing{writer};
+  writing.exec(InsertCustomer(CustomerIn(bucket)));
+
+  // The freeze waits for it (bounded by lock_timeout)...
+  pqxx::connection mover{Shard0()};
+  auto freeze = std::async(std::launch::async, [&] {
+    pqxx::nontransaction tx{mover};
+    tx.exec("SET lock_timeout = '20s'");
+    tx.exec("SELECT pg_advisory_lock(21323, 9)");
+  });
+  // ...and while it waits, a new writer of the bucket is refused at once.
+  std::optional<FenceRefusal> refusal;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    refusal = Refusal(Shard0(), InsertCustomer(CustomerIn(bucket, 5000)));
+    if (refusal) break;
+  }
+  ASSERT_TRUE(refusal) << "the waiting freeze never made new writers fail";
+  EXPECT_EQ(refusal->kind, BucketRefused::Kind::kFrozen);
+  EXPECT_EQ(refusal->bucket, BucketId{bucket});
+  EXPECT_NE(freeze.wait_for(std::chrono::milliseconds(0)), std::future_status::ready) << "the freeze did not wait";
+  // Other buckets are not affected.
+  EXPECT_FALSE(Refusal(Shard0(), InsertCustomer(CustomerIn(10, 5000))));
+  writing.commit();
+  freeze.get();  // granted once the old writer is gone
+  {
+    pqxx::nontransaction tx{mover};
+    tx.exec("SELECT pg_advisory_unlock(21323, 9)");
+  }
+  EXPECT_FALSE(Refusal(Shard0(), InsertCustomer(CustomerIn(bucket, 9000))));
+}
+
+TEST_F(Fence, AFreezeThatCannotDrainTimesOut) {
+  pqxx::connection writer{Shard0()};
+  pqxx::work writing{writer};
+  writing.exec(InsertCustomer(CustomerIn(11)));
+  pqxx::connection mover{Shard0()};
+  pqxx::nontransaction tx{mover};
+  tx.exec("SET lock_timeout = '200ms'");
+  try {
+    tx.exec("SELECT pg_advisory_lock(21323, 11)");
+    FAIL() << "the freeze was granted while a writer held the bucket";
+  } catch (const pqxx::sql_error& e) {
+    EXPECT_EQ(e.sqlstate(), "55P03");
+  }
+  writing.abort();
+}
+
+// REPEATABLE READ and SERIALIZABLE read the ownership with the transaction's
+// snapshot: a retirement committed after it must still refuse the write.
+class FenceIsolation : public Fence, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(FenceIsolation, AnOldSnapshotCannotWriteARetiredBucket) {
+  const int bucket = 13;
+  pqxx::connection writer{Shard0()};
+  {
+  pqxx::nontransaction tx{writer};
+  tx.exec(fmt::format("BEGIN ISOLATION LEVEL {}", GetParam()));
+  tx.exec("SELECT count(*) FROM customers");  // the snapshot
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 WHERE bucket = 13");
+  try {
+    tx.exec(InsertCustomer(CustomerIn(bucket, 20000)));
+    ADD_FAILURE() << "an old snapshot wrote a retired bucket";
+  } catch (const std::exception& e) {
+    const auto refusal = ParseFenceRefusal(e);
+    ASSERT_TRUE(refusal) << e.what();
+    EXPECT_EQ(refusal->kind, BucketRefused::Kind::kNotOwned);
+    EXPECT_EQ(refusal->bucket, BucketId{bucket});
+    EXPECT_EQ(refusal->state, "changed");
+  }
+  tx.exec("ROLLBACK");
+  }
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL WHERE bucket = 13");
+  // With a snapshot taken after the change, it writes.
+  pqxx::nontransaction again{writer};
+  again.exec(fmt::format("BEGIN ISOLATION LEVEL {}", GetParam()));
+  again.exec(InsertCustomer(CustomerIn(bucket, 30000 + 1000 * static_cast<int>(std::strlen(GetParam())))));
+  again.exec("COMMIT");
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, FenceIsolation, ::testing::Values("REPEATABLE READ", "SERIALIZABLE"));
+
+TEST_F(Fence, TheBucketSettingShowsExactlyTheAskedBucketsOrRefuses) {
+  const int a = CustomerIn(20, 40000);
+  const int b = CustomerIn(21, 40000);
+  cluster_->ExecOnShard(0, InsertCustomer(a) + "; " + InsertCustomer(b));
+  pqxx::connection c{Shard0()};
+  auto count = [&](const std::string& setting) {
+    pqxx::work tx{c};
+    tx.exec("SET LOCAL shardkit.buckets = " + tx.quote(setting));
+    return tx.exec1(fmt::format("SELECT count(*) FROM customers WHERE customer_id IN ({}, {})", a, b))[0].as<int>();
+  };
+  BucketSet just20 = BucketSet::One(BucketId{20});
+  EXPECT_EQ(count(just20.Setting()), 1);
+  BucketSet both = just20;
+  both.Add(BucketId{21});
+  EXPECT_EQ(count(both.Setting()), 2);
+  EXPECT_EQ(count("all"), 2);
+  EXPECT_EQ(count(""), 2);  // unset: what the shard owns
+  // A bucket this shard cannot serve: refused (the caller's directory is
+  // stale), never answered short.
+  BucketSet foreign = both;
+  foreign.Add(BucketId{50});
+  try {
+    (void)count(foreign.Setting());
+    FAIL() << "a foreign bucket was answered";
+  } catch (const std::exception& e) {
+    const auto refusal = ParseFenceRefusal(e);
+    ASSERT_TRUE(refusal) << e.what();
+    EXPECT_EQ(refusal->kind, BucketRefused::Kind::kNotReadable);
+    EXPECT_EQ(refusal->bucket, BucketId{50});
+  }
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'cleaning', new_owner = 1 WHERE bucket = 21");
+  try {
+    (void)count(both.Setting());
+    FAIL() << "a bucket being cleaned was answered";
+  } catch (const std::exception& e) {
+    const auto refusal = ParseFenceRefusal(e);
+    ASSERT_TRUE(refusal) << e.what();
+    EXPECT_EQ(refusal->state, "cleaning");
+    ASSERT_TRUE(refusal->new_owner);
+    EXPECT_EQ(*refusal->new_owner, ShardId{1});
+  }
+  EXPECT_THROW((void)count("not a mask"), pqxx::sql_error);
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL WHERE bucket = 21");
+}
+
+TEST_F(Fence, TruncateIsRefusedWhileAMoveRuns) {
+  cluster_->ExecOnShard(1, "UPDATE shardkit_bucket_ownership SET move_id = 77, new_owner = 0 WHERE bucket = 60");
+  try {
+    cluster_->ExecOnShard(1, "TRUNCATE order_items");
+    FAIL() << "TRUNCATE during a move was accepted";
+  } catch (const pqxx::sql_error& e) {
+    EXPECT_EQ(e.sqlstate(), "SK004");
+    EXPECT_NE(std::string(e.what()).find("bucket 60"), std::string::npos) << e.what();
+  }
+  cluster_->ExecOnShard(1, "UPDATE shardkit_bucket_ownership SET move_id = NULL, new_owner = NULL WHERE bucket = 60");
+  EXPECT_NO_THROW(cluster_->ExecOnShard(1, "TRUNCATE order_items"));
+}
+
+TEST_F(Fence, RegisteringATableIsOneCallAndFencesItOnEnrolledShards) {
+  cluster_->ExecEverywhere(
+      "CREATE TABLE wishlist (customer_id integer NOT NULL, bucket smallint NOT NULL "
+      "CHECK (bucket = bucket_of(customer_id)), book_id bigint NOT NULL, PRIMARY KEY (customer_id, book_id)); "
+      "SELECT shardkit_shard_table('wishlist')");
+  const int theirs = CustomerIn(44);
+  const auto refusal = Refusal(Shard0(), fmt::format("INSERT INTO wishlist VALUES ({0}, bucket_of({0}), 1)", theirs));
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->bucket, BucketId{44});
+  // Its replica identity includes bucket, as row-filtered replication needs.
+  EXPECT_EQ(Count(Shard0(), "SELECT shardkit_identity_has_bucket('wishlist')::int"), 1);
+  // The reference server is not enrolled: no fence there.
+  EXPECT_NO_THROW(cluster_->ExecOnReference(fmt::format("INSERT INTO wishlist VALUES ({0}, bucket_of({0}), 1)", theirs)));
+  try {
+    cluster_->ExecOnShard(0, "CREATE TABLE no_bucket (id int PRIMARY KEY); SELECT shardkit_shard_table('no_bucket')");
+    FAIL() << "a table without a bucket column was registered";
+  } catch (const pqxx::sql_error& e) {
+    EXPECT_EQ(e.sqlstate(), "SK004");
+  }
+}
+
+TEST(FenceRefusalParsing, OtherErrorsAreNotRefusals) {
+  EXPECT_FALSE(ParseFenceRefusal(std::runtime_error("x")));
+  EXPECT_FALSE(ParseFenceRefusal(pqxx::sql_error("ERROR:  boom\n", "SELECT 1", "23505")));
+  const auto r = ParseFenceRefusal(pqxx::sql_error(
+      "ERROR:  shardkit: write to orders refused: bucket 7 is frozen on shard 0 while it moves to shard 2\n"
+      "DETAIL:  bucket=7 shard=0 state=owned new_owner=2 directory_version=4 move_id=12 table=orders\n",
+      "INSERT", "SK002"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->kind, BucketRefused::Kind::kFrozen);
+  EXPECT_EQ(r->bucket, BucketId{7});
+  EXPECT_EQ(r->new_owner, ShardId{2});
+  EXPECT_EQ(r->move_id, 12);
+  EXPECT_EQ(r->message, "shardkit: write to orders refused: bucket 7 is frozen on shard 0 while it moves to shard 2");
+}
+
+}  // namespace
+}  // namespace shardkit

@@ -291,7 +291,7 @@ ServerLoad LoadServer(pqxx::connection_base& connection, const Dataset& data, co
     // COPY into fenced tables: the fence's per-row check and the visibility
     // policies are off inside this transaction only; the end checks that
     // every row belongs to a bucket this shard owns (sql/010).
-    tx.exec0("SELECT shardkit_bulk_load_begin()");
+    tx.exec("SELECT shardkit_bulk_load_begin()");
     tx.exec0("SET LOCAL maintenance_work_mem = '256MB'");
     std::vector<std::string> index_definitions;
     for (const auto& row : tx.exec(kSecondaryIndexes)) {
@@ -307,7 +307,7 @@ ServerLoad LoadServer(pqxx::connection_base& connection, const Dataset& data, co
     const auto index_start = Clock::now();
     for (const auto& definition : index_definitions) tx.exec0(definition);
     result.index_time = Micros(Clock::now() - index_start);
-    tx.exec0("SELECT shardkit_bulk_load_end()");
+    tx.exec("SELECT shardkit_bulk_load_end()");
     tx.exec0("DELETE FROM lab_meta");
     const std::vector<std::pair<std::string, std::string>> meta{
         {"scale", ScaleText(data.params.scale)},

@@ -21,7 +21,8 @@
 --   SK001  write refused: the bucket is not owned here (moved, arriving, absent)
 --   SK002  write refused: the bucket is frozen for a move's cutover; retry
 --   SK003  read refused: a bucket the caller's directory assigns here is not
---          readable here any more (cleaning, absent) or not yet (incoming)
+--          readable here any more (cleaning, absent) or not yet (incoming);
+--          raised by shardkit_check_buckets() at the start of a transaction
 --   SK004  a sharded table or a shardkit call is used wrongly (the message says how)
 --
 -- The freeze: every write takes pg_try_advisory_xact_lock_shared(21323, bucket)
@@ -219,34 +220,28 @@ BEGIN
 END
 $fn$;
 
--- The buckets this statement may see, as a 64-bit mask (bit b = bucket b),
+-- The buckets a statement may see, as a 64-bit mask (bit b = bucket b),
 -- for the row-level security policies below. One call per statement (the
--- policies call it through a scalar subquery, an InitPlan), in the
--- statement's snapshot.
+-- policies call it through a scalar subquery, an InitPlan, evaluated when a
+-- row is first checked), in the statement's snapshot.
 --
 --   shardkit.buckets unset or ''   the buckets owned here (psql, raw SQL)
 --   shardkit.buckets = 'all'       every row (verify, repair, debugging)
 --   shardkit.buckets = '<mask>'    exactly these: the buckets the caller's
---                                  directory version assigns to this shard
---                                  (shardkit sets it with SET LOCAL, in the
---                                  same round trip as BEGIN). Each must be
---                                  readable here (owned, or retired: its rows
---                                  as of the freeze), else SK003, and the
---                                  caller refreshes its directory and retries.
+--                                  directory version assigns to this shard.
+--                                  shardkit sets it with SET LOCAL, and
+--                                  checks it with shardkit_check_buckets(),
+--                                  in the same round trip as BEGIN.
 CREATE OR REPLACE FUNCTION shardkit_visible_mask() RETURNS bigint
 LANGUAGE plpgsql STABLE PARALLEL SAFE AS $fn$
 DECLARE
   requested text := current_setting('shardkit.buckets', true);
-  wanted    bigint;
-  readable  bigint;
-  bad       smallint;
-  me        integer;
-  o         shardkit_bucket_ownership%ROWTYPE;
+  owned     bigint;
 BEGIN
   IF requested IS NULL OR requested = '' THEN
-    SELECT coalesce(bit_or(1::bigint << bucket), 0) INTO readable
+    SELECT coalesce(bit_or(1::bigint << bucket), 0) INTO owned
     FROM shardkit_bucket_ownership WHERE state = 'owned';
-    RETURN readable;
+    RETURN owned;
   END IF;
   IF requested = 'all' THEN
     RETURN -1;
@@ -256,25 +251,48 @@ BEGIN
       MESSAGE = format('shardkit: shardkit.buckets = ''%s'' is not a bucket mask: set a 64-bit integer whose bit b '
                        'is bucket b, ''all'', or nothing', requested);
   END IF;
-  wanted := requested::bigint;
+  RETURN requested::bigint;
+END
+$fn$;
+
+-- Checks, at the start of a transaction, that every bucket of
+-- shardkit.buckets is readable here: owned, or retired (its rows as of the
+-- move's freeze, kept until no transaction that began before the cleanup
+-- can still read them: the mover waits for those). Else SK003: the
+-- caller's directory is out of date; it refreshes it and runs again. Once
+-- this passed, the transaction's reads of those buckets are whole to its
+-- end, however many statements it runs, and even if they find no row.
+-- Returns the mask.
+CREATE OR REPLACE FUNCTION shardkit_check_buckets() RETURNS bigint
+LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+  wanted   bigint := shardkit_visible_mask();
+  readable bigint;
+  bad      smallint;
+  me       integer;
+  o        shardkit_bucket_ownership%ROWTYPE;
+BEGIN
+  IF coalesce(current_setting('shardkit.buckets', true), '') IN ('', 'all') THEN
+    RETURN wanted;
+  END IF;
   SELECT coalesce(bit_or(1::bigint << bucket), 0) INTO readable
   FROM shardkit_bucket_ownership WHERE state IN ('owned', 'retired');
-  IF wanted & ~readable <> 0 THEN
-    SELECT g::smallint INTO bad FROM generate_series(0, 63) AS g
-    WHERE ((wanted >> g) & 1) = 1 AND ((readable >> g) & 1) = 0 ORDER BY g LIMIT 1;
-    SELECT shard INTO me FROM shardkit_shard_identity;
-    SELECT * INTO o FROM shardkit_bucket_ownership WHERE bucket = bad;
-    RAISE EXCEPTION USING ERRCODE = 'SK003',
-      MESSAGE = format('shardkit: read refused: bucket %s is not readable on shard %s (%s)%s', bad,
-                       coalesce(me::text, '?'), coalesce(o.state, 'not here'),
-                       CASE WHEN o.new_owner IS NULL THEN '' ELSE format(': it moved to shard %s', o.new_owner) END),
-      DETAIL = format('bucket=%s shard=%s state=%s new_owner=%s directory_version=%s move_id=%s', bad,
-                      coalesce(me::text, ''), coalesce(o.state, 'absent'), coalesce(o.new_owner::text, ''),
-                      coalesce(o.directory_version::text, ''), coalesce(o.move_id::text, '')),
-      HINT = 'The directory this query was planned with is out of date: refresh it and run the query again '
-             '(shardkit does).';
+  IF wanted & ~readable = 0 THEN
+    RETURN wanted;
   END IF;
-  RETURN wanted;
+  SELECT g::smallint INTO bad FROM generate_series(0, 63) AS g
+  WHERE ((wanted >> g) & 1) = 1 AND ((readable >> g) & 1) = 0 ORDER BY g LIMIT 1;
+  SELECT shard INTO me FROM shardkit_shard_identity;
+  SELECT * INTO o FROM shardkit_bucket_ownership WHERE bucket = bad;
+  RAISE EXCEPTION USING ERRCODE = 'SK003',
+    MESSAGE = format('shardkit: read refused: bucket %s is not readable on shard %s (%s)%s', bad,
+                     coalesce(me::text, '?'), coalesce(o.state, 'not here'),
+                     CASE WHEN o.new_owner IS NULL THEN '' ELSE format(': it moved to shard %s', o.new_owner) END),
+    DETAIL = format('bucket=%s shard=%s state=%s new_owner=%s directory_version=%s move_id=%s', bad,
+                    coalesce(me::text, ''), coalesce(o.state, 'absent'), coalesce(o.new_owner::text, ''),
+                    coalesce(o.directory_version::text, ''), coalesce(o.move_id::text, '')),
+    HINT = 'The directory this transaction was routed with is out of date: refresh it and run it again '
+           '(shardkit does).';
 END
 $fn$;
 

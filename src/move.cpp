@@ -487,6 +487,26 @@ void MoveRun::Prepare() {
                       record.move_id, record.bucket);
     }
   }
+  // One migration history: the same versions applied, with the same files.
+  {
+    auto history = [](pqxx::connection& c) {
+      pqxx::read_transaction tx{c};
+      if (tx.exec1("SELECT to_regclass('shardkit_migrations') IS NULL")[0].as<bool>()) return std::string("none");
+      return tx.exec1("SELECT coalesce(max(version), 0) || ' ' || coalesce(md5(string_agg(version || checksum, ',' "
+                      "ORDER BY version)), '') FROM shardkit_migrations WHERE success")[0]
+          .as<std::string>();
+    };
+    const std::string source_history = history(source_c);
+    const std::string target_history = history(target_c);
+    if (source_history != target_history) {
+      throw MoveError(fmt::format("{}: the target's schema differs from the source's (target at migration version {}, "
+                                  "source at {}, or other files applied); migrate every server to the same version "
+                                  "first (shardctl migrate)",
+                                  Where(), target_history.substr(0, target_history.find(' ')),
+                                  source_history.substr(0, source_history.find(' '))),
+                      record.move_id, record.bucket);
+    }
+  }
   if (source_tables.empty()) {
     throw MoveError(fmt::format("{}: the source has no registered sharded tables (shardkit_shard_table)", Where()),
                     record.move_id, record.bucket);
@@ -630,8 +650,17 @@ void MoveRun::Copy() {
   const std::string target_dsn = WithConnectTimeout(impl.Shard(record.target).AdminDsn(), impl.options.connect_timeout);
   detail::RawConnection replication(detail::WithConnectionOption(source_dsn, "replication", "database"),
                                     impl.ShardLabel(record.source) + " (replication)");
-  const auto slot = replication.Exec(fmt::format("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')",
-                                                 record.token));
+  detail::RawConnection::Rows slot;
+  try {
+    slot = replication.Exec(fmt::format("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')", record.token),
+                            impl.options.slot_timeout);
+  } catch (const detail::RawPgError& e) {
+    if (!e.timed_out) throw;
+    throw MoveError(fmt::format("{}: creating the replication slot waited {} ms for the transactions running on the "
+                                "source's server to end (a long transaction there? pg_stat_activity shows it); aborted",
+                                Where(), impl.options.slot_timeout.count()),
+                    record.move_id, record.bucket);
+  }
   if (slot.values.empty() || slot.values[0].size() < 3) {
     throw MoveError(fmt::format("{}: CREATE_REPLICATION_SLOT returned no snapshot", Where()), record.move_id,
                     record.bucket);
@@ -876,6 +905,42 @@ void MoveRun::Cleanup() {
     AfterStep();
   }
   pqxx::connection& c = Source();
+  // Transactions that checked the bucket before it was marked 'cleaning'
+  // may read it until they end (shardkit_check_buckets): wait for every
+  // transaction of the source's database that began before now (the mark
+  // is committed: whatever begins later is refused the bucket).
+  {
+    std::string marked;
+    {
+      pqxx::nontransaction tx{c};
+      marked = tx.exec1("SELECT clock_timestamp()::text")[0].as<std::string>();
+    }
+    const auto give_up = Clock::now() + impl.options.cleanup_wait_timeout;
+    auto next_report = Clock::now();
+    for (;;) {
+      pqxx::read_transaction tx{c};
+      const auto older = tx.exec_params(
+          "SELECT a.pid, to_char(a.xact_start AT TIME ZONE 'UTC', 'HH24:MI:SS'), coalesce(a.application_name, ''), "
+          "left(a.query, 60) FROM pg_stat_activity a WHERE a.datname = current_database() AND "
+          "a.backend_type = 'client backend' AND a.pid <> pg_backend_pid() AND a.xact_start < $1::timestamptz "
+          "ORDER BY a.xact_start LIMIT 1",
+          marked);
+      if (older.empty()) break;
+      if (Clock::now() > give_up) {
+        throw MoveError(fmt::format("{}: the old rows cannot be deleted yet: transaction pid {} (started {} UTC, {}: "
+                                    "'{}') began before the cleanup and may still read them; end it, then shardctl "
+                                    "move resume {}",
+                                    Where(), older[0][0].c_str(), older[0][1].c_str(), older[0][2].c_str(),
+                                    older[0][3].c_str(), record.move_id),
+                        record.move_id, record.bucket);
+      }
+      if (Clock::now() >= next_report) {
+        Progress(fmt::format("waiting for transaction pid {} (older than the cleanup) to end", older[0][0].c_str()));
+        next_report = Clock::now() + std::chrono::seconds(1);
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  }
   const auto tables = RegisteredTables(c);
   {
     pqxx::nontransaction tx{c};
@@ -938,9 +1003,10 @@ void MoveRun::Abort(const std::string& reason) {
     pqxx::connection& c = Target();
     const auto mine = OwnershipOf(c);
     if (!mine || (mine->state == OwnershipState::kIncoming && mine->move_id == record.move_id)) {
+      const auto tables = RegisteredTables(c);
       pqxx::work tx{c};
       tx.exec("SET LOCAL session_replication_role = replica");
-      for (const auto& t : RegisteredTables(c)) {
+      for (const auto& t : tables) {
         tx.exec(fmt::format("DELETE FROM {} WHERE bucket = {}", t.table, ToInt(record.bucket)));
       }
       tx.exec_params("DELETE FROM shardkit_bucket_ownership WHERE bucket = $1 AND move_id = $2", ToInt(record.bucket),
@@ -1013,6 +1079,7 @@ MoveRecord BucketMover::Impl::Plan(BucketId bucket, ShardId target, std::optiona
                                directory.Version(), options.requested_by));
     tx.commit();
   } catch (const pqxx::unique_violation&) {
+    tx.abort();
     const auto live = Query(*catalog, fmt::format("WHERE bucket = {} AND state NOT IN ('done', 'aborted')",
                                                   ToInt(bucket)),
                             1);
@@ -1152,8 +1219,15 @@ MoveRecord BucketMover::Impl::Run(std::int64_t move_id, bool abort, const std::s
 
 // --------------------------------------------------------------- public
 
-BucketMover::BucketMover(ClusterConfig config, std::string catalog_dsn, MoveOptions options)
-    : impl_(std::make_unique<Impl>(std::move(config), std::move(catalog_dsn), std::move(options))) {}
+BucketMover::BucketMover(ClusterConfig config, MoveOptions options) {
+  if (!config.catalog_dsn) {
+    throw ConfigError("catalog.dsn", fmt::format("{} has no [catalog] dsn: bucket moves keep their journal and the "
+                                                 "directory there",
+                                                 config.origin));
+  }
+  std::string catalog = *config.catalog_dsn;
+  impl_ = std::make_unique<Impl>(std::move(config), std::move(catalog), std::move(options));
+}
 
 BucketMover::~BucketMover() = default;
 

@@ -7,7 +7,9 @@
 #include <map>
 #include <pqxx/pqxx>
 
+#include "shardkit/config.hpp"
 #include "shardkit/directory.hpp"
+#include "shardkit/resolver.hpp"
 
 namespace shardkit {
 namespace {
@@ -164,6 +166,37 @@ void EnrollShard(pqxx::connection_base& shard, ShardId as, const BucketSet& buck
   } catch (const pqxx::sql_error& e) {
     throw ShardError(as, fmt::format("enrolling shard {}: {}", as, FirstMessageLine(e.what())));
   }
+}
+
+std::vector<EnrolledShard> EnrollShards(const ClusterConfig& config, bool replace) {
+  const BucketDirectory directory = LoadCatalogDirectory(config);
+  std::vector<EnrolledShard> out;
+  for (std::size_t i = 0; i < config.shards.size(); ++i) {
+    const ShardId shard{static_cast<int>(i)};
+    const auto& c = config.shards[i];
+    const BucketSet buckets = BucketSet::Of(directory, shard);
+    try {
+      pqxx::connection connection{WithConnectTimeout(c.dsn, config.pool.connect_timeout)};
+      EnrollShard(connection, shard, buckets, directory.Version(), replace);
+      out.push_back({shard, c.name, ReadOwnership(connection).InState(OwnershipState::kOwned)});
+    } catch (const pqxx::broken_connection& e) {
+      throw ShardUnavailable(shard, fmt::format("enrolling shard {} ({}): cannot connect ({}): {}", shard, c.name,
+                                                RedactDsn(c.dsn), RedactDsn(FirstMessageLine(e.what()))));
+    }
+  }
+  try {
+    pqxx::connection catalog{WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout)};
+    pqxx::work tx{catalog};
+    for (const auto& e : out) {
+      tx.exec_params("INSERT INTO shardkit_shards (shard, name, enrolled_by) VALUES ($1, $2, current_user) "
+                     "ON CONFLICT (shard) DO UPDATE SET name = EXCLUDED.name",
+                     ToInt(e.shard), e.name);
+    }
+    tx.commit();
+  } catch (const pqxx::failure& e) {
+    throw CatalogError(fmt::format("registering the shards in the catalog failed: {}", RedactDsn(FirstMessageLine(e.what()))));
+  }
+  return out;
 }
 
 std::vector<std::string> ShardedTables(pqxx::connection_base& shard) {

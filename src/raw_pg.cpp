@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <poll.h>
+
+#include <cerrno>
 #include <cstring>
 
 #include "shardkit/config.hpp"
@@ -61,9 +64,28 @@ void RawConnection::Fail(const std::string& doing, PGresult* result) {
   throw RawPgError(fmt::format("{} on {}: {}", doing, what_, message), state, lost);
 }
 
-RawConnection::Rows RawConnection::Exec(const std::string& sql) {
-  Result last;
+RawConnection::Rows RawConnection::Exec(const std::string& sql, std::optional<std::chrono::milliseconds> timeout) {
   if (PQsendQuery(conn_, sql.c_str()) == 0) Fail("sending a statement", nullptr);
+  bool timed_out = false;
+  if (timeout) {
+    // Wait for the answer ourselves, so that we can cancel at the deadline.
+    const auto deadline = std::chrono::steady_clock::now() + *timeout;
+    while (PQisBusy(conn_) != 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 && !timed_out) {
+        timed_out = true;
+        if (PGcancel* cancel = PQgetCancel(conn_)) {
+          char error[256];
+          PQcancel(cancel, error, sizeof error);
+          PQfreeCancel(cancel);
+        }
+      }
+      pollfd fd{PQsocket(conn_), POLLIN, 0};
+      const int wait_ms = timed_out ? 1000 : static_cast<int>(std::min<long long>(left.count(), 1000));
+      if (::poll(&fd, 1, std::max(wait_ms, 1)) < 0 && errno != EINTR) Fail("waiting for an answer", nullptr);
+      if (PQconsumeInput(conn_) == 0) Fail("reading an answer", nullptr);
+    }
+  }
   Rows rows;
   while (PGresult* raw = PQgetResult(conn_)) {
     Result r(raw);
@@ -71,6 +93,10 @@ RawConnection::Rows RawConnection::Exec(const std::string& sql) {
     if (status == PGRES_FATAL_ERROR || status == PGRES_BAD_RESPONSE) {
       // Drain the remaining results before reporting.
       while (PGresult* rest = PQgetResult(conn_)) PQclear(rest);
+      if (timed_out) {
+        throw RawPgError(fmt::format("{} did not answer within {} ms and was cancelled", what_, timeout->count()),
+                         "57014", false, true);
+      }
       Fail("a statement failed", r.get());
     }
     if (status == PGRES_TUPLES_OK) {

@@ -14,9 +14,9 @@
 #include "shardkit/resolver.hpp"
 
 // One attempt: acquire a connection of the routed shard; one round trip for
-// BEGIN, statement_timeout and shardkit.buckets (only the customer's bucket
-// is visible: the function reads its own customer's rows, as of the freeze
-// if the router is stale, or is refused); the caller's function on a
+// BEGIN, statement_timeout, shardkit.buckets and its check (only the
+// customer's bucket is visible: the function reads its own customer's rows,
+// as of the freeze if the router is stale, or is refused at BEGIN); the caller's function on a
 // nontransaction (so that the statements run inside our explicit BEGIN);
 // then COMMIT on a fresh nontransaction, whose command status tells a real
 // commit from the ROLLBACK PostgreSQL answers to COMMIT of a failed
@@ -167,8 +167,9 @@ void RoutedTransactions::RunErased(CustomerId customer,
         if (options.read_only) begin += " READ ONLY";
         // The values are numbers computed here, not a caller's text; SET takes
         // no parameters.
-        tx.exec(fmt::format("{}; SET LOCAL statement_timeout = {}; SET LOCAL shardkit.buckets = '{}'", begin,
-                            left.count(), bucket_setting));
+        tx.exec(fmt::format("{}; SET LOCAL statement_timeout = {}; SET LOCAL shardkit.buckets = '{}'; "
+                            "SELECT shardkit_check_buckets()",
+                            begin, left.count(), bucket_setting));
         fn(tx, at);
       }
       committing = true;

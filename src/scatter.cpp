@@ -77,6 +77,8 @@ constexpr auto kCancelGrace = milliseconds(50);
 constexpr auto kMaxTimeout = std::chrono::hours(24 * 7);
 constexpr const char* kQueryCanceled = "57014";
 constexpr const char* kReadOnlyTransaction = "25006";
+constexpr const char* kUndefinedFunction = "42883";
+constexpr const char* kNotReadable = "SK003";
 
 using Statement = ScatterGather::Statement;
 
@@ -226,7 +228,9 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
     // The bucket mask is a number computed here as well.
     tx.exec(fmt::format("BEGIN{}; SET LOCAL statement_timeout = {}{}", state.read_only ? " READ ONLY" : "",
                         left.count(),
-                        task.buckets.empty() ? std::string() : "; SET LOCAL shardkit.buckets = '" + task.buckets + "'"));
+                        task.buckets.empty() ? std::string()
+                                             : "; SET LOCAL shardkit.buckets = '" + task.buckets +
+                                                   "'; SELECT shardkit_check_buckets()"));
     pqxx::result rows = tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
     committing = true;
     tx.exec("COMMIT");
@@ -257,6 +261,13 @@ std::string DescribeFailure(const ShardTask& task, const std::exception& error, 
     }
     const char* advice = sql->sqlstate() == kReadOnlyTransaction
                              ? "scatters are read-only unless ScatterOptions::read_only is false"
+                         : sql->sqlstate() == kNotReadable
+                             ? "the scatter's directory is out of date: refresh it (ScatterGather::FollowDirectory "
+                               "does) and run again"
+                         : sql->sqlstate() == kUndefinedFunction && std::string_view(sql->what()).find("shardkit_") !=
+                                                                        std::string_view::npos
+                             ? "this shard lacks shardkit's bucket functions: migrate it (shardctl migrate), or set "
+                               "ScatterOptions::directory_buckets = false"
                              : "fix the statement or this shard's schema";
     return fmt::format("statement failed (SQLSTATE {}): {}; {}", sql->sqlstate().empty() ? "?" : sql->sqlstate(),
                        FirstLine(Trim(sql->what())), advice);

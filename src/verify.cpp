@@ -108,6 +108,12 @@ void ScanServer(Server& s, const std::vector<std::string>& reference_tables,
   const auto start = Clock::now();
   try {
     s.connection = std::make_unique<pqxx::connection>(WithConnectTimeout(s.dsn, connect_timeout));
+    {
+      // Every row, whatever bucket it belongs to: an enrolled shard shows
+      // only the buckets it owns unless asked for all (ownership.hpp).
+      pqxx::nontransaction session{*s.connection};
+      session.exec0("SET shardkit.buckets = 'all'");
+    }
     pqxx::read_transaction tx{*s.connection, "verify"};
     // Short aggregates over a few million rows: compiling them costs more than it saves.
     tx.exec0("SET LOCAL jit = off");

@@ -281,6 +281,7 @@ TEST_F(Fence, TheBucketSettingShowsExactlyTheAskedBucketsOrRefuses) {
   auto count = [&](const std::string& setting) {
     pqxx::work tx{c};
     tx.exec("SET LOCAL shardkit.buckets = " + tx.quote(setting));
+    tx.exec("SELECT shardkit_check_buckets()");  // as the library does, in the BEGIN round trip
     return tx.exec1(fmt::format("SELECT count(*) FROM customers WHERE customer_id IN ({}, {})", a, b))[0].as<int>();
   };
   BucketSet just20 = BucketSet::One(BucketId{20});

@@ -364,6 +364,7 @@ TEST_F(ScatterPg, AShardStoppedMidScatterIsNamedBeforeTheDeadline) {
   WithTemporaryShard1 shards{TemporaryShard(), cluster_->ShardDsn(0)};
   ScatterGather scatter{*shards.resolver};
   ScatterOptions options;
+  options.directory_buckets = false;  // the temporary server is not a migrated shard
   const auto start = Clock::now();
   options.deadline = start + 20s;
   std::optional<std::string> message;
@@ -396,7 +397,8 @@ TEST_F(ScatterPg, AShardStoppedMidScatterIsNamedBeforeTheDeadline) {
 
   // ...and once it is back, the pool reconnects and the scatter is whole again.
   shards.server.Start();
-  auto whole = scatter.Run("SELECT 1");
+  options.allow_partial = false;
+  auto whole = scatter.Run("SELECT 1", {}, options);
   EXPECT_EQ(whole.shards.size(), 2u);
 }
 
@@ -406,6 +408,7 @@ TEST_F(ScatterPg, AFrozenShardDoesNotHoldTheCallerPastTheDeadline) {
   {
     ScatterGather scatter{*shards.resolver};
     ScatterOptions options;
+    options.directory_buckets = false;  // the temporary server is not a migrated shard
     options.allow_partial = true;
     Clock::time_point start;
     std::optional<ScatterResult> result;

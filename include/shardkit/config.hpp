@@ -54,7 +54,7 @@ struct ShardConfig {
   // For privileged operations only (a bucket move's replication slot,
   // publication and subscription need a superuser in PostgreSQL 15), so the
   // application's role need not be one. Empty: dsn.
-  std::string admin_dsn;
+  std::string admin_dsn{};
   [[nodiscard]] const std::string& AdminDsn() const noexcept { return admin_dsn.empty() ? dsn : admin_dsn; }
 };
 

@@ -22,7 +22,7 @@
 // refused before it starts when the target is unreachable, its schema
 // differs from the source's, or the bucket has another live move.
 //
-//   shardkit::BucketMover mover{config, catalog_dsn};
+//   shardkit::BucketMover mover{shardkit::LoadConfig("shardkit.toml")};
 //   shardkit::MoveRecord done = mover.Move(shardkit::BucketId{44}, shardkit::ShardId{2});
 //   // done.rows_copied, done.stall_ms, done.directory_version
 //
@@ -114,6 +114,10 @@ struct MoveOptions {
   // Freeze: how long to wait for the transactions already writing the
   // bucket. Exceeded: the move is aborted (the data untouched).
   std::chrono::milliseconds drain_timeout{2000};
+  // Creating the replication slot waits for the transactions running on the
+  // source's server at that moment (PostgreSQL needs them finished for a
+  // consistent starting point): at most this long, else the move aborts.
+  std::chrono::milliseconds slot_timeout{60000};
   // Before the freeze: how long the target may take to catch up.
   std::chrono::milliseconds catchup_timeout{60000};
   // Frozen: how long the marker may take to arrive on the target. Exceeded:
@@ -122,6 +126,10 @@ struct MoveOptions {
   // After the flip, before the source's rows are deleted: routers still on
   // the old directory may read them (as of the freeze) meanwhile.
   std::chrono::milliseconds cleanup_grace{2000};
+  // Before deleting: transactions on the source that began before the
+  // cleanup (and may still read the old rows) are waited for, this long at
+  // most; then the move stops, to be resumed once they have ended.
+  std::chrono::milliseconds cleanup_wait_timeout{600000};
   int delete_batch = 5000;
   // Stop after the flip and the replication cleanup (state
   // replication_dropped); a later Resume() waits out the grace and deletes.
@@ -136,9 +144,10 @@ struct MoveOptions {
 
 class BucketMover {
  public:
-  // `config` names the shards (admin_dsn for privileged steps); the catalog
-  // holds the directory and the journal.
-  BucketMover(ClusterConfig config, std::string catalog_dsn, MoveOptions options = {});
+  // `config` names the shards (admin_dsn for privileged steps) and the
+  // catalog ([catalog] dsn: the directory and the journal). Throws
+  // ConfigError without a catalog.
+  explicit BucketMover(ClusterConfig config, MoveOptions options = {});
   ~BucketMover();
   BucketMover(const BucketMover&) = delete;
   BucketMover& operator=(const BucketMover&) = delete;

@@ -42,6 +42,7 @@ class connection_base;
 namespace shardkit {
 
 class BucketDirectory;
+struct ClusterConfig;
 
 inline constexpr std::string_view kSqlStateNotOwned = "SK001";
 inline constexpr std::string_view kSqlStateFrozen = "SK002";
@@ -109,6 +110,17 @@ struct ShardOwnership {
 // runs). Throws Error naming the shard on refusal.
 void EnrollShard(pqxx::connection_base& shard, ShardId as, const BucketSet& buckets, std::int64_t version,
                  bool replace = false);
+
+// Enrolls every shard of `config` with the buckets the catalog's directory
+// gives it (EnrollShard), and registers it in the catalog's shard registry
+// (shardkit_shards). Returns what each shard owns afterwards. Throws
+// CatalogError / ShardError naming the culprit.
+struct EnrolledShard {
+  ShardId shard{};
+  std::string name;
+  BucketSet owned;
+};
+std::vector<EnrolledShard> EnrollShards(const ClusterConfig& config, bool replace = false);
 
 // The sharded tables registered on a shard (shardkit_sharded_tables), in
 // name order, as quoted identifiers fit for SQL.

@@ -6,8 +6,11 @@
 
 #include <libpq-fe.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <stdexcept>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,10 +20,11 @@ namespace shardkit::detail {
 // Thrown for any failure; `sqlstate` is empty when there is none (a lost
 // connection). The message is redacted (no passwords).
 struct RawPgError : std::runtime_error {
-  RawPgError(const std::string& message, std::string state, bool lost)
-      : std::runtime_error(message), sqlstate(std::move(state)), connection_lost(lost) {}
+  RawPgError(const std::string& message, std::string state, bool lost, bool timeout = false)
+      : std::runtime_error(message), sqlstate(std::move(state)), connection_lost(lost), timed_out(timeout) {}
   std::string sqlstate;
   bool connection_lost = false;
+  bool timed_out = false;
 };
 
 class RawConnection {
@@ -37,7 +41,10 @@ class RawConnection {
     std::vector<std::string> columns;
     std::vector<std::vector<std::string>> values;
   };
-  Rows Exec(const std::string& sql);
+  // With a timeout, a statement still running then is cancelled and
+  // RawPgError says it timed out (timed_out set): for replication commands,
+  // which statement_timeout does not cover.
+  Rows Exec(const std::string& sql, std::optional<std::chrono::milliseconds> timeout = {});
 
   // COPY ... TO STDOUT on this connection into COPY ... FROM STDIN on `into`
   // (already in COPY IN mode after this call starts it). `on_chunk(bytes)`

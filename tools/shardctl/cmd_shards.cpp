@@ -51,7 +51,9 @@ Probe ProbeShard(shardkit::ConnectionPool& pool) {
 
 void AddShardsCommand(CLI::App& app, CliContext& context) {
   auto* shards = app.add_subcommand("shards", "show each shard: buckets, reachability, pool statistics");
-  shards->final_callback([&context] {
+  AddShardsEnrollCommand(*shards, context);
+  shards->final_callback([shards, &context] {
+    if (!shards->get_subcommands().empty()) return;  // shards enroll
     auto resolver = context.MakeResolver();
     const auto directory = resolver->Directory();
     nlohmann::json out = {{"directory_version", directory->Version()}, {"shards", nlohmann::json::array()}};

@@ -33,3 +33,6 @@ void AddShardsCommand(CLI::App& app, CliContext& context);   // shards
 void AddIdCommands(CLI::App& app);                           // id uuidv7|snowflake|decode
 void AddMigrateCommands(CLI::App& app, CliContext& context);  // migrate, migrate status
 void AddVerifyCommand(CLI::App& app, CliContext& context);    // verify
+void AddMoveCommands(CLI::App& app, CliContext& context);     // move, move resume|abort|show, moves, rebalance
+void AddShardsEnrollCommand(CLI::App& shards, CliContext& context);  // shards enroll
+void AddOwnershipCommand(CLI::App& app, CliContext& context);  // ownership

@@ -5,6 +5,9 @@
 //   shardctl shards --json
 //   shardctl migrate [--to V] [--dry-run]      shardctl migrate status [--json]
 //   shardctl verify [--json]
+//   shardctl shards enroll                      shardctl ownership
+//   shardctl move 7 --to 2                      shardctl move resume|abort|show 12
+//   shardctl moves [--live]                     shardctl rebalance --plan|--apply [--shards 0,1] [--parallel 2]
 //
 // Exit codes: 0 success, 1 a shardkit error (message on stderr), 2 bad usage.
 #include <fmt/format.h>
@@ -34,8 +37,8 @@ shardkit::MigrationSet CliContext::LoadMigrations(std::string& where) const {
 }
 
 int main(int argc, char** argv) {
-  CLI::App app{"shardctl: route customers, inspect shards, migrate and verify them, and generate global IDs for a "
-               "shardkit cluster"};
+  CLI::App app{"shardctl: route customers, inspect shards, migrate and verify them, move buckets and rebalance, and "
+               "generate global IDs for a shardkit cluster"};
   app.require_subcommand(1);
   app.fallthrough();  // global options after the subcommand too: shardctl verify --json
   CliContext context;
@@ -50,6 +53,8 @@ int main(int argc, char** argv) {
   AddIdCommands(app);
   AddMigrateCommands(app, context);
   AddVerifyCommand(app, context);
+  AddMoveCommands(app, context);
+  AddOwnershipCommand(app, context);
 
   try {
     app.parse(argc, argv);

@@ -129,6 +129,10 @@ ClusterConfig ParseConfig(std::string_view toml_text, std::string origin) {
         IntOr<std::int64_t>(pool, "pool", "connect_timeout_ms", config.pool.connect_timeout.count(), 1, 3600000));
     config.pool.acquire_timeout = std::chrono::milliseconds(
         IntOr<std::int64_t>(pool, "pool", "acquire_timeout_ms", config.pool.acquire_timeout.count(), 0, 3600000));
+    if (pool.contains("time_zone")) {
+      config.pool.time_zone = StringAt(pool, "pool", "time_zone");
+      if (config.pool.time_zone.empty()) throw ConfigError("pool.time_zone", "is empty: name a time zone such as \"UTC\"");
+    }
 
     const int shard_count = static_cast<int>(config.shards.size());
     const toml::value directory =
@@ -177,8 +181,8 @@ ClusterConfig ParseConfig(std::string_view toml_text, std::string origin) {
 ClusterConfig LoadConfig(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) {
-    throw ConfigError(path.string(), "cannot be read: start the local cluster (lab/cluster start) or point "
-                                     "SHARDKIT_CONFIG / --config at your configuration file");
+    throw ConfigError(path.string(), "cannot be read: point SHARDKIT_CONFIG or --config at the cluster's "
+                                     "configuration file");
   }
   std::stringstream text;
   text << in.rdbuf();

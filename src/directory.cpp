@@ -126,8 +126,8 @@ BucketDirectory LoadDirectory(pqxx::connection_base& connection, int shard_count
   pqxx::read_transaction tx{connection};
   const pqxx::result rows = tx.exec("SELECT bucket, shard, version FROM shard_directory ORDER BY bucket");
   if (rows.empty()) {
-    throw DirectoryError("table shard_directory is empty: fill it (lab/cluster start does) or use "
-                         "directory.source = \"config\"");
+    throw DirectoryError("table shard_directory is empty: fill it with one row per bucket (0-63) or "
+                         "use directory.source = \"config\"");
   }
   std::vector<std::pair<BucketId, ShardId>> pairs;
   std::int64_t version = 0;

@@ -95,7 +95,7 @@ std::chrono::microseconds ToMicros(ConnectionPool::Clock::duration d) {
 
 ConnectionPool::ConnectionPool(ShardId shard, std::string dsn, PoolOptions options)
     : shard_(shard),
-      dsn_(WithConnectTimeout(dsn, options.connect_timeout)),
+      dsn_(WithSessionSettings(WithConnectTimeout(dsn, options.connect_timeout), options.time_zone)),
       redacted_dsn_(RedactDsn(dsn)),
       options_(options) {
   if (options_.max_size < 1) {
@@ -113,10 +113,26 @@ std::unique_ptr<PooledConnection> ConnectionPool::Connect() {
   } catch (const std::exception& e) {
     std::string cause = e.what();
     while (!cause.empty() && (cause.back() == '\n' || cause.back() == ' ')) cause.pop_back();
-    throw ShardUnavailable(shard_, fmt::format("shard {} ({}) is unreachable: {}; is the server running "
-                                               "(lab/cluster status)?",
+    throw ShardUnavailable(shard_, fmt::format("shard {} ({}) is unreachable: {}; is its server running "
+                                               "and does it accept this connection string?",
                                                shard_, redacted_dsn_, RedactDsn(cause)));
   }
+}
+
+void ConnectionPool::LearnFactsOnce(PooledConnection& c) {
+  {
+    std::lock_guard lock(mutex_);
+    if (facts_) return;
+  }
+  // Two first connections may both read them; either answer will do.
+  auto facts = std::make_shared<const SessionFacts>(ReadSessionFacts(*c.connection, shard_));
+  std::lock_guard lock(mutex_);
+  if (!facts_) facts_ = std::move(facts);
+}
+
+std::shared_ptr<const SessionFacts> ConnectionPool::Facts() const {
+  std::lock_guard lock(mutex_);
+  return facts_;
 }
 
 std::unique_ptr<PooledConnection> ConnectionPool::TakeLiveIdleLocked() {
@@ -175,6 +191,7 @@ std::optional<ConnectionPool::Lease> ConnectionPool::AcquireUntil(Clock::time_po
       std::unique_ptr<PooledConnection> fresh;
       try {
         fresh = Connect();
+        LearnFactsOnce(*fresh);
       } catch (...) {
         lock.lock();
         --connecting_;

@@ -40,12 +40,12 @@ BucketDirectory LoadCatalogDirectory(const ClusterConfig& config) {
     pqxx::connection catalog{dsn};
     return LoadDirectory(catalog, static_cast<int>(config.shards.size()));
   } catch (const pqxx::broken_connection& e) {
-    throw CatalogError(fmt::format("catalog ({}) is unreachable: {}; check [catalog] dsn in {} (lab/cluster start "
-                                   "runs the local one)",
+    throw CatalogError(fmt::format("catalog ({}) is unreachable: {}; check [catalog] dsn in {} and that its "
+                                   "server is running",
                                    RedactDsn(dsn), RedactDsn(e.what()), config.origin));
   } catch (const pqxx::undefined_table&) {
     throw CatalogError(fmt::format("catalog ({}) has no shard_directory table: run shardctl migrate, then store a "
-                                   "directory there (lab/cluster start does both)",
+                                   "directory there (one row per bucket)",
                                    RedactDsn(dsn)));
   } catch (const pqxx::failure& e) {
     throw CatalogError(fmt::format("reading shard_directory from the catalog ({}) failed: {}", RedactDsn(dsn),

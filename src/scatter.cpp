@@ -475,6 +475,7 @@ ScatterResult ScatterGather::Impl::Execute(
       shard.elapsed = task.elapsed;
       shard.queued = task.queued;
       shard.bytes = task.bytes;
+      shard.session = task.pool->Facts();
       if (!result.slowest_shard || shard.elapsed > result.slowest_elapsed) {
         result.slowest_shard = shard.shard;
         result.slowest_elapsed = shard.elapsed;

@@ -9,6 +9,7 @@
 //   max_waiters = 64          # queued Acquire calls per shard
 //   connect_timeout_ms = 2000
 //   acquire_timeout_ms = 1000
+//   time_zone = "UTC"         # every connection's TimeZone (session.hpp)
 //
 //   [directory]
 //   source = "config"         # or "catalog": table shard_directory in the catalog

@@ -4,6 +4,8 @@
 // waiters; the lease's release decides a connection's fate (broken or left
 // mid-transaction -> closed, otherwise back to idle). A pool whose server went
 // away recovers by itself: dead idle connections are noticed and replaced.
+// Every connection opens with the session settings merged answers rely on
+// (session.hpp); the first one also reads the server's SessionFacts, once.
 //
 //   auto lease = pool.Acquire(std::chrono::steady_clock::now() + 500ms);
 //   pqxx::nontransaction tx{*lease};
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "shardkit/bucket.hpp"
+#include "shardkit/session.hpp"
 
 namespace pqxx {
 class connection_base;
@@ -33,6 +36,9 @@ struct PoolOptions {
   int max_waiters = 64;      // callers allowed to queue; beyond that Acquire fails at once
   std::chrono::milliseconds connect_timeout{2000};  // libpq connect_timeout (whole seconds, >= 2)
   std::chrono::milliseconds acquire_timeout{1000};  // deadline of Acquire() without one
+  // Every connection's TimeZone. All shards must agree: merged timestamptz
+  // values (group keys) are compared as text.
+  std::string time_zone = "UTC";
 };
 
 // A plain snapshot of counters; cheap to read at any time.
@@ -112,6 +118,9 @@ class ConnectionPool {
   [[nodiscard]] ShardId Shard() const noexcept { return shard_; }
   [[nodiscard]] const std::string& RedactedDsn() const noexcept { return redacted_dsn_; }
   [[nodiscard]] const PoolOptions& Options() const noexcept { return options_; }
+  // What the first connection this pool opened reported about its database
+  // and session (read once); nullptr until then.
+  [[nodiscard]] std::shared_ptr<const SessionFacts> Facts() const;
   // Closes idle connections (e.g. before a planned server restart).
   void CloseIdle();
 
@@ -120,6 +129,7 @@ class ConnectionPool {
   std::optional<Lease> AcquireUntil(Clock::time_point deadline, bool may_wait);
   void Return(std::unique_ptr<detail::PooledConnection> c, bool discard) noexcept;
   std::unique_ptr<detail::PooledConnection> Connect();  // without the lock held
+  void LearnFactsOnce(detail::PooledConnection& c);     // without the lock held
   std::unique_ptr<detail::PooledConnection> TakeLiveIdleLocked();
   void RecordWaitLocked(Clock::duration waited);
   [[noreturn]] void ThrowTimeoutLocked(Clock::duration waited);
@@ -138,6 +148,7 @@ class ConnectionPool {
   PoolStats counters_;
   std::vector<std::chrono::microseconds> recent_waits_;  // ring buffer
   std::size_t recent_next_ = 0;
+  std::shared_ptr<const SessionFacts> facts_;
 };
 
 }  // namespace shardkit

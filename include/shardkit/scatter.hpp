@@ -34,6 +34,7 @@
 
 #include "shardkit/bucket.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/session.hpp"
 
 namespace shardkit {
 
@@ -70,6 +71,9 @@ struct ShardResult {
   std::chrono::microseconds elapsed{0};  // acquire + execute on this shard
   std::chrono::microseconds queued{0};   // scatter start -> a worker thread took the statement
   std::size_t bytes = 0;                 // payload bytes received (sum of field sizes)
+  // What the shard's pool read from its server once: collation and session
+  // settings, for the merge's checks (scatter_merge.hpp).
+  std::shared_ptr<const SessionFacts> session;
 };
 
 struct ScatterResult {

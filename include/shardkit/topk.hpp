@@ -29,8 +29,8 @@
 //   for (const auto& phase : top.phases) log(phase.name, phase.rows, phase.elapsed);
 //
 // The algorithm is separate from the transport: TputTopK() talks to a
-// TopKShardSource, implemented over SQL (SqlTopKSource) and in memory
-// (MemoryTopKSource, for tests and simulations).
+// TopKShardSource, implemented here over SQL (SqlTopKSource); tests and
+// simulations implement it in memory.
 //
 // Assumptions, checked where they can be:
 // - The measure is non-negative: TPUT's bounds are wrong otherwise, so a
@@ -52,7 +52,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -158,9 +157,8 @@ class TopKShardSource {
 };
 
 enum class TopKMethod {
-  kTput,              // exact, three phases
-  kAllPartials,       // exact, ships every group's partial from every shard
-  kPerShardShortcut,  // NOT exact: each shard's top k, merged (seed 001's wrong list)
+  kTput,         // exact, three phases
+  kAllPartials,  // exact, ships every group's partial from every shard
 };
 [[nodiscard]] const char* TopKMethodName(TopKMethod method) noexcept;
 
@@ -175,13 +173,12 @@ struct TopKPhaseStats {
 template <class Measure>
 struct TopKResult {
   TopKMethod method = TopKMethod::kTput;
-  bool exact = true;                         // false only for the shortcut
   std::vector<TopKEntry<Measure>> items;     // ranked, at most k
   std::vector<TopKPhaseStats> phases;
   std::size_t total_rows = 0;
   std::size_t total_bytes = 0;
   std::chrono::microseconds elapsed{0};
-  // TPUT's inner figures, for the lab and for tuning.
+  // TPUT's inner figures, for reports and tuning.
   std::optional<Measure> tau1;
   std::optional<Measure> tau2;
   std::size_t seen_after_phase2 = 0;   // distinct keys known after phase 2
@@ -192,35 +189,19 @@ struct TopKResult {
   std::vector<std::string> warnings;
 };
 
-// The three methods. k == 0 gives an empty answer without asking anything.
-// TputTopK and AllPartialsTopK are exact; TputTopK throws UnmergeableQuery if
-// a negative partial shows up.
+// The two exact methods. k == 0 gives an empty answer without asking
+// anything. TputTopK throws UnmergeableQuery if a negative partial shows up.
 template <class Measure>
 [[nodiscard]] TopKResult<Measure> TputTopK(TopKShardSource<Measure>& source, std::size_t k);
 template <class Measure>
 [[nodiscard]] TopKResult<Measure> AllPartialsTopK(TopKShardSource<Measure>& source, std::size_t k);
 template <class Measure>
-[[nodiscard]] TopKResult<Measure> PerShardShortcutTopK(TopKShardSource<Measure>& source, std::size_t k);
-template <class Measure>
 [[nodiscard]] TopKResult<Measure> RunTopK(TopKShardSource<Measure>& source, std::size_t k, TopKMethod method);
 
-// Shards held in memory: for unit tests and simulations at scale.
+// The first k of `items` in the answer's order (RanksBefore); all of them,
+// ranked, if k is larger. For sources that rank their own groups.
 template <class Measure>
-class MemoryTopKSource final : public TopKShardSource<Measure> {
- public:
-  // shards[i] = shard i's groups; a key at most once per shard.
-  explicit MemoryTopKSource(std::vector<std::vector<TopKEntry<Measure>>> shards);
-  [[nodiscard]] int ShardCount() const override { return static_cast<int>(by_rank_.size()); }
-  [[nodiscard]] TopKReply<Measure> LocalTopK(std::size_t k, bool want_min_partial) override;
-  [[nodiscard]] TopKReply<Measure> AtLeast(const TopKThreshold<Measure>& threshold,
-                                           const std::vector<std::vector<TopKKey>>& exclude) override;
-  [[nodiscard]] TopKReply<Measure> Partials(const std::vector<std::vector<TopKKey>>& keys) override;
-  [[nodiscard]] TopKReply<Measure> AllPartials() override;
-
- private:
-  std::vector<std::vector<TopKEntry<Measure>>> by_rank_;  // per shard, RanksBefore order
-  std::vector<std::unordered_map<TopKKey, Measure>> by_key_;
-};
+[[nodiscard]] std::vector<TopKEntry<Measure>> RankTopK(std::vector<TopKEntry<Measure>> items, std::size_t k);
 
 // ---------------------------------------------------------------------------
 // Over SQL.
@@ -307,18 +288,16 @@ template <class Measure = std::int64_t>
 // left out; for `= ANY($n::bigint[])` / `::text[]` parameters.
 [[nodiscard]] std::string TopKKeysArrayLiteral(const std::vector<TopKKey>& keys);
 
-extern template class MemoryTopKSource<std::int64_t>;
 extern template TopKResult<std::int64_t> TputTopK(TopKShardSource<std::int64_t>&, std::size_t);
 extern template TopKResult<std::int64_t> AllPartialsTopK(TopKShardSource<std::int64_t>&, std::size_t);
-extern template TopKResult<std::int64_t> PerShardShortcutTopK(TopKShardSource<std::int64_t>&, std::size_t);
 extern template TopKResult<std::int64_t> RunTopK(TopKShardSource<std::int64_t>&, std::size_t, TopKMethod);
+extern template std::vector<TopKEntry<std::int64_t>> RankTopK(std::vector<TopKEntry<std::int64_t>>, std::size_t);
 
 extern template class BasicSqlTopKSource<std::int64_t>;
-extern template class MemoryTopKSource<Decimal>;
 extern template TopKResult<Decimal> TputTopK(TopKShardSource<Decimal>&, std::size_t);
 extern template TopKResult<Decimal> AllPartialsTopK(TopKShardSource<Decimal>&, std::size_t);
-extern template TopKResult<Decimal> PerShardShortcutTopK(TopKShardSource<Decimal>&, std::size_t);
 extern template TopKResult<Decimal> RunTopK(TopKShardSource<Decimal>&, std::size_t, TopKMethod);
+extern template std::vector<TopKEntry<Decimal>> RankTopK(std::vector<TopKEntry<Decimal>>, std::size_t);
 
 extern template class BasicSqlTopKSource<Decimal>;
 

@@ -11,6 +11,7 @@
 #include "dataset.hpp"
 #include "demos.hpp"
 #include "shardkit/topk.hpp"
+#include "topk_shortcut.hpp"
 
 namespace shardkit::lab {
 namespace {
@@ -22,6 +23,7 @@ constexpr const char* kWhere = "o.ordered_at >= $1::timestamptz";
 
 using Entry = TopKEntry<std::int64_t>;
 using Result = TopKResult<std::int64_t>;
+using Shortcut = ShortcutTopKResult<std::int64_t>;
 
 std::int64_t BookOf(const Entry& e) { return std::get<std::int64_t>(e.key); }
 
@@ -31,19 +33,26 @@ Json ListJson(const std::vector<Entry>& items) {
   return list;
 }
 
-Json MethodJson(const Result& r, const std::vector<Entry>& reference) {
+// The exact methods' results and the shortcut's share these fields.
+template <class R>
+Json MethodJson(const R& r, const char* method, bool exact, const std::vector<Entry>& reference) {
   Json phases = Json::array();
   for (const auto& p : r.phases) {
     phases.push_back({{"name", p.name}, {"rows", p.rows}, {"shards_asked", p.shards_asked}, {"ms", MsValue(p.elapsed)}});
   }
-  Json j{{"method", TopKMethodName(r.method)},
-         {"exact", r.exact},
+  Json j{{"method", method},
+         {"exact", exact},
          {"rows", r.total_rows},
          {"bytes", r.total_bytes},
          {"ms", MsValue(r.elapsed)},
          {"phases", phases},
          {"top", ListJson(r.items)},
          {"equals_reference", r.items == reference}};
+  return j;
+}
+
+Json MethodJson(const Result& r, const std::vector<Entry>& reference) {
+  Json j = MethodJson(r, TopKMethodName(r.method), true, reference);
   if (r.tau1) j["tau1"] = *r.tau1;
   if (r.tau2) j["tau2"] = *r.tau2;
   if (r.method == TopKMethod::kTput) {
@@ -80,10 +89,8 @@ DemoResult RunTop10(Lab& lab) {
   q.params = {WindowStartParam()};
   q.k = kTop;
 
-  auto run = [&](TopKMethod method, const char* label) {
-    q.label = label;
-    Result result = TopKBySum(lab.Scatter(), q, method);
-    for (const auto& phase : result.phases) {
+  auto remember = [&](const std::vector<TopKPhaseStats>& phases, const char* label) {
+    for (const auto& phase : phases) {
       Lab::ScatterRecord rec;
       rec.label = fmt::format("{}: {}", label, phase.name);
       rec.fanout = static_cast<std::size_t>(phase.shards_asked);
@@ -91,10 +98,18 @@ DemoResult RunTop10(Lab& lab) {
       rec.elapsed = phase.elapsed;
       lab.Remember(std::move(rec));
     }
+  };
+  auto run = [&](TopKMethod method, const char* label) {
+    q.label = label;
+    Result result = TopKBySum(lab.Scatter(), q, method);
+    remember(result.phases, label);
     return result;
   };
   const Result exact = run(TopKMethod::kAllPartials, "top10 exact");
-  const Result shortcut = run(TopKMethod::kPerShardShortcut, "top10 shortcut");
+  q.label = "top10 shortcut";
+  SqlTopKSource shortcut_source(lab.Scatter(), q);
+  const Shortcut shortcut = PerShardShortcutTopK(shortcut_source, kTop);
+  remember(shortcut.phases, "top10 shortcut");
   const Result tput = run(TopKMethod::kTput, "top10 TPUT");
 
   // The reference server: one GROUP BY, and the true totals of the
@@ -176,7 +191,7 @@ DemoResult RunTop10(Lab& lab) {
   r.Expect("top10.tput_transfers_less", tput.total_rows < exact.total_rows,
            fmt::format("TPUT {} rows vs all partials {} rows", tput.total_rows, exact.total_rows));
 
-  Json shortcut_json = MethodJson(shortcut, reference);
+  Json shortcut_json = MethodJson(shortcut, kShortcutName, false, reference);
   Json really_json = Json::array();
   for (const auto& e : shortcut.items) {
     const auto it = really.find(BookOf(e));

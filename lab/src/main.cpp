@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
 
   auto* load_cmd = app.add_subcommand("load", "generate the data and (re)load every server with COPY");
   load_cmd->add_flag("--compare-psql", compare_psql, "then time psql \\copy of the same orders rows");
-  app.add_subcommand("copy-vs-psql", "COPY through libpqxx vs psql \\copy of the same orders rows");
+  app.add_subcommand("copy-vs-psql", "COPY through shardkit::CopyWriter vs psql \\copy of the same orders rows");
   for (const auto& name : DemoNames()) app.add_subcommand(name, Title(name));
   app.add_subcommand("all", "load if needed, then every demo (the default)");
   CLI11_PARSE(app, argc, argv);

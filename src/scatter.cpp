@@ -115,6 +115,11 @@ struct ShardTask {
   ShardId shard{};
   ConnectionPool* pool = nullptr;
   std::shared_ptr<const Statement> statement;
+  // In a session: the session's connection for this shard (its transaction
+  // is open; no BEGIN/COMMIT around the statement), and whether the
+  // statement is sent as a simple-protocol string (BEGIN + setup).
+  ConnectionPool::Lease* pinned = nullptr;
+  bool simple_protocol = false;
   std::string where;  // "shard 1 (shard1)"
 
   std::atomic<Phase> phase{Phase::kQueued};
@@ -153,6 +158,9 @@ struct ShardTask {
 };
 
 struct ScatterState {
+  // A session's fan-out keeps the session's connections alive until its
+  // last task is done, even after the caller gave up on it.
+  std::shared_ptr<ScatterSession::State> session;
   Clock::time_point start;
   Clock::time_point deadline;
   bool read_only = true;
@@ -204,6 +212,17 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   for (const auto& p : task.statement->params) values.push_back(p ? p->c_str() : nullptr);
 
   pqxx::nontransaction tx{connection};
+  if (task.pinned != nullptr) {
+    // Inside the session's transaction: the statement alone. A failure
+    // aborts that transaction, so the connection is not reused.
+    try {
+      if (task.simple_protocol) return tx.exec(task.statement->sql);
+      return tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
+    } catch (...) {
+      lease.Discard();
+      throw;
+    }
+  }
   if (state.single_round_trip) {
     // The statement alone, in its own implicit transaction; the caller's
     // cancel at the deadline is what cuts it.
@@ -274,10 +293,15 @@ void RunShard(ScatterState& state, ShardTask& task) {
                         Millis(state.deadline - state.start));
   } else {
     try {
-      task.phase = Phase::kAcquiring;
-      auto lease = task.pool->Acquire(state.deadline);
-      task.phase = Phase::kExecuting;
-      rows = ExecuteOn(state, task, lease);
+      if (task.pinned != nullptr) {
+        task.phase = Phase::kExecuting;
+        rows = ExecuteOn(state, task, *task.pinned);
+      } else {
+        task.phase = Phase::kAcquiring;
+        auto lease = task.pool->Acquire(state.deadline);
+        task.phase = Phase::kExecuting;
+        rows = ExecuteOn(state, task, lease);
+      }
       bytes = PayloadBytes(*rows);
     } catch (const std::exception& error) {
       bool cancelled = false;
@@ -336,6 +360,28 @@ std::size_t ScatterResult::TotalBytes() const noexcept {
   return total;
 }
 
+struct ScatterSession::State {
+  ScatterGather::Impl* impl = nullptr;
+  std::vector<ShardId> shards;               // ascending
+  std::vector<ConnectionPool::Lease> leases;  // leases[i] serves shards[i]
+  Clock::time_point deadline;
+  std::string label;
+  std::optional<std::string> failure;  // set once a fan-out failed: the session is unusable
+  bool finished = false;
+  microseconds open_time{0};
+};
+
+namespace {
+ConnectionPool::Lease& SessionLease(ScatterSession::State& session, ShardId shard, const std::string& label) {
+  const auto it = std::lower_bound(session.shards.begin(), session.shards.end(), shard);
+  if (it == session.shards.end() || *it != shard) {
+    throw Error(fmt::format("scatter session{}: shard {} is not part of this session; open the session on it",
+                            label, shard));
+  }
+  return session.leases[static_cast<std::size_t>(it - session.shards.begin())];
+}
+}  // namespace
+
 struct ScatterGather::Impl {
   Impl(BucketShardResolver& r, int threads) : resolver(r), workers(static_cast<std::size_t>(threads)) {}
   ~Impl() {
@@ -346,7 +392,8 @@ struct ScatterGather::Impl {
   }
 
   ScatterResult Execute(std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements,
-                        const ScatterOptions& options);
+                        const ScatterOptions& options, const std::shared_ptr<ScatterSession::State>& session = {},
+                        bool simple_protocol = false);
   void Record(const ScatterResult* result, std::size_t fanout, std::size_t failures, microseconds slowest,
               bool threw);
 
@@ -418,7 +465,8 @@ void ScatterGather::Impl::Record(const ScatterResult* result, std::size_t fanout
 }
 
 ScatterResult ScatterGather::Impl::Execute(
-    std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements, const ScatterOptions& options) {
+    std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements, const ScatterOptions& options,
+    const std::shared_ptr<ScatterSession::State>& session, bool simple_protocol) {
   const auto start = Clock::now();
   const auto deadline = std::min(options.deadline.value_or(start + kDefaultTimeout), start + kMaxTimeout);
   const std::string label = options.label.empty() ? std::string() : fmt::format(" '{}'", options.label);
@@ -441,11 +489,14 @@ ScatterResult ScatterGather::Impl::Execute(
   state->read_only = options.read_only;
   state->single_round_trip = options.single_round_trip;
   state->remaining = statements.size();
+  state->session = session;
   for (auto& [shard, statement] : statements) {
     auto task = std::make_unique<ShardTask>();
     task->shard = shard;
     task->pool = &resolver.Pool(shard);
     task->statement = std::move(statement);
+    task->simple_protocol = simple_protocol;
+    if (session) task->pinned = &SessionLease(*session, shard, label);
     state->tasks.push_back(std::move(task));
   }
   for (std::size_t i = 0; i < state->tasks.size(); ++i) {
@@ -519,6 +570,161 @@ ScatterResult ScatterGather::Impl::Execute(
   }
   Record(&result, fanout, result.failures.size(), slowest_any, false);
   return result;
+}
+
+}  // namespace shardkit
+
+namespace shardkit {
+
+// ------------------------------------------------------------------ session
+
+ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
+    : state_(std::make_shared<State>()) {
+  State& st = *state_;
+  const auto start = Clock::now();
+  st.impl = scatter.impl_.get();
+  st.deadline = std::min(options.deadline.value_or(start + kDefaultTimeout), start + kMaxTimeout);
+  st.label = options.label.empty() ? std::string() : fmt::format(" '{}'", options.label);
+  BucketShardResolver& resolver = scatter.Resolver();
+  if (options.shards) {
+    st.shards = *options.shards;
+  } else {
+    for (int s = 0; s < resolver.ShardCount(); ++s) st.shards.push_back(ShardId{s});
+  }
+  std::sort(st.shards.begin(), st.shards.end());
+  for (std::size_t i = 0; i < st.shards.size(); ++i) {
+    (void)resolver.Pool(st.shards[i]);  // throws UnknownShard
+    if (i > 0 && st.shards[i] == st.shards[i - 1]) {
+      throw Error(fmt::format("scatter session{}: shard {} is listed twice; list each shard once", st.label,
+                              st.shards[i]));
+    }
+  }
+
+  // Ascending shard order (see the header): every shard that has a
+  // connection free right away is taken without waiting; from the first
+  // one that has none, the later ones are given back and taken again in
+  // order, waiting for each while holding only lower-numbered shards.
+  std::vector<std::optional<ConnectionPool::Lease>> held(st.shards.size());
+  std::vector<ScatterError::Failure> failures;
+  std::size_t first_missing = st.shards.size();
+  for (std::size_t i = 0; i < st.shards.size(); ++i) {
+    try {
+      held[i] = resolver.Pool(st.shards[i]).TryAcquire();
+    } catch (const std::exception& e) {
+      failures.push_back({st.shards[i], RedactDsn(Trim(e.what()))});
+      break;
+    }
+    if (!held[i]) {
+      first_missing = i;
+      break;
+    }
+  }
+  if (failures.empty()) {
+    for (std::size_t i = first_missing; i < st.shards.size(); ++i) {
+      if (held[i]) continue;
+      try {
+        held[i] = resolver.Pool(st.shards[i]).Acquire(st.deadline);
+      } catch (const std::exception& e) {
+        failures.push_back({st.shards[i], RedactDsn(Trim(e.what()))});
+        break;
+      }
+    }
+  }
+  if (!failures.empty()) {
+    held.clear();  // gives back everything
+    throw ScatterError(fmt::format("scatter session{} could not get a connection on every shard after {} ms: {}",
+                                   st.label, Millis(Clock::now() - start), JoinFailures(failures, resolver)),
+                       std::move(failures));
+  }
+  for (auto& lease : held) st.leases.push_back(std::move(*lease));
+
+  // BEGIN; the timeout; the caller's setup; then read-only for the rest.
+  const auto left = std::chrono::ceil<milliseconds>(st.deadline - Clock::now());
+  std::string begin = fmt::format("BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL statement_timeout = {}",
+                                  std::max<long long>(1, left.count()));
+  for (const auto& sql : options.setup) begin += "; " + sql;
+  begin += "; SET TRANSACTION READ ONLY";
+  auto statement = std::make_shared<const Statement>(Statement{begin, {}});
+  std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements;
+  for (ShardId s : st.shards) statements.emplace_back(s, statement);
+  ScatterOptions o;
+  o.deadline = st.deadline;
+  o.label = options.label.empty() ? "session begin" : options.label + " begin";
+  try {
+    (void)st.impl->Execute(std::move(statements), o, state_, /*simple_protocol=*/true);
+  } catch (const std::exception& e) {
+    st.failure = e.what();
+    Finish();
+    throw;
+  }
+  st.open_time = duration_cast<microseconds>(Clock::now() - start);
+}
+
+ScatterSession::~ScatterSession() { Finish(); }
+
+const std::vector<ShardId>& ScatterSession::Shards() const noexcept { return state_->shards; }
+
+std::chrono::microseconds ScatterSession::OpenTime() const noexcept { return state_->open_time; }
+
+ScatterResult ScatterSession::Run(const std::string& sql, const SqlParams& params) {
+  auto statement = std::make_shared<const Statement>(Statement{sql, params});
+  std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
+  for (ShardId s : state_->shards) statements.emplace_back(s, Statement{sql, params});
+  return RunPerShard(statements);
+}
+
+ScatterResult ScatterSession::RunPerShard(const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements) {
+  State& st = *state_;
+  if (st.finished || st.failure) {
+    throw Error(fmt::format("scatter session{} is {}; open a new session", st.label,
+                            st.failure ? "failed (" + *st.failure + ")" : std::string("finished")));
+  }
+  std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> copies;
+  copies.reserve(statements.size());
+  for (const auto& [shard, statement] : statements) {
+    copies.emplace_back(shard, std::make_shared<const Statement>(statement));
+  }
+  ScatterOptions o;
+  o.deadline = st.deadline;
+  o.label = st.label.empty() ? "session" : st.label.substr(2, st.label.size() - 3);
+  try {
+    return st.impl->Execute(std::move(copies), o, state_);
+  } catch (const ScatterError& e) {
+    st.failure = e.what();
+    throw;
+  }
+}
+
+void ScatterSession::Finish() noexcept {
+  if (!state_ || state_->finished) return;
+  State& st = *state_;
+  st.finished = true;
+  if (st.failure) {
+    // Some connection may still run a cancelled statement, and some
+    // transactions are aborted: close them all (the servers roll back) as
+    // the last task lets go of the session.
+    for (auto& lease : st.leases) lease.Discard();
+    state_.reset();
+    return;
+  }
+  // COMMIT on the workers; the caller does not wait (read-only).
+  for (std::size_t i = 0; i < st.leases.size(); ++i) {
+    try {
+      boost::asio::post(st.impl->workers, [keep = state_, i] {
+        ConnectionPool::Lease& lease = keep->leases[i];
+        try {
+          pqxx::nontransaction tx{lease.Connection()};
+          tx.exec("COMMIT");
+        } catch (...) {
+          lease.Discard();
+        }
+        lease.Release();
+      });
+    } catch (...) {
+      st.leases[i].Discard();
+    }
+  }
+  state_.reset();
 }
 
 }  // namespace shardkit

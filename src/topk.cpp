@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <unordered_map>
 #include <utility>
 
@@ -55,6 +56,7 @@ const char* TopKMethodName(TopKMethod method) noexcept {
   switch (method) {
     case TopKMethod::kTput: return "TPUT (exact)";
     case TopKMethod::kAllPartials: return "all partials (exact)";
+    case TopKMethod::kAuto: return "auto (exact)";
   }
   return "?";
 }
@@ -168,7 +170,52 @@ std::vector<TopKEntry<Measure>> RankTopK(std::vector<TopKEntry<Measure>> items, 
 }
 
 template <class Measure>
-TopKResult<Measure> TputTopK(TopKShardSource<Measure>& source, std::size_t k) {
+TopKReply<Measure> TopKShardSource<Measure>::RestOfPartials(const std::vector<std::vector<TopKKey>>& exclude) {
+  TopKReply<Measure> reply = AllPartials();
+  for (std::size_t s = 0; s < reply.shards.size() && s < exclude.size(); ++s) {
+    if (exclude[s].empty()) continue;
+    std::vector<TopKKey> sorted = exclude[s];
+    std::sort(sorted.begin(), sorted.end());
+    auto& rows = reply.shards[s];
+    std::erase_if(rows, [&](const TopKEntry<Measure>& e) { return std::binary_search(sorted.begin(), sorted.end(), e.key); });
+  }
+  return reply;
+}
+
+namespace {
+
+// kAuto's estimate: how many groups phase 2 would ship (partial * m >=
+// tau1, not already reported), from each shard's histogram of partials.
+// Buckets are quarter powers of two; the bucket holding the threshold is
+// counted whole, so the estimate errs high by at most that bucket.
+template <class Measure>
+std::int64_t EstimatePhase2Rows(const TopKReply<Measure>& p1, const Measure& tau1, int m) {
+  const double threshold = TopKMeasureTraits<Measure>::ToDouble(tau1) / m;
+  std::int64_t rows = 0;
+  for (std::size_t s = 0; s < p1.groups.size(); ++s) {
+    const auto reported = static_cast<std::int64_t>(p1.shards[s].size());
+    if (threshold <= 0) {
+      rows += p1.groups[s] - reported;  // every group passes
+      continue;
+    }
+    const int from = static_cast<int>(std::floor(4 * std::log2(threshold)));
+    std::int64_t passing = 0;
+    if (s < p1.histogram.size()) {
+      for (const auto& [bucket, count] : p1.histogram[s]) {
+        if (bucket >= from) passing += count;
+      }
+    }
+    rows += std::max<std::int64_t>(0, passing - reported);
+  }
+  return rows;
+}
+
+}  // namespace
+
+// TPUT; with may_switch (kAuto) it may fetch the rest of the partials after
+// phase 1 instead.
+template <class Measure>
+static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::size_t k, bool may_switch) {
   using Traits = TopKMeasureTraits<Measure>;
   const auto start = Clock::now();
   TopKResult<Measure> result;
@@ -189,13 +236,55 @@ TopKResult<Measure> TputTopK(TopKShardSource<Measure>& source, std::size_t k) {
   }
   const Measure tau1 = ledger.KthLowerBound(k);
   result.tau1 = tau1;
-
-  // Phase 2: every key with a partial >= tau1/m, except those already sent.
-  const TopKThreshold<Measure> threshold{tau1, m};
   std::vector<std::vector<TopKKey>> exclude(shards);
   for (std::size_t s = 0; s < shards; ++s) {
     for (const auto& e : p1.shards[s]) exclude[s].push_back(e.key);
   }
+
+  if (may_switch) {
+    // Phase 2 would ship `estimate` rows; the rest of the partials is
+    // `rest` rows. TPUT also needs phase 3 (a few rows, one more round
+    // trip), so it must save a clear share of the rows to be worth it.
+    if (p1.groups.size() != shards) {
+      result.choice = "the source gives no phase-1 statistics -> TPUT";
+    } else {
+      std::int64_t groups = 0, reported = 0;
+      for (std::size_t s = 0; s < shards; ++s) {
+        groups += p1.groups[s];
+        reported += static_cast<std::int64_t>(p1.shards[s].size());
+      }
+      const std::int64_t rest = groups - reported;
+      const std::int64_t estimate = EstimatePhase2Rows(p1, tau1, m);
+      result.groups = groups;
+      result.estimated_phase2_rows = estimate;
+      // Below ~64 rows per shard a round trip costs more than the rows.
+      const bool tput = estimate * 2 < rest && rest > 64 * m;
+      result.choice = fmt::format("phase 1: {} groups on {} shards, {} not yet sent; about {} at or above tau1/m -> {}",
+                                  groups, m, rest, estimate, tput ? "TPUT" : "the rest of the partials");
+      if (!tput) {
+        result.method = TopKMethod::kAllPartials;
+        auto rest_reply = Phase(result, m, "2 rest of the partials", [&] { return source.RestOfPartials(exclude); });
+        std::unordered_map<TopKKey, Measure> totals;
+        for (auto& [key, info] : ledger.Items()) totals.emplace(key, info.sum);
+        for (auto& rows : rest_reply.shards) {
+          for (auto& e : rows) {
+            auto [it, inserted] = totals.try_emplace(std::move(e.key), e.value);
+            if (!inserted) it->second = Traits::Add(it->second, e.value, it->first);
+          }
+        }
+        std::vector<TopKEntry<Measure>> items;
+        items.reserve(totals.size());
+        for (auto& [key, total] : totals) items.push_back(TopKEntry<Measure>{key, total});
+        result.candidates = items.size();
+        result.items = RankTopK(std::move(items), k);
+        result.elapsed = Since(start);
+        return result;
+      }
+    }
+  }
+
+  // Phase 2: every key with a partial >= tau1/m, except those already sent.
+  const TopKThreshold<Measure> threshold{tau1, m};
   auto p2 = Phase(result, m, "2 threshold", [&] { return source.AtLeast(threshold, exclude); });
   for (std::size_t s = 0; s < shards; ++s) {
     for (auto& e : p2.shards[s]) {
@@ -280,6 +369,16 @@ TopKResult<Measure> TputTopK(TopKShardSource<Measure>& source, std::size_t k) {
 }
 
 template <class Measure>
+TopKResult<Measure> TputTopK(TopKShardSource<Measure>& source, std::size_t k) {
+  return TputOrAuto(source, k, false);
+}
+
+template <class Measure>
+TopKResult<Measure> AutoTopK(TopKShardSource<Measure>& source, std::size_t k) {
+  return TputOrAuto(source, k, true);
+}
+
+template <class Measure>
 TopKResult<Measure> AllPartialsTopK(TopKShardSource<Measure>& source, std::size_t k) {
   const auto start = Clock::now();
   TopKResult<Measure> result;
@@ -308,6 +407,7 @@ TopKResult<Measure> RunTopK(TopKShardSource<Measure>& source, std::size_t k, Top
   switch (method) {
     case TopKMethod::kTput: return TputTopK(source, k);
     case TopKMethod::kAllPartials: return AllPartialsTopK(source, k);
+    case TopKMethod::kAuto: return AutoTopK(source, k);
   }
   throw Error("top-k: unknown method");
 }
@@ -315,11 +415,15 @@ TopKResult<Measure> RunTopK(TopKShardSource<Measure>& source, std::size_t k, Top
 template TopKResult<std::int64_t> TputTopK(TopKShardSource<std::int64_t>&, std::size_t);
 template TopKResult<std::int64_t> AllPartialsTopK(TopKShardSource<std::int64_t>&, std::size_t);
 template TopKResult<std::int64_t> RunTopK(TopKShardSource<std::int64_t>&, std::size_t, TopKMethod);
+template TopKResult<std::int64_t> AutoTopK(TopKShardSource<std::int64_t>&, std::size_t);
+template class TopKShardSource<std::int64_t>;
 template std::vector<TopKEntry<std::int64_t>> RankTopK(std::vector<TopKEntry<std::int64_t>>, std::size_t);
 
 template TopKResult<Decimal> TputTopK(TopKShardSource<Decimal>&, std::size_t);
 template TopKResult<Decimal> AllPartialsTopK(TopKShardSource<Decimal>&, std::size_t);
 template TopKResult<Decimal> RunTopK(TopKShardSource<Decimal>&, std::size_t, TopKMethod);
+template TopKResult<Decimal> AutoTopK(TopKShardSource<Decimal>&, std::size_t);
+template class TopKShardSource<Decimal>;
 template std::vector<TopKEntry<Decimal>> RankTopK(std::vector<TopKEntry<Decimal>>, std::size_t);
 
 }  // namespace shardkit

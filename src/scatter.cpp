@@ -35,7 +35,11 @@
 //   parallel. Read-only fan-out needs no cross-shard snapshot, so nothing
 //   requires holding all connections at once. Worker threads are not a
 //   hidden second resource either: a statement holds a connection only while
-//   it runs on a thread, so every holder can make progress.
+//   it runs on a thread, so every holder can make progress. Sessions
+//   (ScatterSession) hold connections between statements, so their
+//   statements run on threads of their own (session_workers), where nothing
+//   ever waits for a pool: a worker blocked in Acquire cannot stop the
+//   session that holds the connection it waits for from finishing.
 // * The deadline is enforced three ways. Acquisition waits until it at most.
 //   Each statement runs in a transaction with SET LOCAL statement_timeout =
 //   the time left, so the server stops the work itself. At the deadline the
@@ -383,11 +387,13 @@ ConnectionPool::Lease& SessionLease(ScatterSession::State& session, ShardId shar
 }  // namespace
 
 struct ScatterGather::Impl {
-  Impl(BucketShardResolver& r, int threads) : resolver(r), workers(static_cast<std::size_t>(threads)) {}
+  Impl(BucketShardResolver& r, int threads)
+      : resolver(r), workers(static_cast<std::size_t>(threads)), session_workers(static_cast<std::size_t>(threads)) {}
   ~Impl() {
     // Let queued statements see they are abandoned and stuck ones reach
     // their statement_timeout, so no thread outlives the pools it uses.
     workers.join();
+    session_workers.join();
     canceller.join();
   }
 
@@ -399,6 +405,7 @@ struct ScatterGather::Impl {
 
   BucketShardResolver& resolver;
   boost::asio::thread_pool workers;
+  boost::asio::thread_pool session_workers;  // statements and COMMITs of sessions (ScatterSession)
   boost::asio::thread_pool canceller{1};
   mutable std::mutex stats_mutex;
   ScatterStats stats;
@@ -499,8 +506,12 @@ ScatterResult ScatterGather::Impl::Execute(
     if (session) task->pinned = &SessionLease(*session, shard, label);
     state->tasks.push_back(std::move(task));
   }
+  // A session's statements never wait for a pool, and must not wait for a
+  // worker that waits for a pool either (that worker may be waiting for
+  // this very session's connection): they have threads of their own.
+  auto& executor = session ? session_workers : workers;
   for (std::size_t i = 0; i < state->tasks.size(); ++i) {
-    boost::asio::post(workers, [state, i] { RunShard(*state, *state->tasks[i]); });
+    boost::asio::post(executor, [state, i] { RunShard(*state, *state->tasks[i]); });
   }
 
   std::unique_lock lock(state->mutex);
@@ -667,7 +678,6 @@ const std::vector<ShardId>& ScatterSession::Shards() const noexcept { return sta
 std::chrono::microseconds ScatterSession::OpenTime() const noexcept { return state_->open_time; }
 
 ScatterResult ScatterSession::Run(const std::string& sql, const SqlParams& params) {
-  auto statement = std::make_shared<const Statement>(Statement{sql, params});
   std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
   for (ShardId s : state_->shards) statements.emplace_back(s, Statement{sql, params});
   return RunPerShard(statements);
@@ -710,7 +720,7 @@ void ScatterSession::Finish() noexcept {
   // COMMIT on the workers; the caller does not wait (read-only).
   for (std::size_t i = 0; i < st.leases.size(); ++i) {
     try {
-      boost::asio::post(st.impl->workers, [keep = state_, i] {
+      boost::asio::post(st.impl->session_workers, [keep = state_, i] {
         ConnectionPool::Lease& lease = keep->leases[i];
         try {
           pqxx::nontransaction tx{lease.Connection()};

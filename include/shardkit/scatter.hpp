@@ -168,7 +168,8 @@ struct SessionOptions {
 // for each in order while holding only lower-numbered shards. Every holder
 // that waits for shard s holds only shards below s, so no cycle of waits
 // can form among sessions; ordinary scatters never wait while holding, so
-// they cannot close one either. All-or-nothing acquisition (release
+// they cannot close one either. A session's statements run on threads of
+// their own, never behind scatter workers that wait for a pool. All-or-nothing acquisition (release
 // everything and retry on a miss) was not chosen: it livelocks under
 // contention and needs a back-off policy, while ordered acquisition always
 // makes progress and is bounded by the deadline anyway.
@@ -177,6 +178,8 @@ struct SessionOptions {
 //   session.Run("INSERT INTO t SELECT ...", params);
 //   auto top = session.Run("SELECT k, s FROM t ORDER BY s DESC LIMIT 10");
 //   session.Finish();   // commits (read-only: drops the temp tables)
+//
+// Destroy (or Finish) every session before its ScatterGather.
 class ScatterSession {
  public:
   // Acquires the connections and begins every shard's transaction (one

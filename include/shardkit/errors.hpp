@@ -175,4 +175,23 @@ class IdFormatError : public Error {
   std::string input_;
 };
 
+// A worker partition lease cannot be claimed, renewed or released (the
+// catalog is unreachable, the group's partition count disagrees...).
+// Partitions already held stay usable until their local deadline.
+class LeaseError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A job could not be enqueued, taken or completed on a shard, or a job
+// queue is misconfigured. shard() names the shard when one is involved.
+class JobError : public Error {
+ public:
+  explicit JobError(const std::string& message, std::optional<int> shard = {}) : Error(message), shard_(shard) {}
+  [[nodiscard]] std::optional<int> shard() const noexcept { return shard_; }
+
+ private:
+  std::optional<int> shard_;
+};
+
 }  // namespace shardkit

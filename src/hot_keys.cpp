@@ -63,7 +63,8 @@ std::vector<int> HotKeys::PartitionsOf(CustomerId customer_id) const {
   // so far are among those of the largest one.
   std::vector<int> out;
   out.reserve(static_cast<std::size_t>(most));
-  for (int i = 0; i < most; ++i) out.push_back(SaltedPartition(customer_id, i, most, partitions_));
+  const int home = HomePartition(customer_id, partitions_);
+  for (int i = 0; i < most; ++i) out.push_back((home + i * (partitions_ / most)) % partitions_);
   return out;
 }
 

@@ -32,6 +32,9 @@ void Validate(const PartitionLeaseOptions& o) {
   if (o.claim_interval.count() <= 0) {
     throw ConfigError("partition_lease.claim_interval", fmt::format("{} ms must be positive", o.claim_interval.count()));
   }
+  if (o.join_grace.count() < 0) {
+    throw ConfigError("partition_lease.join_grace", fmt::format("{} ms must not be negative", o.join_grace.count()));
+  }
   if (o.handoff_pause.count() < 0) {
     throw ConfigError("partition_lease.handoff_pause", fmt::format("{} ms must not be negative", o.handoff_pause.count()));
   }
@@ -53,7 +56,11 @@ std::shared_ptr<PartitionLeases> PartitionLeases::Join(const std::string& catalo
     std::lock_guard lock(leases->catalog_mutex_);
     leases->Register();
   }
-  leases->Tick();
+  if (leases->options_.join_grace.count() > 0) {
+    (void)leases->TickImpl(false);  // announce: a live member that claims nothing yet
+    std::this_thread::sleep_for(leases->options_.join_grace);
+  }
+  (void)leases->Tick();
   if (leases->options_.run_in_background) {
     PartitionLeases* self = leases.get();  // joined in the destructor
     leases->ticker_ = std::jthread([self](std::stop_token stop) { self->Loop(std::move(stop)); });
@@ -125,7 +132,9 @@ void PartitionLeases::Register() {
   }
 }
 
-PartitionTick PartitionLeases::Tick() {
+PartitionTick PartitionLeases::Tick() { return TickImpl(true); }
+
+PartitionTick PartitionLeases::TickImpl(bool may_claim) {
   std::lock_guard catalog(catalog_mutex_);
   std::vector<PartitionGrant> pairs;
   std::vector<PartitionGrant> drained;  // draining with nothing in flight: release now
@@ -222,7 +231,7 @@ PartitionTick PartitionLeases::Tick() {
     // 5. Claim free or expired partitions up to the share.
     const int still_held = static_cast<int>(renewed.size() - result.released.size());
     const int want = result.share - still_held;
-    if (!leaving && want > 0 && draining_count == 0) {
+    if (may_claim && !leaving && want > 0 && draining_count == 0) {
       claim_started = Clock::now();
       for (const auto& row : tx.exec_params(R"(
 WITH free AS (
@@ -305,7 +314,7 @@ RETURNING l.partition, l.claim_version,
   }
   // Gradual handoff: one surplus partition at a time, after a pause.
   const bool any_draining = std::any_of(held_.begin(), held_.end(), [](const auto& e) { return e.second.draining; });
-  if (!leaving && !any_draining && static_cast<int>(held_.size()) > result.share &&
+  if (may_claim && !leaving && !any_draining && static_cast<int>(held_.size()) > result.share &&
       now - last_release_ >= options_.handoff_pause) {
     auto it = std::prev(held_.end());  // the highest-numbered: owners keep ranges
     it->second.draining = true;

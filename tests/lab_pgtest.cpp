@@ -327,6 +327,29 @@ TEST(LabDirectory, FewestMovesForAnyShardCount) {
   }
 }
 
+TEST_F(LabTest, WorkerProcessesProcessEveryJobOnceThroughKillStopAndSalting) {
+  WorkersDemoOptions options;
+  options.executable = BOOKSTORE_LAB_EXE;  // the workers are real processes of the lab binary
+  options.hot_burst_orders = 300;
+  const DemoResult r = RunWorkers(*lab_, options);
+  EXPECT_TRUE(r.Ok()) << FailedChecks(r);
+  for (const char* check : {"workers.late_completion_refused_by_fence", "workers.double_processed_is_zero",
+                            "workers.lost_is_zero", "workers.salting_spreads_over_s_partitions",
+                            "workers.killed_workers_partitions_taken_over", "workers.orders_equal_reference"}) {
+    ExpectCheckPassed(r, check);
+  }
+  EXPECT_EQ(r.figures["double_processed"].get<std::int64_t>(), 0);
+  EXPECT_EQ(r.figures["lost"].get<std::int64_t>(), 0);
+  EXPECT_GE(r.figures["stale_refused"].get<std::int64_t>(), 1);
+  EXPECT_EQ(r.figures["per_partition_throughput"]["before_salting"]["hot_partitions"].size(), 1U);
+  EXPECT_EQ(r.figures["per_partition_throughput"]["after_salting"]["hot_partitions"].size(), 8U);
+  // The demo's orders are gone again: the other demos see the loaded data.
+  std::int64_t orders = 0;
+  for (ShardId s = 0; s < lab_->ShardCount(); ++s) orders += ShardCount(s, "orders");
+  EXPECT_EQ(orders, static_cast<std::int64_t>(data_->orders.size()));
+  EXPECT_EQ(Count(lab_->Reference(), "orders"), static_cast<std::int64_t>(data_->orders.size()));
+}
+
 TEST_F(LabTest, StatsSummariseTheRunsCrossShardQueries) {
   (void)RunShardKey(*lab_);
   const DemoResult r = RunStats(*lab_);

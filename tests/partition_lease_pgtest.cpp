@@ -47,6 +47,7 @@ class PartitionLeasePg : public ::testing::Test {
     o.renew_interval = 300ms;
     o.claim_interval = 20ms;
     o.handoff_pause = 0ms;
+    o.join_grace = 0ms;
     o.run_in_background = false;
     return o;
   }
@@ -168,6 +169,29 @@ TEST_F(PartitionLeasePg, ConcurrentClaimsNeverOverlap) {
     }
   }
   EXPECT_EQ(union_held.size(), 64U);
+  for (auto& w : workers) w->Leave(Clock::now() + 1s);
+}
+
+TEST_F(PartitionLeasePg, WorkersStartedTogetherSplitWithoutHandingOver) {
+  constexpr int kWorkers = 4;
+  std::vector<std::shared_ptr<PartitionLeases>> workers(kWorkers);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < kWorkers; ++i) {
+    threads.emplace_back([&, i] {
+      PartitionLeaseOptions o = Manual("deploy", "d" + std::to_string(i));
+      o.join_grace = 1000ms;  // they start within a few ms of each other
+      workers[i] = PartitionLeases::Join(Catalog(), o);
+    });
+  }
+  for (auto& t : threads) t.join();
+  // A few ticks for claims that raced on the same rows (SKIP LOCKED).
+  for (int round = 0; round < 5; ++round) {
+    for (auto& w : workers) (void)w->Tick();
+  }
+  for (const auto& w : workers) {
+    EXPECT_EQ(w->Held().size(), 16U) << w->Owner();
+    EXPECT_EQ(w->Stats().released, 0U) << w->Owner() << " had to hand partitions over";
+  }
   for (auto& w : workers) w->Leave(Clock::now() + 1s);
 }
 

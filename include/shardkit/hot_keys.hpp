@@ -15,13 +15,17 @@
 //   - A salted hot customer (seed 000: one customer made ~40% of all
 //     notifications, its worker was pinned while three idled, and more
 //     workers changed nothing) spreads over S partitions (S a power of two):
-//         partition = (home + (salt_key mod S) * (P / S)) mod P
+//         partition = (home + (PlacementHash(salt_key) mod S) * (P / S)) mod P
 //     where salt_key is the job's stream key (an order id: one order's
 //     status changes stay in one partition, in order) or else its job id.
-//     The seed writes hash(customer || ':' || (id % S)) & 63; an even stride
-//     from the home partition instead guarantees S *different* partitions
-//     (eight hashed salts collide in 64 partitions with probability ~37%)
-//     spread over the whole range, so over different workers.
+//     The seed writes hash(customer || ':' || (id % S)) & 63. Two changes:
+//     the key is hashed before the modulo, because ids are structured
+//     (Snowflake IDs drawn four per order have sequence numbers that are
+//     multiples of four, so id % 8 would use two of eight salts); and an even
+//     stride from the home partition replaces the second hash, which
+//     guarantees S *different* partitions (eight hashed salts collide in 64
+//     partitions with probability ~37%) spread over the whole range, so
+//     over different workers.
 //   Salting changes which worker runs a job, not where it is stored: the job
 //   row stays on its customer's shard (same transaction as the order), so a
 //   worker owning partition p also reads the shards of salted customers
@@ -48,6 +52,7 @@
 #include <vector>
 
 #include "shardkit/bucket.hpp"
+#include "shardkit/placement.hpp"
 
 namespace pqxx {
 class connection_base;
@@ -76,12 +81,13 @@ inline constexpr int kMaxPartitions = 1024;
 static_assert(HomePartition(4242, 64) == BucketOf(4242) && HomePartition(77777, 64) == BucketOf(77777));
 static_assert(HomePartition(4242, 128) / 2 == BucketOf(4242), "doubling splits a bucket in two");
 
-// (home + (salt_key mod salt) * (P / salt)) mod P; salt a power of two in 1..P.
+// (home + (PlacementHash(salt_key) mod salt) * (P / salt)) mod P; salt a
+// power of two in 1..P.
 [[nodiscard]] constexpr int SaltedPartition(CustomerId customer_id, std::int64_t salt_key, int salt,
                                             int partitions) noexcept {
   const int home = HomePartition(customer_id, partitions);
   if (salt <= 1) return home;
-  const auto i = static_cast<int>(((salt_key % salt) + salt) % salt);  // non-negative
+  const auto i = static_cast<int>(PlacementHash(salt_key) % static_cast<std::uint64_t>(salt));
   return (home + i * (partitions / salt)) % partitions;
 }
 

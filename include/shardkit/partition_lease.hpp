@@ -85,6 +85,10 @@ struct PartitionLeaseOptions {
   // Gradual handoff: the pause after releasing one surplus partition before
   // the next one starts draining (the seed's "breathe" of ~200 ms).
   std::chrono::milliseconds handoff_pause{200};
+  // Join announces the worker, waits this long, then claims: workers started
+  // together (a deploy) see each other and split the partitions at once,
+  // instead of the first taking all and handing them over one by one.
+  std::chrono::milliseconds join_grace{500};
   bool run_in_background = true;
   // Unique per live worker; default "<hostname>:<pid>".
   std::string owner;
@@ -140,7 +144,8 @@ class PartitionLeases {
   using Clock = std::chrono::steady_clock;
 
   // Connects to the catalog (kept for the lease's life), registers the group
-  // (or checks its partition count), joins it, and runs the first Tick.
+  // (or checks its partition count), announces the worker, waits join_grace
+  // and runs the first Tick.
   // Throws ConfigError for bad options or a partition count that differs
   // from the group's, LeaseError if the catalog cannot be reached.
   [[nodiscard]] static std::shared_ptr<PartitionLeases> Join(const std::string& catalog_dsn,
@@ -183,6 +188,7 @@ class PartitionLeases {
   void Leave(Clock::time_point deadline);
 
  private:
+  PartitionTick TickImpl(bool may_claim);
   void Connect();
   void Register();
   void Loop(std::stop_token stop);

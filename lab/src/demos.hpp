@@ -10,11 +10,13 @@
 // All demos assume the data was loaded (load.hpp) and use kLabNow as "now".
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <string>
 
 #include "lab.hpp"
 #include "shardkit/directory.hpp"
+#include "worker_process.hpp"
 
 namespace shardkit::lab {
 
@@ -32,7 +34,22 @@ namespace shardkit::lab {
 [[nodiscard]] DemoResult RunCategoryAvg(Lab& lab);
 // 6. A third shard: the fewest bucket moves vs customer_id % shard count.
 [[nodiscard]] DemoResult RunThirdShard(Lab& lab);
-// 7. The run's cross-shard query statistics.
+// 7. Worker sharding (seed 000): worker processes share the 64 partitions
+//    by leases with fencing tokens; join, SIGKILL, SIGSTOP past the lease,
+//    a hot customer and salting; a checker over every job and effect.
+struct WorkersDemoOptions {
+  // The bookstore-lab binary the workers run (`bookstore-lab worker ...`):
+  // $BOOKSTORE_LAB_EXE, else this process's own executable.
+  std::string executable;
+  std::filesystem::path work_dir = std::filesystem::temp_directory_path();
+  std::uint64_t seed = 1;
+  double orders_per_second = 150;  // the steady load, 3 jobs per order
+  int hot_burst_orders = 600;      // per hot phase, 40% from one customer
+  WorkerSettings settings;
+};
+[[nodiscard]] DemoResult RunWorkers(Lab& lab);
+[[nodiscard]] DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options);
+// 8. The run's cross-shard query statistics.
 [[nodiscard]] DemoResult RunStats(Lab& lab);
 
 // The demo of that name (DemoNames()), or nullptr.

@@ -4,6 +4,7 @@
 //   bookstore-lab top10 --scale 0.01    one demo (loads that scale if needed)
 //   bookstore-lab load --scale 0.1      (re)load only
 //   bookstore-lab all --json            one JSON document on stdout
+//   bookstore-lab worker --config F ... one outbox worker process (the workers demo starts these)
 //
 // Exit status: 0 all checks passed, 1 a check failed, 2 usage or
 // configuration error, 3 a server is unreachable.
@@ -15,12 +16,14 @@
 #include <iostream>
 #include <optional>
 #include <pqxx/pqxx>
+#include <string_view>
 
 #include "dataset.hpp"
 #include "demos.hpp"
 #include "lab.hpp"
 #include "load.hpp"
 #include "shardkit/errors.hpp"
+#include "worker_process.hpp"
 
 namespace {
 
@@ -38,7 +41,8 @@ const char* Title(const std::string& demo) {
   if (demo == "top10") return "4. the wrong top-10: best sellers of the last 30 days";
   if (demo == "category-avg") return "5. exercise: average order amount per category";
   if (demo == "third-shard") return "6. exercise: add a third shard";
-  if (demo == "stats") return "7. cross-shard query statistics of this run";
+  if (demo == "workers") return "7. worker sharding: partitions, leases, fencing, hot keys (seed 000)";
+  if (demo == "stats") return "8. cross-shard query statistics of this run";
   if (demo == "load") return "load";
   if (demo == "copy-vs-psql") return "COPY vs psql \\copy";
   return "";
@@ -99,6 +103,8 @@ bool Reachable(Lab& lab, std::string& problem) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The workers demo starts this program again as its worker processes.
+  if (argc > 1 && std::string_view(argv[1]) == "worker") return WorkerMain(argc - 1, argv + 1);
   CLI::App app{"The Bookstore lab: seed 001's sharding experiments on real PostgreSQL shards, "
                "each answer checked against an unsharded reference server."};
   app.fallthrough();

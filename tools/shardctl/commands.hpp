@@ -33,3 +33,5 @@ void AddShardsCommand(CLI::App& app, CliContext& context);   // shards
 void AddIdCommands(CLI::App& app);                           // id uuidv7|snowflake|decode
 void AddMigrateCommands(CLI::App& app, CliContext& context);  // migrate, migrate status
 void AddVerifyCommand(CLI::App& app, CliContext& context);    // verify
+void AddPlacementCommand(CLI::App& app, CliContext& context);  // placement-sim
+void AddWorkersCommand(CLI::App& app, CliContext& context);    // workers

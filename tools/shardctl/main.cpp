@@ -5,6 +5,8 @@
 //   shardctl shards --json
 //   shardctl migrate [--to V] [--dry-run]      shardctl migrate status [--json]
 //   shardctl verify [--json]
+//   shardctl placement-sim --nodes 4 --add 1
+//   shardctl workers
 //
 // Exit codes: 0 success, 1 a shardkit error (message on stderr), 2 bad usage.
 #include <fmt/format.h>
@@ -50,6 +52,8 @@ int main(int argc, char** argv) {
   AddIdCommands(app);
   AddMigrateCommands(app, context);
   AddVerifyCommand(app, context);
+  AddPlacementCommand(app, context);
+  AddWorkersCommand(app, context);
 
   try {
     app.parse(argc, argv);

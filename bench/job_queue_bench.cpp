@@ -48,9 +48,11 @@ shardkit::PartitionLeaseOptions Options(const std::string& group, const std::str
 // shard (the same rows Enqueue writes, without one transaction per job).
 void Fill(shardkit::BucketShardResolver& resolver, const std::string& queue, std::int64_t first_id, int count) {
   const auto directory = resolver.Directory();
-  for (int s = 0; s < resolver.ShardCount(); ++s) {
+  for (const shardkit::ShardId s : shardkit::FirstShards(resolver.ShardCount())) {
     std::string buckets = "{";
-    for (const int b : directory->BucketsOf(s)) buckets += (buckets.size() > 1 ? "," : "") + std::to_string(b);
+    for (const shardkit::BucketId b : directory->BucketsOf(s)) {
+      buckets += (buckets.size() > 1 ? "," : "") + std::to_string(shardkit::ToInt(b));
+    }
     buckets += "}";
     auto lease = resolver.Pool(s).Acquire();
     pqxx::work tx{*lease};

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "shardkit/bucket.hpp"
+#include "shardkit/directory.hpp"
 #include "shardkit/hot_keys.hpp"
 #include "shardkit/placement.hpp"
 
@@ -63,10 +64,10 @@ void BM_Rendezvous(benchmark::State& state) {
 BENCHMARK(BM_Rendezvous)->Arg(5)->Arg(64)->ArgName("nodes");
 
 void BM_BucketTable(benchmark::State& state) {
-  const auto table = shardkit::EvenBucketTable(shardkit::kBucketCount, 5);
+  const auto directory = shardkit::BucketDirectory::EvenSplit(5);
   std::int32_t id = 0;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(table[static_cast<std::size_t>(shardkit::BucketOf(id))]);
+    benchmark::DoNotOptimize(directory.ShardFor(shardkit::CustomerId{id}));
     id += 7919;
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
@@ -75,7 +76,7 @@ BENCHMARK(BM_BucketTable);
 
 void BM_SaltedPartition(benchmark::State& state) {
   std::int64_t key = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(shardkit::SaltedPartition(4242, key++, 8, 64));
+  for (auto _ : state) benchmark::DoNotOptimize(shardkit::SaltedPartition(shardkit::CustomerId{4242}, key++, 8, 64));
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
 }
 BENCHMARK(BM_SaltedPartition);

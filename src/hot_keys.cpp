@@ -22,10 +22,10 @@ std::vector<BucketId> BucketsOfPartition(int partition, int partitions) {
   }
   std::vector<BucketId> buckets;
   if (partitions >= kBucketCount) {
-    buckets.push_back(partition / (partitions / kBucketCount));
+    buckets.push_back(BucketId{partition / (partitions / kBucketCount)});
   } else {
     const int per = kBucketCount / partitions;
-    for (int b = partition * per; b < (partition + 1) * per; ++b) buckets.push_back(b);
+    for (int b = partition * per; b < (partition + 1) * per; ++b) buckets.push_back(BucketId{b});
   }
   return buckets;
 }
@@ -99,7 +99,7 @@ std::shared_ptr<const HotKeys> HotKeyRegistry::Refresh() {
     std::map<CustomerId, HotKeys::Entry> entries;
     for (const auto& row :
          tx.exec_params("SELECT customer_id, salt, max_salt FROM shardkit_hot_keys WHERE queue = $1", queue_)) {
-      entries[row[0].as<CustomerId>()] = {row[1].as<int>(), row[2].as<int>()};
+      entries[CustomerId{row[0].as<std::int32_t>()}] = {row[1].as<int>(), row[2].as<int>()};
     }
     current_ = std::make_shared<const HotKeys>(partitions_, std::move(entries));
     loaded_at_ = std::chrono::steady_clock::now();

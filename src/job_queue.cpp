@@ -238,8 +238,8 @@ RETURNING j.customer_id, j.bucket, j.job_id, j.partition, j.kind, j.payload, j.s
     jobs.reserve(rows.size());
     for (const auto& row : rows) {
       Job j;
-      j.customer_id = row[0].as<CustomerId>();
-      j.bucket = row[1].as<BucketId>();
+      j.customer_id = CustomerId{row[0].as<std::int32_t>()};
+      j.bucket = BucketId{row[1].as<int>()};
       j.job_id = row[2].as<std::int64_t>();
       j.partition = row[3].as<int>();
       j.kind = row[4].as<std::string>();
@@ -423,7 +423,7 @@ std::vector<PartitionMetrics> JobWorker::Stats() const {
 std::vector<PartitionBacklog> ReadBacklog(BucketShardResolver& resolver, const std::string& queue, int partition_count,
                                           std::chrono::seconds window) {
   std::map<int, PartitionBacklog> merged;
-  for (ShardId s = 0; s < resolver.ShardCount(); ++s) {
+  for (const ShardId s : FirstShards(resolver.ShardCount())) {
     try {
       auto lease = resolver.Pool(s).Acquire();
       pqxx::read_transaction tx{*lease};

@@ -451,6 +451,7 @@ void PartitionLeases::Leave(Clock::time_point deadline) {
     }
     held_.clear();
     left_ = true;
+    stats_.released += parts.size();
     stats_.held = 0;
     stats_.draining = 0;
   }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 
+#include "shardkit/directory.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit {
@@ -84,56 +85,6 @@ std::vector<double> HashRing::Shares() const {
         (points_.size() == 1 ? kRing : static_cast<double>(arc)) / kRing;
   }
   return shares;
-}
-
-std::vector<int> EvenBucketTable(int buckets, int nodes) {
-  if (buckets < 1 || nodes < 1 || nodes > buckets) {
-    throw ConfigError("placement.nodes", fmt::format("{} nodes cannot share {} buckets", nodes, buckets));
-  }
-  std::vector<int> table(static_cast<std::size_t>(buckets));
-  for (int b = 0; b < buckets; ++b) {
-    table[static_cast<std::size_t>(b)] = static_cast<int>(static_cast<std::int64_t>(b) * nodes / buckets);
-  }
-  return table;
-}
-
-std::vector<int> AddNodesWithFewestMoves(std::span<const int> assignment, int nodes, int add) {
-  const auto buckets = static_cast<int>(assignment.size());
-  const int total = nodes + add;
-  if (nodes < 1 || add < 0 || total > buckets) {
-    throw ConfigError("placement.add",
-                      fmt::format("{} + {} nodes cannot share {} buckets (at most one node per bucket)", nodes, add,
-                                  buckets));
-  }
-  std::vector<int> table(assignment.begin(), assignment.end());
-  std::vector<std::vector<int>> held(static_cast<std::size_t>(total));
-  for (int b = 0; b < buckets; ++b) {
-    const int node = table[static_cast<std::size_t>(b)];
-    if (node < 0 || node >= nodes) {
-      throw ConfigError("placement.assignment", fmt::format("bucket {} is on node {}, not in 0..{}", b, node, nodes - 1));
-    }
-    held[static_cast<std::size_t>(node)].push_back(b);
-  }
-  const int floor_share = buckets / total;
-  const int ceil_share = (buckets + total - 1) / total;
-  auto size = [&](int n) { return static_cast<int>(held[static_cast<std::size_t>(n)].size()); };
-  for (;;) {
-    int donor = 0;
-    for (int n = 1; n < nodes; ++n) {
-      if (size(n) > size(donor)) donor = n;
-    }
-    int taker = nodes;  // the emptiest new node
-    for (int n = nodes + 1; n < total; ++n) {
-      if (size(n) < size(taker)) taker = n;
-    }
-    if (add == 0 || (size(taker) >= floor_share && size(donor) <= ceil_share)) break;
-    auto& from = held[static_cast<std::size_t>(donor)];
-    const int bucket = from.back();  // buckets were pushed in order: the highest-numbered
-    from.pop_back();
-    held[static_cast<std::size_t>(taker)].push_back(bucket);
-    table[static_cast<std::size_t>(bucket)] = taker;
-  }
-  return table;
 }
 
 const char* Name(PlacementStrategy strategy) noexcept {
@@ -231,14 +182,15 @@ std::vector<PlacementSimRow> SimulatePlacement(const PlacementSimOptions& o) {
                          }));
 
   if (m <= kBucketCount) {
-    const std::vector<int> table_before = EvenBucketTable(kBucketCount, n);
-    const std::vector<int> table_after = AddNodesWithFewestMoves(table_before, n, o.add);
+    const BucketDirectory before = BucketDirectory::EvenSplit(n);
+    BucketDirectory after = before;
+    for (int i = 0; i < o.add; ++i) after = after.WithShardAdded();
     int moved_buckets = 0;
-    for (std::size_t b = 0; b < table_before.size(); ++b) moved_buckets += table_before[b] != table_after[b] ? 1 : 0;
+    for (const BucketId b : AllBuckets()) moved_buckets += before.ShardOf(b) != after.ShardOf(b) ? 1 : 0;
     rows.push_back(Measure(PlacementStrategy::kBucketTable, 0, static_cast<double>(moved_buckets) / kBucketCount, o,
-                           [&](std::int64_t key, std::uint64_t, bool after) {
-                             const auto bucket = static_cast<std::size_t>(BucketOf(static_cast<CustomerId>(key)));
-                             return after ? table_after[bucket] : table_before[bucket];
+                           [&](std::int64_t key, std::uint64_t, bool a) {
+                             const CustomerId customer{static_cast<std::int32_t>(key)};
+                             return ToInt(a ? after.ShardFor(customer) : before.ShardFor(customer));
                            }));
   }
   return rows;

@@ -345,7 +345,7 @@ TEST_F(LabTest, WorkerProcessesProcessEveryJobOnceThroughKillStopAndSalting) {
   EXPECT_EQ(r.figures["per_partition_throughput"]["after_salting"]["hot_partitions"].size(), 8U);
   // The demo's orders are gone again: the other demos see the loaded data.
   std::int64_t orders = 0;
-  for (ShardId s = 0; s < lab_->ShardCount(); ++s) orders += ShardCount(s, "orders");
+  for (const ShardId s : FirstShards(lab_->ShardCount())) orders += ShardCount(s, "orders");
   EXPECT_EQ(orders, static_cast<std::int64_t>(data_->orders.size()));
   EXPECT_EQ(Count(lab_->Reference(), "orders"), static_cast<std::int64_t>(data_->orders.size()));
 }

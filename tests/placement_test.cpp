@@ -111,36 +111,6 @@ TEST(Rendezvous, RemovingANodeOnlyMovesItsKeys) {
   }
 }
 
-TEST(FewestMoves, MovesExactlyTheNewNodesShare) {
-  for (int n = 1; n <= 8; ++n) {
-    for (int add = 1; add <= 3; ++add) {
-      const auto before = EvenBucketTable(kBucketCount, n);
-      const auto after = AddNodesWithFewestMoves(before, n, add);
-      std::vector<int> sizes(static_cast<std::size_t>(n + add), 0);
-      int moved = 0;
-      for (std::size_t b = 0; b < after.size(); ++b) {
-        ++sizes[static_cast<std::size_t>(after[b])];
-        if (after[b] != before[b]) {
-          ++moved;
-          ASSERT_GE(after[b], n) << "bucket " << b << " moved between two old nodes";
-        }
-      }
-      const int lo = kBucketCount / (n + add);
-      const int hi = (kBucketCount + n + add - 1) / (n + add);
-      int new_nodes_hold = 0;
-      for (int s = 0; s < n + add; ++s) {
-        EXPECT_GE(sizes[static_cast<std::size_t>(s)], lo) << n << "+" << add << " node " << s;
-        EXPECT_LE(sizes[static_cast<std::size_t>(s)], hi) << n << "+" << add << " node " << s;
-        if (s >= n) new_nodes_hold += sizes[static_cast<std::size_t>(s)];
-      }
-      EXPECT_EQ(moved, new_nodes_hold) << "only what the new nodes hold moved";
-      // The fewest possible: each new node needs lo, each old one may keep hi.
-      EXPECT_EQ(new_nodes_hold, std::max(add * lo, kBucketCount - n * hi)) << n << "+" << add;
-    }
-  }
-  EXPECT_THROW((void)AddNodesWithFewestMoves(EvenBucketTable(64, 60), 60, 5), ConfigError);
-}
-
 TEST(SimulatePlacement, MovementFractionsAreWithinToleranceOfTheory) {
   PlacementSimOptions o;
   o.nodes = 4;

@@ -187,11 +187,12 @@ class LeaseError : public Error {
 // queue is misconfigured. shard() names the shard when one is involved.
 class JobError : public Error {
  public:
-  explicit JobError(const std::string& message, std::optional<int> shard = {}) : Error(message), shard_(shard) {}
-  [[nodiscard]] std::optional<int> shard() const noexcept { return shard_; }
+  explicit JobError(const std::string& message, std::optional<ShardId> shard = {})
+      : Error(message), shard_(shard) {}
+  [[nodiscard]] std::optional<ShardId> shard() const noexcept { return shard_; }
 
  private:
-  std::optional<int> shard_;
+  std::optional<ShardId> shard_;
 };
 
 }  // namespace shardkit

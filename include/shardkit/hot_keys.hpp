@@ -5,7 +5,7 @@
 // it is written, and stored with it (shardkit_jobs.partition):
 //
 //   - Normally it is the customer's *home partition*: with 64 partitions
-//     that is exactly the customer's bucket, BucketOf(customer_id). Chosen
+//     that is exactly the customer's bucket number, ToInt(BucketOf(customer_id)). Chosen
 //     because then a partition's jobs all live on one shard (the one that
 //     owns that bucket), a worker that owns partition p reads one shard for
 //     it, a customer's jobs stay in order in one partition, and a bucket
@@ -32,10 +32,10 @@
 //   whose partitions include p. Readers know the salted keys:
 //
 //   auto registry = std::make_shared<shardkit::HotKeyRegistry>(catalog_dsn, "outbox", 64);
-//   registry->Salt(4242, 8);                          // table shardkit_hot_keys in the catalog
+//   registry->Salt(shardkit::CustomerId{4242}, 8);    // table shardkit_hot_keys in the catalog
 //   auto hot = registry->Current();                   // an immutable snapshot
-//   int p = hot->PartitionFor(4242, order_id);        // write side: one of 8 partitions
-//   std::vector<int> all = hot->PartitionsOf(4242);   // read side: every partition its jobs may be in
+//   int p = hot->PartitionFor(customer, order_id);    // write side: one of 8 partitions
+//   std::vector<int> all = hot->PartitionsOf(customer);  // read side: every partition its jobs may be in
 //
 // Unsalting keeps the row (salt 1) with max_salt, the largest salt ever
 // used: jobs written under it may still be pending in those partitions.
@@ -73,13 +73,15 @@ inline constexpr int kMaxPartitions = 1024;
 // The top log2(P) bits of the customer's Knuth product: BucketOf for P = 64.
 // P must satisfy ValidPartitionCount.
 [[nodiscard]] constexpr int HomePartition(CustomerId customer_id, int partitions) noexcept {
-  const std::uint32_t product = static_cast<std::uint32_t>(customer_id) * kKnuthMultiplier;
+  const std::uint32_t product = static_cast<std::uint32_t>(ToInt(customer_id)) * kKnuthMultiplier;
   int bits = 0;
   while ((1 << bits) < partitions) ++bits;
   return bits == 0 ? 0 : static_cast<int>(product >> (32 - bits));
 }
-static_assert(HomePartition(4242, 64) == BucketOf(4242) && HomePartition(77777, 64) == BucketOf(77777));
-static_assert(HomePartition(4242, 128) / 2 == BucketOf(4242), "doubling splits a bucket in two");
+static_assert(HomePartition(CustomerId{4242}, 64) == ToInt(BucketOf(CustomerId{4242})) &&
+              HomePartition(CustomerId{77777}, 64) == ToInt(BucketOf(CustomerId{77777})));
+static_assert(HomePartition(CustomerId{4242}, 128) / 2 == ToInt(BucketOf(CustomerId{4242})),
+              "doubling splits a bucket in two");
 
 // (home + (PlacementHash(salt_key) mod salt) * (P / salt)) mod P; salt a
 // power of two in 1..P.

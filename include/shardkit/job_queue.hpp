@@ -96,7 +96,7 @@ struct JobQueueOptions {
 };
 
 struct NewJob {
-  CustomerId customer_id = 0;
+  CustomerId customer_id{};
   std::int64_t job_id = 0;  // a global ID (snowflake.hpp, bucketed_id.hpp)
   std::string kind;
   std::string payload;
@@ -109,8 +109,8 @@ struct NewJob {
 };
 
 struct Job {
-  CustomerId customer_id = 0;
-  BucketId bucket = 0;
+  CustomerId customer_id{};
+  BucketId bucket{};
   std::int64_t job_id = 0;
   int partition = 0;
   std::string kind;
@@ -119,7 +119,7 @@ struct Job {
   std::int64_t seq = 0;
   int attempts = 0;          // including this one
   std::int64_t fence = 0;    // the partition lease version it was taken under
-  ShardId shard = 0;
+  ShardId shard{};
   std::chrono::system_clock::time_point created;  // the shard server's clock
 };
 

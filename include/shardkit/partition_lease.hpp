@@ -118,7 +118,7 @@ struct PartitionLeaseStats {
   std::uint64_t ticks = 0;
   std::uint64_t tick_failures = 0;
   std::uint64_t claimed = 0;        // partitions claimed, in total
-  std::uint64_t released = 0;       // partitions handed over
+  std::uint64_t released = 0;       // partitions handed over (and released by Leave)
   std::uint64_t lost = 0;           // partitions found taken over at renewal, or expired locally
   std::chrono::microseconds last_tick{0};       // catalog round trip of the last tick
   std::chrono::microseconds last_claim{0};      // of the last tick that claimed something

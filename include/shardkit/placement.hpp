@@ -12,7 +12,8 @@
 //                 no table, O(log N)            must be numbered 0..N-1, only the last removable
 //   rendezvous    highest hash(key, node) wins  moves ~1/(N+1); O(N) per key
 //   bucket table  shardkit's own: key -> one of moves only the buckets the new node takes
-//                 64 fixed buckets -> a table   (the fewest possible: floor(64/(N+1)))
+//                 64 fixed buckets -> a table   (the fewest possible: floor(64/(N+1)));
+//                 BucketDirectory::WithShardAdded is the plan
 //
 //   int node = shardkit::JumpConsistentHash(shardkit::PlacementHash(customer_id), 4);
 //   shardkit::HashRing ring{4, 160};          // nodes 0..3, 160 virtual nodes each
@@ -113,15 +114,6 @@ class HashRing {
   std::vector<Point> points_;  // sorted by position
 };
 
-// The bucket table with one or more nodes added, moving the fewest buckets:
-// each new node takes floor(B / (N+add)) buckets, always from the node that
-// holds the most (its highest-numbered bucket, so old nodes keep ranges),
-// until no node holds more than ceil(B / (N+add)). `assignment[b]` is bucket
-// b's node in 0..nodes-1; new nodes are nodes..nodes+add-1.
-[[nodiscard]] std::vector<int> AddNodesWithFewestMoves(std::span<const int> assignment, int nodes, int add);
-// Contiguous equal ranges: 64 buckets on 2 nodes -> 0-31, 32-63.
-[[nodiscard]] std::vector<int> EvenBucketTable(int buckets, int nodes);
-
 enum class PlacementStrategy { kModulo, kRing, kJump, kRendezvous, kBucketTable };
 [[nodiscard]] const char* Name(PlacementStrategy strategy) noexcept;
 
@@ -131,7 +123,7 @@ struct PlacementSimOptions {
   // Ring sizes to compare: 1 (lumpy), Cassandra's later 16, 100-200, Cassandra's 256.
   std::vector<int> ring_vnodes{1, 16, 160, 256};
   // The keys (customer ids, say); every strategy places PlacementHash(key),
-  // the bucket table places BucketOf(key) (keys must fit an int32).
+  // the bucket table BucketOf(CustomerId{key}) (keys must fit an int32).
   std::vector<std::int64_t> keys;
 };
 
@@ -147,9 +139,10 @@ struct PlacementSimRow {
 };
 
 // Places every key on `nodes` nodes, then on nodes + add, per strategy:
-// modulo, ring for each ring_vnodes, jump, rendezvous, bucket table with
-// fewest moves. Throws ConfigError for nodes < 1, add < 0, no keys, or a
-// bucket table with more nodes than buckets.
+// modulo, ring for each ring_vnodes, jump, rendezvous, and (up to 64 nodes)
+// the bucket directory: BucketDirectory::EvenSplit(nodes), then
+// WithShardAdded() `add` times. Throws ConfigError for nodes < 1, add < 0
+// or no keys.
 [[nodiscard]] std::vector<PlacementSimRow> SimulatePlacement(const PlacementSimOptions& options);
 
 }  // namespace shardkit

@@ -38,7 +38,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-constexpr CustomerId kHotCustomer = 4242;
+constexpr CustomerId kHotCustomer{4242};
 constexpr int kSalt = 8;
 constexpr double kHotShare = 0.4;  // seed 000: one customer, ~40% of all notifications
 
@@ -52,7 +52,7 @@ double Median(std::vector<double> v) {
 }
 
 struct PlacedOrder {
-  CustomerId customer = 0;
+  CustomerId customer{};
   std::int64_t order_id = 0;
   std::int64_t total_cents = 0;
   std::string ordered_at;  // the same value on the shard and the reference
@@ -116,7 +116,7 @@ class OrderPlacer {
 // SQL on every shard, rows concatenated.
 std::vector<pqxx::result> OnShards(Lab& lab, const std::string& sql, const std::string& queue) {
   std::vector<pqxx::result> out;
-  for (ShardId s = 0; s < lab.ShardCount(); ++s) {
+  for (const ShardId s : FirstShards(lab.ShardCount())) {
     auto lease = lab.Resolver().Pool(s).Acquire();
     pqxx::nontransaction tx{*lease};
     out.push_back(tx.exec_params(sql, queue));
@@ -230,7 +230,7 @@ PhaseStats MeasurePhase(Lab& lab, const std::string& queue, std::int64_t first_j
   PhaseStats s;
   double first_created = 1e300, last_done = 0, hot_first = 1e300, hot_last = 0;
   std::map<int, std::pair<double, double>> spans;  // partition -> first taken, last done (epoch s)
-  for (ShardId shard = 0; shard < lab.ShardCount(); ++shard) {
+  for (const ShardId shard : FirstShards(lab.ShardCount())) {
     auto lease = lab.Resolver().Pool(shard).Acquire();
     pqxx::nontransaction tx{*lease};
     for (const auto& row : tx.exec_params(
@@ -316,7 +316,7 @@ std::string DescribePhase(const PhaseStats& s) {
 void CleanUp(Lab& lab, const std::string& catalog_dsn, const std::string& queue, bool keep_jobs) {
   const std::string orders =
       "DELETE FROM orders o USING order_tracking t WHERE o.customer_id = t.customer_id AND o.order_id = t.order_id";
-  for (ShardId s = 0; s < lab.ShardCount(); ++s) {
+  for (const ShardId s : FirstShards(lab.ShardCount())) {
     auto lease = lab.Resolver().Pool(s).Acquire();
     pqxx::work tx{*lease};
     tx.exec(orders);
@@ -351,8 +351,8 @@ void MirrorToReference(Lab& lab, const std::vector<PlacedOrder>& placed) {
     for (std::size_t k = i; k < std::min(placed.size(), i + kChunk); ++k) {
       const auto& o = placed[k];
       const char* sep = k == i ? "" : ",";
-      customers += sep + std::to_string(o.customer);
-      buckets += sep + std::to_string(BucketOf(o.customer));
+      customers += sep + std::to_string(ToInt(o.customer));
+      buckets += sep + std::to_string(ToInt(BucketOf(o.customer)));
       ids += sep + std::to_string(o.order_id);
       at += sep + o.ordered_at;
       totals += sep + std::to_string(o.total_cents);
@@ -414,7 +414,7 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
   OrderPlacer placer{lab, queue, *ids};
 
   std::vector<CustomerId> customers;
-  for (ShardId s = 0; s < lab.ShardCount(); ++s) {
+  for (const ShardId s : FirstShards(lab.ShardCount())) {
     auto lease = lab.Resolver().Pool(s).Acquire();
     pqxx::nontransaction tx{*lease};
     for (const auto& row : tx.exec("SELECT customer_id FROM customers")) customers.push_back(row[0].as<CustomerId>());
@@ -676,7 +676,7 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
     const auto placed = placer.Placed();
     std::map<std::int64_t, int> effects;   // job -> notifications sent
     std::map<std::int64_t, std::string> state;
-    for (ShardId s = 0; s < lab.ShardCount(); ++s) {
+    for (const ShardId s : FirstShards(lab.ShardCount())) {
       auto lease = lab.Resolver().Pool(s).Acquire();
       pqxx::nontransaction tx{*lease};
       for (const auto& row : tx.exec_params("SELECT job_id, state FROM shardkit_jobs WHERE queue = $1", queue_name)) {
@@ -704,7 +704,7 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
     for (const auto& [id, n] : effects) stray += mine.count(id) ? 0 : n;
     // Order statuses only ever moved forward: every order ends delivered.
     std::int64_t orders_delivered = 0, orders_total = 0, guard_skips = 0;
-    for (ShardId s = 0; s < lab.ShardCount(); ++s) {
+    for (const ShardId s : FirstShards(lab.ShardCount())) {
       auto lease = lab.Resolver().Pool(s).Acquire();
       pqxx::nontransaction tx{*lease};
       const auto row = tx.exec1("SELECT count(*), count(*) FILTER (WHERE status = 'delivered' AND status_seq = 3) "
@@ -734,7 +734,7 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
     const std::string demo_orders =
         "SELECT count(*), coalesce(sum(o.total * 100), 0)::bigint FROM orders o JOIN order_tracking t "
         "ON o.customer_id = t.customer_id AND o.order_id = t.order_id";
-    for (ShardId s = 0; s < lab.ShardCount(); ++s) {
+    for (const ShardId s : FirstShards(lab.ShardCount())) {
       auto lease = lab.Resolver().Pool(s).Acquire();
       pqxx::nontransaction tx{*lease};
       const auto row = tx.exec1(demo_orders);

@@ -103,7 +103,9 @@ std::filesystem::path WriteConfigFile(const ClusterConfig& config, const std::fi
       << "\nconnect_timeout_ms = " << config.pool.connect_timeout.count()
       << "\nacquire_timeout_ms = " << config.pool.acquire_timeout.count() << "\n\n[directory]\nsource = \"config\"\n";
   out << "version = " << config.directory.Version() << "\nbuckets = { ";
-  for (BucketId b = 0; b < kBucketCount; ++b) out << (b ? ", " : "") << "\"" << b << "\" = " << config.directory.ShardOf(b);
+  for (const BucketId b : AllBuckets()) {
+    out << (ToInt(b) > 0 ? ", " : "") << "\"" << b << "\" = " << config.directory.ShardOf(b);
+  }
   out << " }\n";
   for (const auto& shard : config.shards) {
     out << "\n[[shard]]\nname = " << TomlString(shard.name) << "\ndsn = " << TomlString(shard.dsn) << "\n";

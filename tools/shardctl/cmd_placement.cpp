@@ -33,7 +33,7 @@ struct SimArgs {
 std::vector<std::int64_t> ClusterKeys(const CliContext& context, int limit) {
   auto resolver = context.MakeResolver();
   std::vector<std::int64_t> keys;
-  for (int s = 0; s < resolver->ShardCount(); ++s) {
+  for (const shardkit::ShardId s : shardkit::FirstShards(resolver->ShardCount())) {
     auto lease = resolver->Pool(s).Acquire();
     pqxx::read_transaction tx{*lease};
     for (const auto& row : tx.exec_params("SELECT customer_id FROM customers ORDER BY customer_id LIMIT $1", limit)) {

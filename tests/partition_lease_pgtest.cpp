@@ -134,6 +134,7 @@ TEST_F(PartitionLeasePg, ConcurrentClaimsNeverOverlap) {
   const std::string group = "race";
   std::vector<std::shared_ptr<PartitionLeases>> workers(kWorkers);
   std::vector<std::vector<PartitionGrant>> claims(kWorkers);
+  std::vector<std::vector<int>> releases(kWorkers);
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < kWorkers; ++i) {
     threads.emplace_back([&, i] {
@@ -142,6 +143,8 @@ TEST_F(PartitionLeasePg, ConcurrentClaimsNeverOverlap) {
       for (int round = 0; round < 40; ++round) {
         const PartitionTick tick = workers[i]->Tick();
         claims[i].insert(claims[i].end(), tick.claimed.begin(), tick.claimed.end());
+        releases[i].insert(releases[i].end(), tick.released.begin(), tick.released.end());
+        EXPECT_TRUE(tick.lost.empty()) << "racer-" << i << " lost partitions it held: claimed twice";
       }
     });
   }
@@ -159,7 +162,24 @@ TEST_F(PartitionLeasePg, ConcurrentClaimsNeverOverlap) {
     }
   }
   EXPECT_GE(total, 64U);
-  // What the workers hold now is disjoint and agrees with the catalog.
+  // Nothing expires here (every worker renews all the time), so a partition
+  // is claimed again only after its holder released it: claims - releases
+  // is 1 while it is held and 0 while it is free, never more.
+  std::map<int, int> claimed_per_partition, released_per_partition;
+  for (std::size_t i = 0; i < kWorkers; ++i) {
+    for (const auto& g : claims[i]) ++claimed_per_partition[g.partition];
+    for (const int p : releases[i]) ++released_per_partition[p];
+  }
+  const auto held_now = Owners(group);
+  for (int p = 0; p < 64; ++p) {
+    EXPECT_EQ(claimed_per_partition[p] - released_per_partition[p], held_now.count(p) ? 1 : 0)
+        << "partition " << p << " claimed while someone held it";
+  }
+  // Settle what is still being handed over, then what the workers hold is
+  // disjoint, complete, and agrees with the catalog.
+  for (int round = 0; round < 200 && Owners(group).size() < 64; ++round) {
+    for (auto& w : workers) (void)w->Tick();
+  }
   const auto owners = Owners(group);
   std::set<int> union_held;
   for (const auto& w : workers) {

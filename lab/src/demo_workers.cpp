@@ -217,12 +217,17 @@ struct PhaseStats {
     for (const auto& [w, n] : per_worker) most = std::max(most, n);
     return jobs > 0 ? static_cast<double>(most) / static_cast<double>(jobs) : 0;
   }
-  [[nodiscard]] std::pair<int, double> FastestPartition() const {
-    std::pair<int, double> best{-1, 0};
-    for (const auto& [p, rate] : partition_rate) {
-      if (rate > best.second) best = {p, rate};
+  // The partition that did the most jobs, and its throughput.
+  [[nodiscard]] std::pair<int, double> BusiestPartition() const {
+    int best = -1;
+    std::int64_t most = 0;
+    for (const auto& [p, n] : per_partition) {
+      if (n > most) {
+        most = n;
+        best = p;
+      }
     }
-    return best;
+    return {best, best < 0 ? 0.0 : partition_rate.at(best)};
   }
 };
 
@@ -277,7 +282,7 @@ Json PhaseJson(const PhaseStats& s) {
   }
   Json workers = Json::object();
   for (const auto& [w, n] : s.per_worker) workers[w] = n;
-  const auto [fastest, rate] = s.FastestPartition();
+  const auto [busiest, rate] = s.BusiestPartition();
   return {{"jobs", s.jobs},
           {"hot_jobs", s.hot_jobs},
           {"hot_partitions", std::vector<int>(s.hot_partitions.begin(), s.hot_partitions.end())},
@@ -285,7 +290,8 @@ Json PhaseJson(const PhaseStats& s) {
           {"hot_jobs_per_s", s.HotJobsPerSecond()},
           {"drain_s", s.drain_s},
           {"busiest_worker_share", s.BusiestWorkerShare()},
-          {"busiest_partition", fastest},
+          {"busiest_partition", busiest},
+          {"busiest_partition_jobs", busiest < 0 ? 0 : s.per_partition.at(busiest)},
           {"busiest_partition_jobs_per_s", rate},
           {"jobs_per_worker", workers},
           {"partitions", partitions}};
@@ -557,11 +563,13 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
       return {row[0][0].as<std::string>(), row[0][1].as<std::string>()};
     };
     // Others take its partitions over (new fence) and finish its job.
+    // ... and it stays frozen past its whole lease, counted from the freeze.
     const bool rescued = frozen_mid_job && WaitUntil(
                                                [&] {
                                                  const auto [state, owner] = frozen_job_row();
                                                  frozen_job_owner = owner;
-                                                 return state == "done" && owner != frozen;
+                                                 return state == "done" && owner != frozen &&
+                                                        Clock::now() - frozen_at > ws.lease;
                                                },
                                                30s);
     const double frozen_ms = Millis(Clock::now() - frozen_at);

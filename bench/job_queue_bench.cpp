@@ -81,7 +81,7 @@ void BM_JobsPerSecond(benchmark::State& state) {
   for (int i = 0; i < n; ++i) {
     auto o = Options(queue_name, fmt::format("w{}", i));
     o.run_in_background = true;  // renewals while the iterations run
-    leases.push_back(shardkit::PartitionLeases::Join(cluster.ReferenceDsn(), o));
+    leases.push_back(shardkit::PartitionLeases::Join(cluster.CatalogDsn(), o));
   }
   for (int round = 0; round < 500; ++round) {  // converge: 64/n each
     bool done = true;
@@ -152,7 +152,7 @@ void BM_Claim(benchmark::State& state) {
   for (auto _ : state) {
     auto o = Options(fmt::format("claim-{}", partitions), fmt::format("claimer-{}", i++));
     o.partition_count = partitions;
-    auto leases = shardkit::PartitionLeases::Join(cluster.ReferenceDsn(), o);  // claims in its tick
+    auto leases = shardkit::PartitionLeases::Join(cluster.CatalogDsn(), o);  // claims in its tick
     const auto stats = leases->Stats();
     state.SetIterationTime(static_cast<double>(stats.last_claim.count()) / 1e6);
     claim_us += static_cast<double>(stats.last_claim.count());
@@ -181,16 +181,16 @@ void BM_HandoffPause(benchmark::State& state) {
     const std::string group = fmt::format("handoff-{}", run++);
     auto o = Options(group, "old");
     o.run_in_background = true;
-    auto old_owner = shardkit::PartitionLeases::Join(cluster.ReferenceDsn(), o);
+    auto old_owner = shardkit::PartitionLeases::Join(cluster.CatalogDsn(), o);
     const auto started = Clock::now();
     auto n = Options(group, "new");
     n.run_in_background = true;
-    auto new_owner = shardkit::PartitionLeases::Join(cluster.ReferenceDsn(), n);
+    auto new_owner = shardkit::PartitionLeases::Join(cluster.CatalogDsn(), n);
     while (new_owner->Held().size() < 32 && Clock::now() - started < 30s) std::this_thread::sleep_for(1ms);
     const auto elapsed = Clock::now() - started;
     state.SetIterationTime(std::chrono::duration<double>(elapsed).count());
     total_ms += std::chrono::duration<double, std::milli>(elapsed).count();
-    pqxx::connection c{cluster.ReferenceDsn()};
+    pqxx::connection c{cluster.CatalogDsn()};
     pqxx::nontransaction tx{c};
     for (const auto& row : tx.exec_params(
              "SELECT extract(epoch FROM claimed_at - released_at) * 1000 FROM shardkit_partition_leases "

@@ -41,7 +41,7 @@ class JobQueuePg : public ::testing::Test {
     cluster_.reset();
   }
 
-  static const std::string& Catalog() { return cluster_->ReferenceDsn(); }
+  static const std::string& Catalog() { return cluster_->CatalogDsn(); }
 
   static PartitionLeaseOptions Leases(std::string group, std::string owner, bool background) {
     PartitionLeaseOptions o;

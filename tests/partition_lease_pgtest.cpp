@@ -33,9 +33,8 @@ class PartitionLeasePg : public ::testing::Test {
   static void SetUpTestSuite() { cluster_ = std::make_unique<test::ScratchCluster>("partition_lease_pgtest"); }
   static void TearDownTestSuite() { cluster_.reset(); }
 
-  // The lease tables live in the catalog; the scratch reference database
-  // stands in for it (every sql/ file is applied there).
-  static const std::string& Catalog() { return cluster_->ReferenceDsn(); }
+  // The lease tables live in the catalog (the scratch catalog database).
+  static const std::string& Catalog() { return cluster_->CatalogDsn(); }
 
   // Short leases, ticked by the test itself.
   static PartitionLeaseOptions Manual(std::string group, std::string owner) {

@@ -409,7 +409,7 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
     WorkerLeaseOptions lo;
     lo.id_space = "bookstore-lab-orders";
     lo.owner = "bookstore-lab workers demo";
-    id_lease = WorkerLease::Claim(lab.ReferenceDsn(), lo);
+    id_lease = WorkerLease::Claim(catalog, lo);
     ids = std::make_unique<SnowflakeGenerator>(id_lease, id_options);
   } catch (const Error&) {
     ids = std::make_unique<SnowflakeGenerator>(1000, id_options);
@@ -447,8 +447,7 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
   try {
     r.text += fmt::format(
         "queue '{}': 64 partitions (a job's partition is its customer's bucket); leases {} ms (stop {} ms early, "
-        "renewed every {} ms) in the catalog (the reference server's database); \"sending\" a notification takes {} "
-        "ms\n",
+        "renewed every {} ms) in the catalog; \"sending\" a notification takes {} ms\n",
         queue_name, ws.lease.count(), ws.margin.count(), ws.renew.count(), ws.work.count());
 
     // 1. Four worker processes share the partitions.

@@ -83,12 +83,12 @@ const char* StatusOfKind(const std::string& kind) {
 }  // namespace
 
 std::string CatalogDsn(const ClusterConfig& config) {
-  if (!config.reference_dsn) {
-    throw ConfigError("reference.dsn", fmt::format("{} has no [reference] server, whose database holds the worker "
-                                                   "partition leases (the catalog)",
-                                                   config.origin));
+  if (!config.catalog_dsn) {
+    throw ConfigError("catalog.dsn", fmt::format("{} has no [catalog], the database of the worker partition leases "
+                                                 "and hot keys (lab/cluster start writes one)",
+                                                 config.origin));
   }
-  return WithConnectTimeout(*config.reference_dsn, config.pool.connect_timeout);
+  return WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
 }
 
 std::filesystem::path WriteConfigFile(const ClusterConfig& config, const std::filesystem::path& dir) {
@@ -101,12 +101,17 @@ std::filesystem::path WriteConfigFile(const ClusterConfig& config, const std::fi
   out << "# Written by the lab's workers demo for its worker processes; removed afterwards.\n\n[pool]\n";
   out << "max_size = " << config.pool.max_size << "\nmax_waiters = " << config.pool.max_waiters
       << "\nconnect_timeout_ms = " << config.pool.connect_timeout.count()
-      << "\nacquire_timeout_ms = " << config.pool.acquire_timeout.count() << "\n\n[directory]\nsource = \"config\"\n";
-  out << "version = " << config.directory.Version() << "\nbuckets = { ";
-  for (const BucketId b : AllBuckets()) {
-    out << (ToInt(b) > 0 ? ", " : "") << "\"" << b << "\" = " << config.directory.ShardOf(b);
+      << "\nacquire_timeout_ms = " << config.pool.acquire_timeout.count() << "\n\n[directory]\n";
+  if (config.directory_source == DirectorySource::kCatalog) {
+    out << "source = \"catalog\"\n";
+  } else {
+    out << "source = \"config\"\nversion = " << config.directory.Version() << "\nbuckets = { ";
+    for (const BucketId b : AllBuckets()) {
+      out << (ToInt(b) > 0 ? ", " : "") << "\"" << b << "\" = " << config.directory.ShardOf(b);
+    }
+    out << " }\n";
   }
-  out << " }\n";
+  if (config.catalog_dsn) out << "\n[catalog]\ndsn = " << TomlString(*config.catalog_dsn) << "\n";
   for (const auto& shard : config.shards) {
     out << "\n[[shard]]\nname = " << TomlString(shard.name) << "\ndsn = " << TomlString(shard.dsn) << "\n";
   }

@@ -54,8 +54,7 @@ struct WorkerSettings {
   int batch = 16;
 };
 
-// The catalog of the worker partition leases and hot keys: the reference
-// server's database stands in for it.
+// The catalog ([catalog] dsn): the worker partition leases and hot keys.
 [[nodiscard]] std::string CatalogDsn(const ClusterConfig& config);
 
 // Writes `config` as a TOML file the children can load (mode 0600: it holds

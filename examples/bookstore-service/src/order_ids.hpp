@@ -25,9 +25,8 @@ inline constexpr const char* kOrderIdSpace = "bookstore-lab-orders";
 inline constexpr int kOrderIdWorkers = 1023;  // ids 0..1022; 1023 is the lab's history
 
 // The one place that decides where the service's worker-id leases live: the
-// reference server's database when the configuration names one (as the lab
-// does), else shard 0's. (When the configuration gains a catalog database,
-// the leases move there.)
+// catalog database ([catalog] dsn), shared by every process of the fleet and
+// the lab. Throws shardkit::ConfigError when the configuration has none.
 [[nodiscard]] std::string LeaseDatabaseDsn(const shardkit::ClusterConfig& config);
 
 // Thread-safe.

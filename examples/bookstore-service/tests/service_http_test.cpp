@@ -175,7 +175,7 @@ TEST_F(BookstoreServiceTest, PostOrderStoresTheOrderAndItsItemsOnTheOwningShard)
   const auto parts = shardkit::DecodeSnowflake(order_id, kOrderIdEpochUnixMs);
   const json health = Body(client.Get("/health"));
   EXPECT_EQ(parts.worker_id, health["order_ids"]["worker_id"].get<int>());
-  EXPECT_EQ(CountOn(bookstore_->ReferenceDsn(),
+  EXPECT_EQ(CountOn(bookstore_->CatalogDsn(),
                     "SELECT count(*) FROM shardkit_worker_ids WHERE id_space = 'bookstore-lab-orders' AND worker_id = " +
                         std::to_string(parts.worker_id) + " AND owner LIKE 'bookstore-service %'"),
             1);
@@ -456,7 +456,7 @@ TEST(BookstoreServiceFailures, ShutdownFinishesRequestsInProgressAndReleasesTheL
   const int worker = Body(client.Get("/health"))["order_ids"]["worker_id"].get<int>();
   const std::string lease_sql = "SELECT count(*) FROM shardkit_worker_ids WHERE id_space = 'bookstore-lab-orders' "
                                 "AND worker_id = " + std::to_string(worker) + " AND owner IS NOT NULL";
-  EXPECT_EQ(CountOn(bookstore.ReferenceDsn(), lease_sql), 1);
+  EXPECT_EQ(CountOn(bookstore.CatalogDsn(), lease_sql), 1);
 
   // A request that has begun to arrive: headers not yet complete.
   boost::asio::io_context io;
@@ -497,7 +497,7 @@ TEST(BookstoreServiceFailures, ShutdownFinishesRequestsInProgressAndReleasesTheL
   EXPECT_NE(output.find("worker id " + std::to_string(worker) + " released"), std::string::npos) << output;
   EXPECT_NE(output.find("pools drained"), std::string::npos) << output;
   // The lease row is released (not merely left to expire).
-  EXPECT_EQ(CountOn(bookstore.ReferenceDsn(), lease_sql), 0);
+  EXPECT_EQ(CountOn(bookstore.CatalogDsn(), lease_sql), 0);
   // No connection of the service is left on any server.
   for (int s = 0; s < bookstore.ShardCount(); ++s) {
     EXPECT_TRUE(WaitFor([&] {

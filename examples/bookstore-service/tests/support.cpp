@@ -18,21 +18,17 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <shardkit/directory.hpp>
 #include <shardkit/errors.hpp>
+#include <shardkit/migrate.hpp>
 
 extern char** environ;
 
 namespace bookstore::test {
 namespace {
 
-std::string ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 void Exec(const std::string& dsn, const std::string& sql) {
+  // Separate statements: CREATE/DROP DATABASE run outside a transaction block.
   pqxx::connection c{dsn};
   pqxx::nontransaction tx{c};
   tx.exec(sql);
@@ -148,21 +144,40 @@ ScratchBookstore::ScratchBookstore(const std::string& prefix) : base_(LoadCluste
   std::filesystem::create_directories(dir_);
   config_ = base_;
   config_.directory = shardkit::BucketDirectory::EvenSplit(static_cast<int>(base_.shards.size()));
-  config_.directory_source = shardkit::DirectorySource::kConfig;
 
-  std::vector<std::filesystem::path> scripts;
-  for (const auto& entry : std::filesystem::directory_iterator(SHARDKIT_SQL_DIR)) {
-    if (entry.path().extension() == ".sql") scripts.push_back(entry.path());
+  // Empty databases: one per shard, one on the reference server, and a
+  // catalog (on the catalog's instance, else the reference server's).
+  std::vector<std::string*> dsns;
+  for (auto& shard : config_.shards) dsns.push_back(&shard.dsn);
+  dsns.push_back(&*config_.reference_dsn);
+  config_.catalog_dsn = base_.catalog_dsn.value_or(*base_.reference_dsn);
+  dsns.push_back(&*config_.catalog_dsn);
+  for (std::size_t i = 0; i < dsns.size(); ++i) {
+    const std::string name = i + 1 == dsns.size() ? database_ + "_catalog" : database_;
+    Exec(*dsns[i], "DROP DATABASE IF EXISTS " + name + " WITH (FORCE)");
+    Exec(*dsns[i], "CREATE DATABASE " + name);
+    *dsns[i] = WithDatabase(*dsns[i], name);
   }
-  std::sort(scripts.begin(), scripts.end());
-  if (scripts.empty()) throw std::runtime_error("no sql/*.sql in the installed package: " SHARDKIT_SQL_DIR);
+  // The schema, as shardkit's migrator applies it from the installed sql/.
+  shardkit::Migrator migrator(shardkit::MigrationSet::Load(SHARDKIT_SQL_DIR), shardkit::MigrationServers(config_));
+  const shardkit::MigrationReport report = migrator.Apply();
+  if (!report.Ok()) {
+    std::string why;
+    for (const auto& left : report.left_behind) why += "; " + left;
+    for (const auto& step : report.applied) {
+      if (!step.ok) why += "; " + step.server + " version " + std::to_string(step.version) + ": " + step.error;
+    }
+    throw std::runtime_error("migrating " + database_ + " failed" + why);
+  }
+  // The directory lives in the catalog, as on a real cluster.
+  {
+    pqxx::connection catalog{*config_.catalog_dsn};
+    shardkit::StoreDirectory(catalog, config_.directory);
+  }
+  config_.directory_source = shardkit::DirectorySource::kCatalog;
 
   const std::string anchor = NowIso();
-  const auto create = [&](std::string& dsn, const std::string& owned) {
-    Exec(dsn, "DROP DATABASE IF EXISTS " + database_ + " WITH (FORCE)");
-    Exec(dsn, "CREATE DATABASE " + database_);
-    dsn = WithDatabase(dsn, database_);
-    for (const auto& script : scripts) Exec(dsn, ReadFile(script));
+  const auto seed = [&](const std::string& dsn, const std::string& owned) {
     pqxx::connection c{dsn};
     pqxx::work tx{c};
     for (const auto& [sql, parameters] : kSeed) {
@@ -175,21 +190,21 @@ ScratchBookstore::ScratchBookstore(const std::string& prefix) : base_(LoadCluste
     tx.commit();
   };
   for (std::size_t s = 0; s < config_.shards.size(); ++s) {
-    create(config_.shards[s].dsn,
-           BucketArray(config_.directory.BucketsOf(shardkit::ShardId{static_cast<int>(s)})));
+    seed(config_.shards[s].dsn, BucketArray(config_.directory.BucketsOf(shardkit::ShardId{static_cast<int>(s)})));
   }
   std::vector<shardkit::BucketId> all;
   for (shardkit::BucketId b : shardkit::AllBuckets()) all.push_back(b);
-  create(*config_.reference_dsn, BucketArray(all));
+  seed(*config_.reference_dsn, BucketArray(all));
 }
 
 ScratchBookstore::~ScratchBookstore() {
-  std::vector<std::string> dsns;
-  for (const auto& shard : base_.shards) dsns.push_back(shard.dsn);
-  dsns.push_back(*base_.reference_dsn);
-  for (const auto& dsn : dsns) {
+  std::vector<std::pair<std::string, std::string>> databases;
+  for (const auto& shard : base_.shards) databases.emplace_back(shard.dsn, database_);
+  databases.emplace_back(*base_.reference_dsn, database_);
+  databases.emplace_back(base_.catalog_dsn.value_or(*base_.reference_dsn), database_ + "_catalog");
+  for (const auto& [dsn, name] : databases) {
     try {
-      Exec(dsn, "DROP DATABASE IF EXISTS " + database_ + " WITH (FORCE)");
+      Exec(dsn, "DROP DATABASE IF EXISTS " + name + " WITH (FORCE)");
     } catch (const std::exception&) {
       // The next run drops it.
     }
@@ -212,7 +227,9 @@ std::filesystem::path ScratchBookstore::WriteConfig(const std::string& file_name
     if (replace_dsn && replace_dsn->first == static_cast<int>(s)) dsn = replace_dsn->second;
     out << "[[shard]]\nname = " << TomlString(config_.shards[s].name) << "\ndsn = " << TomlString(dsn) << "\n\n";
   }
-  out << "[reference]\ndsn = " << TomlString(*config_.reference_dsn) << "\n";
+  out << "[reference]\ndsn = " << TomlString(*config_.reference_dsn) << "\n\n"
+      << "[catalog]\ndsn = " << TomlString(*config_.catalog_dsn) << "\n\n"
+      << "[directory]\nsource = \"catalog\"\n";
   const auto path = dir_ / file_name;
   std::ofstream(path) << out.str();
   return path;

@@ -37,9 +37,11 @@ using namespace std::chrono_literals;
 inline constexpr int kCustomers = 300;
 inline constexpr int kBooks = 60;
 
-// A database of its own on every shard and on the reference server, with
-// shardkit's schema and the data set (each shard holds the rows of its
-// buckets, the reference all of them); dropped by the destructor.
+// A database of its own on every shard, on the reference server and for the
+// catalog, migrated by shardkit's migrator from the installed sql/, the
+// directory (even split) in the catalog, and the data set (each shard holds
+// the rows of its buckets, the reference all of them); dropped by the
+// destructor.
 class ScratchBookstore {
  public:
   explicit ScratchBookstore(const std::string& prefix);
@@ -51,6 +53,7 @@ class ScratchBookstore {
   [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(config_.shards.size()); }
   [[nodiscard]] const std::string& ShardDsn(int shard) const;
   [[nodiscard]] const std::string& ReferenceDsn() const { return *config_.reference_dsn; }
+  [[nodiscard]] const std::string& CatalogDsn() const { return *config_.catalog_dsn; }
   // Writes a shardkit.toml for these databases; `replace_dsn` swaps one
   // shard's connection string (to make it unreachable).
   [[nodiscard]] std::filesystem::path WriteConfig(const std::string& file_name,

@@ -67,7 +67,7 @@ struct HttpClient::Impl {
   // One exchange on the current connection; false if it was closed before
   // anything came back (a kept-alive connection the server let go).
   bool Exchange(const http::request<http::string_body>& request, http::response<http::string_body>& response,
-                bool& sent_on_reused) {
+                bool& may_retry) {
     beast::error_code ec;
     stream->expires_after(timeout);
     http::async_write(*stream, request, [&ec](beast::error_code e, std::size_t) { ec = e; });
@@ -83,9 +83,9 @@ struct HttpClient::Impl {
       }
     }
     stream.reset();
-    if (sent_on_reused && (ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
+    if (may_retry && (ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
                            ec == asio::error::broken_pipe || ec == asio::error::eof)) {
-      sent_on_reused = false;
+      may_retry = false;
       return false;  // retry once on a fresh connection
     }
     throw std::runtime_error(request.method_string().to_string() + " " + request.target().to_string() + ": " +
@@ -116,11 +116,14 @@ HttpReply HttpClient::Request(const std::string& method, const std::string& targ
   request.prepare_payload();
 
   http::response<http::string_body> response;
-  bool reused = impl_->stream.has_value();
-  if (!reused) impl_->Connect();
-  if (!impl_->Exchange(request, response, reused)) {
+  // A kept-alive connection the server let go is retried once on a fresh
+  // one, for GET only: a POST that was received may not be sent twice.
+  const bool connected = impl_->stream.has_value();
+  bool may_retry = connected && request.method() == http::verb::get;
+  if (!connected) impl_->Connect();
+  if (!impl_->Exchange(request, response, may_retry)) {
     impl_->Connect();
-    impl_->Exchange(request, response, reused);
+    impl_->Exchange(request, response, may_retry);
   }
   HttpReply reply;
   reply.status = static_cast<int>(response.result_int());

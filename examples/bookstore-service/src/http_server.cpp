@@ -11,6 +11,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
+#include <array>
 #include <csignal>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -175,11 +176,40 @@ class Session : public std::enable_shared_from_this<Session> {
     response_.prepare_payload();
     stream_.expires_after(server_.options.read_timeout);
     http::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      if (ec || !self->response_.keep_alive() || self->state_ == State::kClosed) {
+      if (ec || self->state_ == State::kClosed) {
         self->Close();
         return;
       }
+      if (!self->response_.keep_alive()) {
+        self->LingerAndClose();
+        return;
+      }
       self->WaitForRequest();
+    });
+  }
+
+  // After a response with "Connection: close": stop sending, then read and
+  // drop what the client still sends (the rest of a refused body) until it
+  // closes, for a second at most. Closing at once with unread data would
+  // reset the connection, and the client could lose the response.
+  void LingerAndClose() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) {
+      Close();
+      return;
+    }
+    stream_.expires_after(std::chrono::seconds(1));
+    Discard();
+  }
+
+  void Discard() {
+    stream_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec || self->state_ == State::kClosed) {
+        self->Close();
+        return;
+      }
+      self->Discard();
     });
   }
 
@@ -188,6 +218,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpResponse response_;
+  std::array<char, 4096> discard_{};
   std::atomic<State> state_{State::kIdle};
 };
 

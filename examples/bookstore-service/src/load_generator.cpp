@@ -81,14 +81,14 @@ std::string LoadSummary::Text() const {
   std::string text = fmt::format("{} requests in {:.2f} s ({:.0f}/s), {} errors{}\n", requests,
                                  static_cast<double>(elapsed.count()) / 1e6, RequestsPerSecond(), errors,
                                  stopped_by_time ? " (stopped by the time bound)" : "");
-  text += fmt::format("{:<24} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}  statuses\n", "endpoint", "count", "errors",
+  text += fmt::format("{:<28} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}  statuses\n", "endpoint", "count", "errors",
                       "p50 ms", "p90 ms", "p99 ms", "max ms");
   const auto row = [&text](const std::string& name, const LatencySummary& s) {
     std::string statuses;
     for (const auto& [status, count] : s.statuses) {
       statuses += fmt::format("{}{}:{}", statuses.empty() ? "" : " ", status == 0 ? "none" : std::to_string(status), count);
     }
-    text += fmt::format("{:<24} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}  {}\n", name, s.count, s.errors, Ms(s.p50_us),
+    text += fmt::format("{:<28} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}  {}\n", name, s.count, s.errors, Ms(s.p50_us),
                         Ms(s.p90_us), Ms(s.p99_us), Ms(s.max_us), statuses);
   };
   for (const auto& [name, s] : endpoints) row(name, s);

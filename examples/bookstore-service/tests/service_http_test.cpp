@@ -512,11 +512,20 @@ TEST(BookstoreServiceFailures, ABadConfigurationStopsTheServiceWithTheKeyNamed) 
   std::ofstream(path) << "[pool]\nmax_size = 0\n[[shard]]\ndsn = \"host=127.0.0.1 password=s3cret-Hx\"\n";
   Process process({BOOKSTORE_SERVICE_PATH, "--config", path.string(), "--listen", "127.0.0.1:0"});
   const auto status = process.WaitForExit(30s);
-  std::filesystem::remove(path);
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(*status, 1);
   EXPECT_NE(process.Output().find("pool.max_size"), std::string::npos) << process.Output();
   EXPECT_EQ(process.Output().find("s3cret-Hx"), std::string::npos) << process.Output();
+
+  // Without a catalog there is nowhere to lease order-id worker ids from.
+  std::ofstream(path) << "[[shard]]\ndsn = \"host=127.0.0.1 port=" << ClosedPort() << " password=s3cret-Hx\"\n";
+  Process no_catalog({BOOKSTORE_SERVICE_PATH, "--config", path.string(), "--listen", "127.0.0.1:0"});
+  const auto no_catalog_status = no_catalog.WaitForExit(30s);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(no_catalog_status.has_value());
+  EXPECT_EQ(*no_catalog_status, 1);
+  EXPECT_NE(no_catalog.Output().find("catalog.dsn"), std::string::npos) << no_catalog.Output();
+  EXPECT_EQ(no_catalog.Output().find("s3cret-Hx"), std::string::npos) << no_catalog.Output();
 }
 
 TEST(BookstoreLoad, ABoundedLoadIsAnsweredAndSummarised) {

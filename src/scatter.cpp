@@ -144,6 +144,7 @@ struct ShardTask {
   bool done = false;
   std::optional<pqxx::result> rows;
   std::string cause;
+  std::string sqlstate;
   microseconds elapsed{0};
   microseconds queued{0};
   std::size_t bytes = 0;
@@ -286,10 +287,19 @@ std::string DescribeFailure(const ShardTask& task, const std::exception& error, 
   return RedactDsn(Trim(error.what()));
 }
 
+// The failure's SQLSTATE for ScatterError::Failure (see errors.hpp).
+std::string SqlStateOf(const std::exception& error) {
+  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&error)) return sql->sqlstate();
+  if (dynamic_cast<const pqxx::broken_connection*>(&error) != nullptr) return kSqlStateConnectionFailure;
+  if (const auto* shard = dynamic_cast<const ShardError*>(&error)) return shard->sqlstate();
+  return {};
+}
+
 void RunShard(ScatterState& state, ShardTask& task) {
   const auto started = Clock::now();
   std::optional<pqxx::result> rows;
   std::string cause;
+  std::string sqlstate;
   std::size_t bytes = 0;
   if (state.abandoned.load() || started >= state.deadline) {
     cause = fmt::format("not started before the deadline ({} ms): every worker thread was busy; give the "
@@ -314,6 +324,7 @@ void RunShard(ScatterState& state, ShardTask& task) {
         cancelled = task.cancel_requested;
       }
       cause = DescribeFailure(task, error, cancelled, Clock::now() - started);
+      sqlstate = SqlStateOf(error);
       rows.reset();
     }
   }
@@ -324,6 +335,7 @@ void RunShard(ScatterState& state, ShardTask& task) {
     task.done = true;
     task.rows = std::move(rows);
     task.cause = std::move(cause);
+    task.sqlstate = std::move(sqlstate);
     task.bytes = bytes;
     task.elapsed = duration_cast<microseconds>(finished - started);
     task.queued = duration_cast<microseconds>(started - state.start);
@@ -545,7 +557,7 @@ ScatterResult ScatterGather::Impl::Execute(
       slowest_any = std::max(slowest_any, shard.elapsed);
       result.shards.push_back(std::move(shard));
     } else if (task.done) {
-      result.failures.push_back({task.shard, task.cause});
+      result.failures.push_back({task.shard, task.cause, task.sqlstate});
       slowest_any = std::max(slowest_any, task.elapsed);
     } else {
       result.failures.push_back(

@@ -72,10 +72,10 @@ ConnectionPool& BucketShardResolver::Pool(ShardId shard) const {
 }
 
 Route BucketShardResolver::Resolve(CustomerId customer_id) const {
-  const auto directory = directory_.Current();
-  const BucketId bucket = shardkit::BucketOf(customer_id);
-  const ShardId shard = directory->ShardOf(bucket);
-  return Route{customer_id, bucket, shard, directory->Version(), *pools_[static_cast<std::size_t>(ToInt(shard))]};
+  // Shard and version come from one routing word: one publish, one load.
+  const auto placement = directory_.PlacementOf(customer_id);
+  return Route{customer_id, placement.bucket, placement.shard, placement.version,
+               *pools_[static_cast<std::size_t>(ToInt(placement.shard))]};
 }
 
 std::vector<std::reference_wrapper<ConnectionPool>> BucketShardResolver::AllShards() const {

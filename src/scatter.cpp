@@ -43,9 +43,9 @@
 // * The deadline is enforced three ways. Acquisition waits until it at most.
 //   Each statement runs in a transaction with SET LOCAL statement_timeout =
 //   the time left, so the server stops the work itself. At the deadline the
-//   caller asks a dedicated canceller thread to send a cancel request for the
-//   shards still running (PQcancel opens a connection and may block, so not
-//   on the caller's thread), waits a short grace for them to report why, and
+//   caller has the canceller threads send a cancel request for the shards
+//   still running (PQcancel opens a connection and may block, so not on the
+//   caller's thread), waits a short grace for them to report why, and
 //   returns; a statement still stuck (e.g. a server that stopped answering)
 //   finishes in the background and its connection is discarded.
 // * One round trip for BEGIN + SET LOCAL (a simple-protocol multi-statement),
@@ -128,16 +128,15 @@ struct ShardTask {
 
   std::atomic<Phase> phase{Phase::kQueued};
 
-  // Cancellation. Its own mutex, because cancel_query() blocks for a round
-  // trip and must not hold up the caller. While `active` is set the
-  // connection belongs to this task, so a cancel can never hit a statement
-  // of whoever leases the connection next. cancel_query() from another thread
-  // only reads the session's fixed cancel key and address (libpq's
-  // PQgetCancel/PQcancel are meant for that); the PGconn stays allocated
-  // because the pool's connections never reconnect or drop themselves
-  // (reactivation inhibited), only the pool closes them, after release.
+  // Cancellation. While `active` is set the connection belongs to this
+  // task, so a cancel can never hit a statement of whoever leases the
+  // connection next: a task whose cancel was requested discards its
+  // connection instead of returning it. The cancel handle was built by the
+  // pool on the thread that opened the connection; PQcancel through it is
+  // thread-safe and is sent outside the mutex, so neither the worker nor
+  // another scatter waits for a cancel in flight.
   std::mutex cancel_mutex;
-  pqxx::connection_base* active = nullptr;
+  std::shared_ptr<const ConnectionPool::CancelHandle> active;
   bool cancel_requested = false;
 
   // Outcome, guarded by ScatterState::mutex.
@@ -150,15 +149,15 @@ struct ShardTask {
   std::size_t bytes = 0;
 
   void Cancel() noexcept {
-    std::lock_guard lock(cancel_mutex);
-    cancel_requested = true;
-    if (active == nullptr) return;
-    try {
-      active->cancel_query();
-    } catch (...) {
-      // The server may be gone; statement_timeout and the caller's own
-      // deadline still hold.
+    std::shared_ptr<const ConnectionPool::CancelHandle> handle;
+    {
+      std::lock_guard lock(cancel_mutex);
+      cancel_requested = true;
+      handle = active;
     }
+    // The server may be gone; statement_timeout and the caller's own
+    // deadline still hold.
+    if (handle) (void)handle->Send();
   }
 };
 
@@ -194,14 +193,14 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   {
     std::lock_guard lock(task.cancel_mutex);
     if (task.cancel_requested) throw DeadlineMissed("the deadline passed before the statement could start");
-    task.active = &connection;
+    task.active = lease.Canceller();
   }
   struct Deactivate {
     ShardTask& task;
     ConnectionPool::Lease& lease;
     ~Deactivate() {
       std::lock_guard lock(task.cancel_mutex);
-      task.active = nullptr;
+      task.active.reset();
       // A cancel request may still be in flight to the server; never hand
       // this session to someone else.
       if (task.cancel_requested) lease.Discard();
@@ -400,7 +399,10 @@ ConnectionPool::Lease& SessionLease(ScatterSession::State& session, ShardId shar
 
 struct ScatterGather::Impl {
   Impl(BucketShardResolver& r, int threads)
-      : resolver(r), workers(static_cast<std::size_t>(threads)), session_workers(static_cast<std::size_t>(threads)) {}
+      : resolver(r),
+        workers(static_cast<std::size_t>(threads)),
+        session_workers(static_cast<std::size_t>(threads)),
+        canceller(static_cast<std::size_t>(threads)) {}
   ~Impl() {
     // Let queued statements see they are abandoned and stuck ones reach
     // their statement_timeout, so no thread outlives the pools it uses.
@@ -418,7 +420,10 @@ struct ScatterGather::Impl {
   BucketShardResolver& resolver;
   boost::asio::thread_pool workers;
   boost::asio::thread_pool session_workers;  // statements and COMMITs of sessions (ScatterSession)
-  boost::asio::thread_pool canceller{1};
+  // As many as the workers: one scatter's cancels go out in parallel, and a
+  // cancel stuck on an unreachable server (bounded by tcp_user_timeout) holds
+  // up others no more than the stuck statement holds up a worker.
+  boost::asio::thread_pool canceller;
   mutable std::mutex stats_mutex;
   ScatterStats stats;
 };

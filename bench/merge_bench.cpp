@@ -65,7 +65,7 @@ BENCHMARK(BM_MergeTopTenBestSellers)->Unit(benchmark::kMillisecond);
 void BM_MergeNumericSumAndAvg(benchmark::State& state) {
   const auto partials = BestSellerPartials(true);
   shardkit::MergePlan plan;
-  plan.Key("book_id").Sum("sold").Sum("revenue").Avg("avg_line", "revenue", "lines");
+  plan.Key("book_id").Sum("sold").Sum("revenue").Avg("revenue", "lines", "avg_line");
   std::size_t rows = 0;
   for (auto _ : state) {
     auto merged = shardkit::Merge(plan, partials);

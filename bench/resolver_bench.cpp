@@ -41,8 +41,9 @@ void BM_DirectoryShardFor(benchmark::State& state) {
 }
 BENCHMARK(BM_DirectoryShardFor);
 
-// Through the resolver: includes the atomic load of the current directory
-// snapshot (a shared_ptr copy), which is what makes directory swaps safe.
+// Through the resolver: one atomic load of the bucket's routing word in the
+// DirectoryHolder, which is what makes directory swaps safe (goal: at most
+// 2 ns and at most 2x BM_DirectoryShardFor).
 void BM_ResolverShardFor(benchmark::State& state) {
   const auto ids = Ids();
   std::vector<std::unique_ptr<shardkit::ConnectionPool>> pools;
@@ -56,6 +57,36 @@ void BM_ResolverShardFor(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
 }
 BENCHMARK(BM_ResolverShardFor)->Threads(1)->Threads(2);
+
+// Resolve: bucket, shard, directory version and pool, consistently; the
+// shard and version come from the same routing word (one atomic load).
+void BM_ResolverResolve(benchmark::State& state) {
+  const auto ids = Ids();
+  std::vector<std::unique_ptr<shardkit::ConnectionPool>> pools;
+  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{0}, "host=127.0.0.1 port=1"));
+  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{1}, "host=127.0.0.1 port=1"));
+  shardkit::BucketShardResolver resolver{shardkit::BucketDirectory::EvenSplit(2), std::move(pools)};
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const auto route = resolver.Resolve(ids[i++ & 4095]);
+    benchmark::DoNotOptimize(route.directory_version);
+    benchmark::DoNotOptimize(&route.pool);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_ResolverResolve);
+
+// The whole snapshot (a shared_ptr copy): what a reader that needs every
+// bucket at once pays, e.g. once per scatter.
+void BM_DirectoryHolderCurrent(benchmark::State& state) {
+  static shardkit::DirectoryHolder holder{shardkit::BucketDirectory::EvenSplit(2)};
+  for (auto _ : state) {
+    auto snapshot = holder.Current();
+    benchmark::DoNotOptimize(snapshot.get());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_DirectoryHolderCurrent)->Threads(1)->Threads(2);
 
 }  // namespace
 

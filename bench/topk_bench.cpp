@@ -1,6 +1,8 @@
 // Top-10 best sellers of the last 30 days on a seed-001-sized data set, over
-// the local cluster: the per-shard shortcut (NOT exact), all partials (exact)
-// and TPUT (exact) — rows transferred and time for each, next to the single
+// the local cluster: the per-shard shortcut (NOT exact), all partials (exact),
+// TPUT (exact, three phases in one snapshot per shard) and auto (exact:
+// TPUT or the rest of the partials, chosen after phase 1) — rows transferred
+// and time for each, next to the single
 // unsharded reference server. Plus in-memory simulations of TPUT at larger
 // scale and more shards (rows only; no servers needed).
 //
@@ -38,6 +40,8 @@
 #include "shardkit/resolver.hpp"
 #include "shardkit/scatter.hpp"
 #include "shardkit/topk.hpp"
+#include "memory_topk_source.hpp"
+#include "topk_shortcut.hpp"
 
 namespace shardkit {
 namespace {
@@ -292,86 +296,6 @@ class Cluster {
   std::map<std::string, Scenario> scenarios_;
 };
 
-// A prototype, for comparison only: one connection and one REPEATABLE READ
-// snapshot per shard for all three phases. Phase 1 materialises the per-key
-// partials in a temporary table (one aggregation per shard instead of two),
-// phases 2 and 3 read that table, and every phase sees the same data. It is
-// not in the library because it needs connections pinned across phases,
-// which ScatterGather does not offer (each Run takes connections of its own).
-class PinnedSnapshotSource final : public TopKShardSource<I64> {
- public:
-  using Tx = pqxx::transaction<pqxx::isolation_level::repeatable_read>;
-  PinnedSnapshotSource(BucketShardResolver& resolver, const TopKQuery& q) : query_(q) {
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    for (const ShardId s : FirstShards(resolver.ShardCount())) leases_.push_back(resolver.Pool(s).Acquire(deadline));  // shard order
-    for (auto& lease : leases_) txs_.push_back(std::make_unique<Tx>(*lease));
-  }
-  ~PinnedSnapshotSource() override {
-    for (auto& tx : txs_) {
-      try {
-        tx->commit();  // drops the temporary table
-      } catch (const std::exception&) {
-      }
-    }
-  }
-  int ShardCount() const override { return static_cast<int>(txs_.size()); }
-
-  TopKReply<I64> LocalTopK(std::size_t k, bool) override {
-    const std::string create = fmt::format(
-        "CREATE TEMP TABLE shardkit_topk ON COMMIT DROP AS SELECT ({})::bigint AS k, coalesce(sum({}), 0) AS s "
-        "FROM {} WHERE {} GROUP BY 1",
-        query_.key, query_.measure, query_.from, query_.where);
-    return Each([&](std::size_t, Tx& tx) {
-      tx.exec_params(create, pqxx::prepare::make_dynamic_params(Params(query_.params)));
-      return tx.exec_params("SELECT k, s FROM shardkit_topk ORDER BY s DESC, k LIMIT $1", static_cast<I64>(k));
-    });
-  }
-  TopKReply<I64> AtLeast(const TopKThreshold<I64>& t, const std::vector<std::vector<TopKKey>>& exclude) override {
-    return Each([&](std::size_t s, Tx& tx) {
-      return tx.exec_params("SELECT k, s FROM shardkit_topk WHERE s * $1 >= $2 AND NOT (k = ANY($3::bigint[]))",
-                            static_cast<I64>(t.shards), t.tau1, TopKKeysArrayLiteral(exclude[s]));
-    });
-  }
-  TopKReply<I64> Partials(const std::vector<std::vector<TopKKey>>& keys) override {
-    return Each([&](std::size_t s, Tx& tx) -> std::optional<pqxx::result> {
-      if (keys[s].empty()) return std::nullopt;
-      return tx.exec_params("SELECT k, s FROM shardkit_topk WHERE k = ANY($1::bigint[])", TopKKeysArrayLiteral(keys[s]));
-    });
-  }
-  TopKReply<I64> AllPartials() override { throw Error("not part of the prototype"); }
-
- private:
-  static std::vector<const char*> Params(const SqlParams& params) {
-    std::vector<const char*> values;
-    for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
-    return values;
-  }
-  // Runs call(shard, tx) on every shard at once and decodes the rows.
-  template <class Call>
-  TopKReply<I64> Each(Call call) {
-    std::vector<std::future<std::optional<pqxx::result>>> futures;
-    for (std::size_t s = 0; s < txs_.size(); ++s) {
-      futures.push_back(std::async(std::launch::async, [&, s]() -> std::optional<pqxx::result> { return call(s, *txs_[s]); }));
-    }
-    TopKReply<I64> reply;
-    reply.shards.resize(txs_.size());
-    for (std::size_t s = 0; s < futures.size(); ++s) {
-      const auto rows = futures[s].get();
-      if (!rows) continue;
-      ++reply.shards_asked;
-      for (const auto& row : *rows) {
-        reply.bytes += row[0].size() + row[1].size();
-        reply.shards[s].push_back({row[0].as<I64>(), row[1].as<I64>()});
-      }
-    }
-    return reply;
-  }
-
-  TopKQuery query_;
-  std::vector<ConnectionPool::Lease> leases_;
-  std::vector<std::unique_ptr<Tx>> txs_;
-};
-
 // What the summary prints after the run.
 struct Figures {
   std::size_t rows = 0;
@@ -386,7 +310,20 @@ std::map<std::string, Figures>& Summary() {
   return summary;
 }
 
-void BM_BestSellers(benchmark::State& state, const std::string& shape, TopKMethod method, bool pinned) {
+// The shortcut's figures in the exact methods' result type, for one report.
+TopKResult<I64> AsResult(lab::ShortcutTopKResult<I64> r) {
+  TopKResult<I64> out;
+  out.items = std::move(r.items);
+  out.phases = std::move(r.phases);
+  out.total_rows = r.total_rows;
+  out.total_bytes = r.total_bytes;
+  out.elapsed = r.elapsed;
+  out.warnings = std::move(r.warnings);
+  return out;
+}
+
+// method is ignored with shortcut (the wrong per-shard list, lab/src/topk_shortcut.hpp).
+void BM_BestSellers(benchmark::State& state, const std::string& shape, TopKMethod method, bool shortcut) {
   Cluster* cluster = Cluster::Get();
   if (cluster == nullptr) {
     state.SkipWithError("no cluster: run lab/cluster start");
@@ -398,9 +335,9 @@ void BM_BestSellers(benchmark::State& state, const std::string& shape, TopKMetho
   std::size_t runs = 0;
   std::vector<double> phase_ms;
   for (auto _ : state) {
-    if (pinned) {
-      PinnedSnapshotSource source(cluster->Resolver(), s.query);
-      last = TputTopK(source, kTop);
+    if (shortcut) {
+      SqlTopKSource source(cluster->Scatter(), s.query);
+      last = AsResult(lab::PerShardShortcutTopK(source, kTop));
     } else {
       last = TopKBySum(cluster->Scatter(), s.query, method);
     }
@@ -410,7 +347,7 @@ void BM_BestSellers(benchmark::State& state, const std::string& shape, TopKMetho
     ++runs;
   }
   const bool equal = last.items == s.reference;
-  if (last.exact && !equal) {
+  if (!shortcut && !equal) {
     state.SkipWithError("an exact method differs from the reference server");
     return;
   }
@@ -427,12 +364,13 @@ void BM_BestSellers(benchmark::State& state, const std::string& shape, TopKMetho
                             phase_ms[p] / static_cast<double>(runs));
     state.counters[fmt::format("p{}_rows", p + 1)] = static_cast<double>(last.phases[p].rows);
   }
-  if (method == TopKMethod::kTput) {
+  if (!shortcut && method == TopKMethod::kAuto) f.extra = last.choice;
+  if (!shortcut && last.method == TopKMethod::kTput && last.tau1) {
     f.extra = fmt::format("tau1 {} tau2 {}, {} keys seen after phase 2, {} candidates, {} partials fetched", *last.tau1,
                           *last.tau2, last.seen_after_phase2, last.candidates, last.fetched_keys);
     state.counters["candidates"] = static_cast<double>(last.candidates);
   }
-  Summary()[shape + " / " + TopKMethodName(method) + (pinned ? " pinned snapshot (prototype)" : "")] = f;
+  Summary()[shape + " / " + (shortcut ? lab::kShortcutName : TopKMethodName(method))] = f;
 }
 
 // The same question asked of the one unsharded server (for scale only).
@@ -506,7 +444,7 @@ void BM_Simulated(benchmark::State& state, const std::string& shape) {
   const int shards = static_cast<int>(state.range(0));
   const int keys = static_cast<int>(state.range(1));
   const int sales = static_cast<int>(state.range(2));
-  MemoryTopKSource<I64> source(Simulate(shape, shards, keys, sales));
+  lab::MemoryTopKSource<I64> source(Simulate(shape, shards, keys, sales));
   TopKResult<I64> tput;
   for (auto _ : state) tput = TputTopK(source, kTop);
   const auto all = AllPartialsTopK(source, kTop);
@@ -531,14 +469,14 @@ void Register() {
     const std::string s = shape;
     benchmark::RegisterBenchmark(("best_sellers/" + s + "/reference_unsharded").c_str(), BM_BestSellersReference, s)
         ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
-    for (auto [name, method] : {std::pair{"shortcut_NOT_exact", TopKMethod::kPerShardShortcut},
-                                std::pair{"all_partials", TopKMethod::kAllPartials}, std::pair{"tput", TopKMethod::kTput}}) {
+    benchmark::RegisterBenchmark(("best_sellers/" + s + "/shortcut_NOT_exact").c_str(), BM_BestSellers, s,
+                                 TopKMethod::kAllPartials, true)
+        ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    for (auto [name, method] : {std::pair{"all_partials", TopKMethod::kAllPartials}, std::pair{"tput", TopKMethod::kTput},
+                                std::pair{"auto", TopKMethod::kAuto}}) {
       benchmark::RegisterBenchmark(("best_sellers/" + s + "/" + name).c_str(), BM_BestSellers, s, method, false)
           ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
     }
-    benchmark::RegisterBenchmark(("best_sellers/" + s + "/tput_pinned_snapshot_prototype").c_str(), BM_BestSellers, s,
-                                 TopKMethod::kTput, true)
-        ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
   }
   for (const char* shape : {"zipf", "flat", "one-shard-holds"}) {
     benchmark::RegisterBenchmark((std::string("simulated/") + shape).c_str(), BM_Simulated, std::string(shape))

@@ -435,6 +435,21 @@ BEGIN
     INSERT INTO shardkit_bucket_ownership (bucket, state, directory_version)
     SELECT b, 'owned', p_directory_version FROM unnest(want) AS b;
   END IF;
+  -- Every table with the shard key (customer_id and bucket, as verify
+  -- finds them) is sharded: tables that later migrations created without
+  -- calling shardkit_shard_table (the outbox tables of sql/020-022) are
+  -- registered here, so a move carries them and the fence guards them.
+  FOR t IN SELECT c.oid::regclass FROM pg_class c
+           WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+             AND NOT c.relispartition
+             AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'customer_id'
+                         AND NOT a.attisdropped)
+             AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'bucket'
+                         AND NOT a.attisdropped)
+             AND NOT EXISTS (SELECT 1 FROM shardkit_sharded_tables s WHERE s.table_name = c.oid)
+           ORDER BY c.relname LOOP
+    PERFORM shardkit_shard_table(t);
+  END LOOP;
   FOR t IN SELECT s.table_name FROM shardkit_sharded_tables s JOIN pg_class c ON c.oid = s.table_name LOOP
     PERFORM shardkit_install_fence(t);
   END LOOP;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -17,13 +19,162 @@ bool IsUri(std::string_view dsn) {
   return dsn.starts_with("postgresql://") || dsn.starts_with("postgres://");
 }
 
+// libpq connection keywords whose values are not secret. The value of any
+// other keyword is hidden: password and sslpassword, but also a misspelt
+// "pasword" or a keyword libpq does not know, whose value is as likely a
+// password as anything.
+bool IsPublicKeyword(std::string_view key) {
+  static constexpr std::string_view kPublic[] = {
+      "host", "hostaddr", "port", "user", "connect_timeout", "client_encoding", "options", "application_name",
+      "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+      "tcp_user_timeout", "replication", "gssencmode", "sslmode", "requiressl", "sslcompression", "sslcert",
+      "sslkey", "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version",
+      "ssl_max_protocol_version", "krbsrvname", "gsslib", "service", "target_session_attrs", "passfile",
+      "load_balance_hosts", "dbname"};
+  return std::find(std::begin(kPublic), std::end(kPublic), key) != std::end(kPublic);
+}
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// [begin, end) of every value to hide in a key=value connection string, in
+// libpq's syntax: spaces may surround '='; a value is single-quoted
+// (backslash escapes) or runs to the next space. Text that does not parse
+// is hidden from there to the end. A dbname holding '=' or a URI is itself
+// a connection string (libpq expands it): hidden whole.
+std::vector<std::pair<std::size_t, std::size_t>> SecretSpansOfKeyValue(std::string_view text) {
+  std::vector<std::pair<std::size_t, std::size_t>> spans;
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  const auto skip_space = [&] {
+    while (i < n && IsSpace(text[i])) ++i;
+  };
+  while (true) {
+    skip_space();
+    if (i >= n) break;
+    const std::size_t key_begin = i;
+    while (i < n && text[i] != '=' && !IsSpace(text[i])) ++i;
+    const std::string_view key = text.substr(key_begin, i - key_begin);
+    skip_space();
+    if (i >= n || text[i] != '=') {
+      spans.emplace_back(key_begin, n);
+      break;
+    }
+    ++i;
+    skip_space();
+    const std::size_t value_begin = i;
+    if (i < n && text[i] == '\'') {
+      for (++i; i < n && text[i] != '\''; ++i) {
+        if (text[i] == '\\' && i + 1 < n) ++i;
+      }
+      if (i < n) ++i;  // the closing quote
+    } else {
+      for (; i < n && !IsSpace(text[i]); ++i) {
+        if (text[i] == '\\' && i + 1 < n) ++i;
+      }
+    }
+    const std::string_view value = text.substr(value_begin, i - value_begin);
+    const bool nested = key == "dbname" && (value.find('=') != std::string_view::npos || IsUri(value));
+    if ((!IsPublicKeyword(key) || nested) && i > value_begin) spans.emplace_back(value_begin, i);
+  }
+  return spans;
+}
+
+// The same for a URI: the password of the user info, and the value of every
+// query parameter that is not a public keyword.
+std::vector<std::pair<std::size_t, std::size_t>> SecretSpansOfUri(std::string_view text) {
+  std::vector<std::pair<std::size_t, std::size_t>> spans;
+  const std::size_t start = text.find("://") + 3;
+  const std::size_t query = std::min(text.find('?', start), text.size());
+  if (const std::size_t at = text.rfind('@', query); at != std::string_view::npos && at >= start) {
+    if (const std::size_t colon = text.find(':', start); colon < at) spans.emplace_back(colon + 1, at);
+  }
+  for (std::size_t i = query + 1; i < text.size();) {
+    const std::size_t end = std::min(text.find('&', i), text.size());
+    const std::size_t eq = text.find('=', i);
+    if (eq >= end) {
+      if (end > i) spans.emplace_back(i, end);
+    } else if (!IsPublicKeyword(text.substr(i, eq - i)) && end > eq + 1) {
+      spans.emplace_back(eq + 1, end);
+    }
+    i = end + 1;
+  }
+  return spans;
+}
+
+// A URI without spaces, or text whose first word is keyword= (a message
+// starts otherwise).
+bool StartsAsConnectionString(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size() && IsSpace(text[i])) ++i;
+  if (IsUri(text.substr(i))) return std::none_of(text.begin() + static_cast<std::ptrdiff_t>(i), text.end(), IsSpace);
+  const std::size_t word = i;
+  while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) != 0 || text[i] == '_')) ++i;
+  if (i == word) return false;
+  while (i < text.size() && IsSpace(text[i])) ++i;
+  return i < text.size() && text[i] == '=';
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> SecretSpans(std::string_view dsn) {
+  return IsUri(dsn) ? SecretSpansOfUri(dsn) : SecretSpansOfKeyValue(dsn);
+}
+
 // A parser's message may quote the offending line of the file, connection
-// strings and their passwords included: hide them as RedactDsn does.
+// strings and their passwords included: hide them as RedactDsn does, wherever
+// they stand in the text (an unterminated string runs to the end of the line,
+// so a password may end at a quote, a space or nothing).
 std::string RedactSecrets(std::string text) {
   static const std::regex kUserInfo(R"((postgres(?:ql)?://[^:/@?\s]*):[^@/?\s]*@)");
   text = std::regex_replace(text, kUserInfo, "$1:***@");
-  static const std::regex kKeyValue(R"((password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&"]+))", std::regex::icase);
+  static const std::regex kKeyValue(R"((password\s*=\s*)('(?:[^'\\\n]|\\.)*'?|[^\s&"]+))", std::regex::icase);
   return std::regex_replace(text, kKeyValue, "$1***");
+}
+
+// Every password written in the file's text, in any of the forms above, so
+// that a message quoting it in some other shape (a key, a value, a line cut
+// elsewhere) is cleaned too. Very short ones are left to RedactSecrets:
+// replacing every "a" in a message would hide the message, not a secret.
+std::vector<std::string> PasswordsIn(std::string_view text) {
+  // Connection strings, wherever they start on a line: a URI, or the first
+  // keyword=value of a key=value string.
+  static const std::regex kUri(R"(postgres(?:ql)?://[^\s"']*)", std::regex::icase);
+  static const std::regex kKeyValueStart(
+      R"((?:^|[\s"'])((?:host|hostaddr|port|dbname|user|password|sslmode|service)\s*=))");
+  std::vector<std::string> found;
+  const auto keep = [&found](std::string_view dsn, const std::vector<std::pair<std::size_t, std::size_t>>& spans) {
+    for (const auto& [begin, end] : spans) {
+      std::string secret(dsn.substr(begin, end - begin));
+      while (!secret.empty() && (secret.front() == '\'' || secret.front() == '"')) secret.erase(0, 1);
+      while (!secret.empty() && (secret.back() == '\'' || secret.back() == '"')) secret.pop_back();
+      if (secret.size() >= 4) found.push_back(std::move(secret));
+    }
+  };
+  std::size_t line_begin = 0;
+  while (line_begin < text.size()) {
+    const std::size_t line_end = std::min(text.find('\n', line_begin), text.size());
+    const std::string line(text.substr(line_begin, line_end - line_begin));
+    for (std::sregex_iterator it(line.begin(), line.end(), kUri), end; it != end; ++it) {
+      const std::string uri = it->str();
+      keep(uri, SecretSpansOfUri(uri));
+    }
+    std::smatch start;
+    if (std::regex_search(line, start, kKeyValueStart)) {
+      const std::string_view rest = std::string_view(line).substr(static_cast<std::size_t>(start.position(1)));
+      keep(rest, SecretSpansOfKeyValue(rest));
+    }
+    line_begin = line_end + 1;
+  }
+  // Longest first, so that a password containing another is replaced whole.
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  return found;
+}
+
+std::string Scrub(std::string message, const std::vector<std::string>& secrets) {
+  for (const auto& secret : secrets) {
+    for (auto at = message.find(secret); at != std::string::npos; at = message.find(secret, at + 3)) {
+      message.replace(at, secret.size(), "***");
+    }
+  }
+  return RedactSecrets(std::move(message));
 }
 
 // Reads an optional integer key of a table, checking its range.
@@ -57,8 +208,11 @@ std::pair<int, int> ParseBucketRange(const std::string& text, const std::string&
   if (!std::regex_match(text, m, kRange)) {
     throw ConfigError(key, fmt::format("\"{}\" is not a bucket or a bucket range like \"0-31\"", text));
   }
-  const int first = std::stoi(m[1].str());
-  const int last = m[2].matched ? std::stoi(m[2].str()) : first;
+  // At most 2 digits matter: longer numbers are out of range anyway (and
+  // would overflow std::stoi).
+  const auto number = [](const std::string& digits) { return digits.size() > 2 ? kBucketCount : std::stoi(digits); };
+  const int first = number(m[1].str());
+  const int last = m[2].matched ? number(m[2].str()) : first;
   if (first > last || last >= kBucketCount) {
     throw ConfigError(key, fmt::format("bucket range \"{}\" must lie within 0-63, low to high", text));
   }
@@ -93,7 +247,9 @@ BucketDirectory ParseDirectory(const toml::value& directory, int shard_count) {
 
 }  // namespace
 
-ClusterConfig ParseConfig(std::string_view toml_text, std::string origin) {
+namespace {
+
+ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& origin) {
   toml::value root;
   try {
     std::istringstream in{std::string(toml_text)};
@@ -133,6 +289,10 @@ ClusterConfig ParseConfig(std::string_view toml_text, std::string origin) {
         IntOr<std::int64_t>(pool, "pool", "connect_timeout_ms", config.pool.connect_timeout.count(), 1, 3600000));
     config.pool.acquire_timeout = std::chrono::milliseconds(
         IntOr<std::int64_t>(pool, "pool", "acquire_timeout_ms", config.pool.acquire_timeout.count(), 0, 3600000));
+    if (pool.contains("time_zone")) {
+      config.pool.time_zone = StringAt(pool, "pool", "time_zone");
+      if (config.pool.time_zone.empty()) throw ConfigError("pool.time_zone", "is empty: name a time zone such as \"UTC\"");
+    }
 
     const int shard_count = static_cast<int>(config.shards.size());
     const toml::value directory =
@@ -178,11 +338,30 @@ ClusterConfig ParseConfig(std::string_view toml_text, std::string origin) {
   return config;
 }
 
+}  // namespace
+
+// The one way out of the parser: every message, whatever produced it, has
+// the file's passwords removed, and nothing but ConfigError escapes.
+ClusterConfig ParseConfig(std::string_view toml_text, std::string origin) {
+  try {
+    return ParseConfigText(toml_text, origin);
+  } catch (const ConfigError& e) {
+    const auto secrets = PasswordsIn(toml_text);
+    const std::string prefix = "config " + e.key() + ": ";
+    std::string message = e.what();
+    if (message.starts_with(prefix)) message.erase(0, prefix.size());
+    throw ConfigError(Scrub(e.key(), secrets), Scrub(std::move(message), secrets));
+  } catch (const std::exception& e) {
+    throw ConfigError(Scrub(origin, PasswordsIn(toml_text)),
+                      Scrub(std::string("cannot be parsed: ") + e.what(), PasswordsIn(toml_text)));
+  }
+}
+
 ClusterConfig LoadConfig(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) {
-    throw ConfigError(path.string(), "cannot be read: start the local cluster (lab/cluster start) or point "
-                                     "SHARDKIT_CONFIG / --config at your configuration file");
+    throw ConfigError(path.string(), "cannot be read: point SHARDKIT_CONFIG or --config at the cluster's "
+                                     "configuration file");
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -196,17 +375,22 @@ std::filesystem::path ResolveConfigPath(const std::optional<std::string>& explic
 }
 
 std::string RedactDsn(std::string_view dsn) {
-  std::string text(dsn);
-  if (IsUri(text)) {
-    // postgresql://user:secret@host -> postgresql://user:***@host
-    static const std::regex kUserInfo(R"(^(postgres(?:ql)?://[^:/@?]*):[^@/?]*@)");
-    text = std::regex_replace(text, kUserInfo, "$1:***@");
-    static const std::regex kQuery(R"(([?&]password=)[^&]*)", std::regex::icase);
-    return std::regex_replace(text, kQuery, "$1***");
+  // A connection string (a URI, or text that starts with keyword=): every
+  // value but those of public keywords is hidden, the rest stays as written.
+  //   host=h password='a b' user=u      -> host=h password=*** user=u
+  //   postgresql://bob:s3cret@h/db?x=1  -> postgresql://bob:***@h/db?x=***
+  // Anything else is a message (libpq's, a server's) that may quote one:
+  // passwords and URI user info in it are hidden.
+  if (!StartsAsConnectionString(dsn)) return RedactSecrets(std::string(dsn));
+  std::string text;
+  std::size_t at = 0;
+  for (const auto& [begin, end] : SecretSpans(dsn)) {
+    text.append(dsn.substr(at, begin - at));
+    text += "***";
+    at = end;
   }
-  // key=value form: password=secret or password='with spaces \' quotes'
-  static const std::regex kKeyValue(R"((password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+))", std::regex::icase);
-  return std::regex_replace(text, kKeyValue, "$1***");
+  text.append(dsn.substr(at));
+  return text;
 }
 
 std::string WithConnectTimeout(std::string_view dsn, std::chrono::milliseconds timeout) {

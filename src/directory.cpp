@@ -126,8 +126,8 @@ BucketDirectory LoadDirectory(pqxx::connection_base& connection, int shard_count
   pqxx::read_transaction tx{connection};
   const pqxx::result rows = tx.exec("SELECT bucket, shard, version FROM shard_directory ORDER BY bucket");
   if (rows.empty()) {
-    throw DirectoryError("table shard_directory is empty: fill it (lab/cluster start does) or use "
-                         "directory.source = \"config\"");
+    throw DirectoryError("table shard_directory is empty: fill it with one row per bucket (0-63) or "
+                         "use directory.source = \"config\"");
   }
   std::vector<std::pair<BucketId, ShardId>> pairs;
   std::int64_t version = 0;
@@ -196,23 +196,91 @@ bool CompareAndSetDirectory(pqxx::connection_base& connection, std::int64_t expe
   return true;
 }
 
-DirectoryHolder::DirectoryHolder(BucketDirectory initial)
-    : current_(std::make_shared<const BucketDirectory>(std::move(initial))) {}
+namespace {
+
+// Versions share a routing word with the shard: 56 bits.
+constexpr std::int64_t kMaxPublishedVersion = (std::int64_t{1} << 56) - 1;
+
+void CheckPublishable(const BucketDirectory& directory) {
+  if (directory.Version() > kMaxPublishedVersion) {
+    throw DirectoryError(fmt::format("version {} is too large to publish (at most 2^56 - 1)", directory.Version()));
+  }
+}
+
+std::atomic<std::uint64_t> next_holder_id{1};
+
+// Each thread's recent snapshots, one per holder it read lately. The
+// shared_ptr handed out aliases a control block of this thread's own, so the
+// reference counting of readers on different threads never contends.
+struct CachedSnapshot {
+  std::uint64_t holder = 0;
+  std::int64_t version = 0;
+  std::shared_ptr<const BucketDirectory> snapshot;
+};
+constexpr std::size_t kCachedHolders = 4;
+thread_local std::array<CachedSnapshot, kCachedHolders> t_snapshots;
+thread_local std::size_t t_next_victim = 0;
+
+}  // namespace
+
+DirectoryHolder::DirectoryHolder(BucketDirectory initial) : id_(next_holder_id.fetch_add(1)) {
+  CheckPublishable(initial);
+  WriteRoutes(initial);
+  version_.store(initial.Version(), std::memory_order_release);
+  current_ = std::make_shared<const BucketDirectory>(std::move(initial));
+}
+
+void DirectoryHolder::WriteRoutes(const BucketDirectory& directory) noexcept {
+  const auto version = static_cast<std::uint64_t>(directory.Version());
+  for (int bucket = 0; bucket < kBucketCount; ++bucket) {
+    const auto shard =
+        static_cast<std::uint64_t>(ToInt(directory.AssignmentTable()[static_cast<std::size_t>(bucket)]));
+    routes_[static_cast<std::size_t>(bucket)].store((version << kShardBits) | shard, std::memory_order_release);
+  }
+}
+
+std::shared_ptr<const BucketDirectory> DirectoryHolder::Current() const {
+  const std::int64_t version = version_.load(std::memory_order_acquire);
+  CachedSnapshot* entry = nullptr;
+  for (auto& cached : t_snapshots) {
+    if (cached.holder == id_) {
+      if (cached.version == version) return cached.snapshot;
+      entry = &cached;
+      break;
+    }
+  }
+  std::shared_ptr<const BucketDirectory> latest;
+  {
+    std::lock_guard lock(publish_mutex_);
+    latest = current_;  // at least `version`: the version is stored after the snapshot
+  }
+  if (entry == nullptr) {
+    entry = &t_snapshots[t_next_victim];
+    t_next_victim = (t_next_victim + 1) % kCachedHolders;
+  }
+  auto own = std::make_shared<const std::shared_ptr<const BucketDirectory>>(std::move(latest));
+  entry->holder = id_;
+  entry->version = (*own)->Version();
+  entry->snapshot = std::shared_ptr<const BucketDirectory>(own, own->get());
+  return entry->snapshot;
+}
 
 void DirectoryHolder::Publish(BucketDirectory next) {
-  auto replacement = std::make_shared<const BucketDirectory>(std::move(next));
-  auto expected = current_.load(std::memory_order_acquire);
-  for (;;) {
-    if (replacement->ShardCount() != expected->ShardCount()) {
-      throw DirectoryError(fmt::format("new directory has {} shards, the cluster has {}",
-                                       replacement->ShardCount(), expected->ShardCount()));
-    }
-    if (replacement->Version() <= expected->Version()) {
-      throw DirectoryError(fmt::format("new directory version {} is not higher than the current {}",
-                                       replacement->Version(), expected->Version()));
-    }
-    if (current_.compare_exchange_weak(expected, replacement, std::memory_order_acq_rel)) return;
+  CheckPublishable(next);
+  std::lock_guard lock(publish_mutex_);
+  if (next.ShardCount() != current_->ShardCount()) {
+    throw DirectoryError(fmt::format("new directory has {} shards, the cluster has {}", next.ShardCount(),
+                                     current_->ShardCount()));
   }
+  if (next.Version() <= current_->Version()) {
+    throw DirectoryError(fmt::format("new directory version {} is not higher than the current {}", next.Version(),
+                                     current_->Version()));
+  }
+  // Snapshot, version, then the routing words: a reader that saw a word of
+  // version v finds Current() at v or later.
+  current_ = std::make_shared<const BucketDirectory>(std::move(next));
+  version_.store(current_->Version(), std::memory_order_release);
+  WriteRoutes(*current_);
 }
 
 }  // namespace shardkit

@@ -507,6 +507,24 @@ void MoveRun::Prepare() {
                       record.move_id, record.bucket);
     }
   }
+  // A table with the shard key that is not registered would stay behind.
+  {
+    pqxx::read_transaction tx{source_c};
+    const auto unregistered = tx.exec(
+        "SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_class c "
+        "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition "
+        "AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'customer_id' "
+        "AND NOT a.attisdropped) AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid "
+        "AND a.attname = 'bucket' AND NOT a.attisdropped) "
+        "AND NOT EXISTS (SELECT 1 FROM shardkit_sharded_tables s WHERE s.table_name = c.oid)");
+    if (!unregistered.empty() && !unregistered[0][0].is_null()) {
+      throw MoveError(fmt::format("{}: tables with customer_id and bucket are not registered as sharded on the source "
+                                  "({}): the move would leave their rows behind; enroll the shards again "
+                                  "(shardctl shards enroll) or SELECT shardkit_shard_table('<table>') in a migration",
+                                  Where(), unregistered[0][0].c_str()),
+                      record.move_id, record.bucket);
+    }
+  }
   if (source_tables.empty()) {
     throw MoveError(fmt::format("{}: the source has no registered sharded tables (shardkit_shard_table)", Where()),
                     record.move_id, record.bucket);
@@ -1112,6 +1130,21 @@ MoveRecord BucketMover::Impl::Run(std::int64_t move_id, bool abort, const std::s
                       move_id);
     }
   }
+  // Released explicitly on the way out: closing the connection frees it
+  // only once the server has noticed, and the next step (a deferred
+  // cleanup) may ask for it at once.
+  struct Unlock {
+    pqxx::connection& catalog;
+    std::int64_t move_id;
+    ~Unlock() {
+      try {
+        pqxx::nontransaction tx{catalog};
+        tx.exec_params("SELECT pg_advisory_unlock($1, $2)", kMoveLockKey, move_id);
+      } catch (const std::exception&) {
+        // The connection is gone: so is the lock.
+      }
+    }
+  } unlock{*run.catalog, move_id};
   run.record = Load(*run.catalog, move_id);
   MoveRecord& r = run.record;
   // Nothing was done on either shard before the checks passed, nothing on

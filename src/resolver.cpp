@@ -40,12 +40,12 @@ BucketDirectory LoadCatalogDirectory(const ClusterConfig& config) {
     pqxx::connection catalog{dsn};
     return LoadDirectory(catalog, static_cast<int>(config.shards.size()));
   } catch (const pqxx::broken_connection& e) {
-    throw CatalogError(fmt::format("catalog ({}) is unreachable: {}; check [catalog] dsn in {} (lab/cluster start "
-                                   "runs the local one)",
+    throw CatalogError(fmt::format("catalog ({}) is unreachable: {}; check [catalog] dsn in {} and that its "
+                                   "server is running",
                                    RedactDsn(dsn), RedactDsn(e.what()), config.origin));
   } catch (const pqxx::undefined_table&) {
     throw CatalogError(fmt::format("catalog ({}) has no shard_directory table: run shardctl migrate, then store a "
-                                   "directory there (lab/cluster start does both)",
+                                   "directory there (one row per bucket)",
                                    RedactDsn(dsn)));
   } catch (const pqxx::failure& e) {
     throw CatalogError(fmt::format("reading shard_directory from the catalog ({}) failed: {}", RedactDsn(dsn),
@@ -72,10 +72,10 @@ ConnectionPool& BucketShardResolver::Pool(ShardId shard) const {
 }
 
 Route BucketShardResolver::Resolve(CustomerId customer_id) const {
-  const auto directory = directory_.Current();
-  const BucketId bucket = shardkit::BucketOf(customer_id);
-  const ShardId shard = directory->ShardOf(bucket);
-  return Route{customer_id, bucket, shard, directory->Version(), *pools_[static_cast<std::size_t>(ToInt(shard))]};
+  // Shard and version come from one routing word: one publish, one load.
+  const auto placement = directory_.PlacementOf(customer_id);
+  return Route{customer_id, placement.bucket, placement.shard, placement.version,
+               *pools_[static_cast<std::size_t>(ToInt(placement.shard))]};
 }
 
 std::vector<std::reference_wrapper<ConnectionPool>> BucketShardResolver::AllShards() const {

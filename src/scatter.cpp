@@ -37,13 +37,17 @@
 //   parallel. Read-only fan-out needs no cross-shard snapshot, so nothing
 //   requires holding all connections at once. Worker threads are not a
 //   hidden second resource either: a statement holds a connection only while
-//   it runs on a thread, so every holder can make progress.
+//   it runs on a thread, so every holder can make progress. Sessions
+//   (ScatterSession) hold connections between statements, so their
+//   statements run on threads of their own (session_workers), where nothing
+//   ever waits for a pool: a worker blocked in Acquire cannot stop the
+//   session that holds the connection it waits for from finishing.
 // * The deadline is enforced three ways. Acquisition waits until it at most.
 //   Each statement runs in a transaction with SET LOCAL statement_timeout =
 //   the time left, so the server stops the work itself. At the deadline the
-//   caller asks a dedicated canceller thread to send a cancel request for the
-//   shards still running (PQcancel opens a connection and may block, so not
-//   on the caller's thread), waits a short grace for them to report why, and
+//   caller has the canceller threads send a cancel request for the shards
+//   still running (PQcancel opens a connection and may block, so not on the
+//   caller's thread), waits a short grace for them to report why, and
 //   returns; a statement still stuck (e.g. a server that stopped answering)
 //   finishes in the background and its connection is discarded.
 // * One round trip for BEGIN + SET LOCAL (a simple-protocol multi-statement),
@@ -125,46 +129,54 @@ struct ShardTask {
   ShardId shard{};
   ConnectionPool* pool = nullptr;
   std::shared_ptr<const Statement> statement;
+  // In a session: the session's connection for this shard (its transaction
+  // is open; no BEGIN/COMMIT around the statement), and whether the
+  // statement is sent as a simple-protocol string (BEGIN + setup).
+  ConnectionPool::Lease* pinned = nullptr;
+  bool simple_protocol = false;
   std::string where;  // "shard 1 (shard1)"
   std::string buckets;  // shardkit.buckets for this shard; empty: not set
 
   std::atomic<Phase> phase{Phase::kQueued};
 
-  // Cancellation. Its own mutex, because cancel_query() blocks for a round
-  // trip and must not hold up the caller. While `active` is set the
-  // connection belongs to this task, so a cancel can never hit a statement
-  // of whoever leases the connection next. cancel_query() from another thread
-  // only reads the session's fixed cancel key and address (libpq's
-  // PQgetCancel/PQcancel are meant for that); the PGconn stays allocated
-  // because the pool's connections never reconnect or drop themselves
-  // (reactivation inhibited), only the pool closes them, after release.
+  // Cancellation. While `active` is set the connection belongs to this
+  // task, so a cancel can never hit a statement of whoever leases the
+  // connection next: a task whose cancel was requested discards its
+  // connection instead of returning it. The cancel handle was built by the
+  // pool on the thread that opened the connection; PQcancel through it is
+  // thread-safe and is sent outside the mutex, so neither the worker nor
+  // another scatter waits for a cancel in flight.
   std::mutex cancel_mutex;
-  pqxx::connection_base* active = nullptr;
+  std::shared_ptr<const ConnectionPool::CancelHandle> active;
   bool cancel_requested = false;
 
   // Outcome, guarded by ScatterState::mutex.
   bool done = false;
   std::optional<pqxx::result> rows;
   std::string cause;
+  std::string sqlstate;
   bool stale_directory = false;
   microseconds elapsed{0};
   microseconds queued{0};
   std::size_t bytes = 0;
 
   void Cancel() noexcept {
-    std::lock_guard lock(cancel_mutex);
-    cancel_requested = true;
-    if (active == nullptr) return;
-    try {
-      active->cancel_query();
-    } catch (...) {
-      // The server may be gone; statement_timeout and the caller's own
-      // deadline still hold.
+    std::shared_ptr<const ConnectionPool::CancelHandle> handle;
+    {
+      std::lock_guard lock(cancel_mutex);
+      cancel_requested = true;
+      handle = active;
     }
+    // The server may be gone; statement_timeout and the caller's own
+    // deadline still hold.
+    if (handle) (void)handle->Send();
   }
 };
 
 struct ScatterState {
+  // A session's fan-out keeps the session's connections alive until its
+  // last task is done, even after the caller gave up on it.
+  std::shared_ptr<ScatterSession::State> session;
   Clock::time_point start;
   Clock::time_point deadline;
   bool read_only = true;
@@ -193,14 +205,14 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   {
     std::lock_guard lock(task.cancel_mutex);
     if (task.cancel_requested) throw DeadlineMissed("the deadline passed before the statement could start");
-    task.active = &connection;
+    task.active = lease.Canceller();
   }
   struct Deactivate {
     ShardTask& task;
     ConnectionPool::Lease& lease;
     ~Deactivate() {
       std::lock_guard lock(task.cancel_mutex);
-      task.active = nullptr;
+      task.active.reset();
       // A cancel request may still be in flight to the server; never hand
       // this session to someone else.
       if (task.cancel_requested) lease.Discard();
@@ -216,6 +228,17 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   for (const auto& p : task.statement->params) values.push_back(p ? p->c_str() : nullptr);
 
   pqxx::nontransaction tx{connection};
+  if (task.pinned != nullptr) {
+    // Inside the session's transaction: the statement alone. A failure
+    // aborts that transaction, so the connection is not reused.
+    try {
+      if (task.simple_protocol) return tx.exec(task.statement->sql);
+      return tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
+    } catch (...) {
+      lease.Discard();
+      throw;
+    }
+  }
   if (state.single_round_trip) {
     // The statement alone, in its own implicit transaction; the caller's
     // cancel at the deadline is what cuts it.
@@ -286,10 +309,19 @@ std::string DescribeFailure(const ShardTask& task, const std::exception& error, 
   return RedactDsn(Trim(error.what()));
 }
 
+// The failure's SQLSTATE for ScatterError::Failure (see errors.hpp).
+std::string SqlStateOf(const std::exception& error) {
+  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&error)) return sql->sqlstate();
+  if (dynamic_cast<const pqxx::broken_connection*>(&error) != nullptr) return kSqlStateConnectionFailure;
+  if (const auto* shard = dynamic_cast<const ShardError*>(&error)) return shard->sqlstate();
+  return {};
+}
+
 void RunShard(ScatterState& state, ShardTask& task) {
   const auto started = Clock::now();
   std::optional<pqxx::result> rows;
   std::string cause;
+  std::string sqlstate;
   bool stale_directory = false;
   std::size_t bytes = 0;
   if (state.abandoned.load() || started >= state.deadline) {
@@ -298,10 +330,15 @@ void RunShard(ScatterState& state, ShardTask& task) {
                         Millis(state.deadline - state.start));
   } else {
     try {
-      task.phase = Phase::kAcquiring;
-      auto lease = task.pool->Acquire(state.deadline);
-      task.phase = Phase::kExecuting;
-      rows = ExecuteOn(state, task, lease);
+      if (task.pinned != nullptr) {
+        task.phase = Phase::kExecuting;
+        rows = ExecuteOn(state, task, *task.pinned);
+      } else {
+        task.phase = Phase::kAcquiring;
+        auto lease = task.pool->Acquire(state.deadline);
+        task.phase = Phase::kExecuting;
+        rows = ExecuteOn(state, task, lease);
+      }
       bytes = PayloadBytes(*rows);
     } catch (const std::exception& error) {
       bool cancelled = false;
@@ -310,6 +347,7 @@ void RunShard(ScatterState& state, ShardTask& task) {
         cancelled = task.cancel_requested;
       }
       cause = DescribeFailure(task, error, cancelled, Clock::now() - started);
+      sqlstate = SqlStateOf(error);
       if (const auto refusal = ParseFenceRefusal(error)) {
         stale_directory = refusal->kind == BucketRefused::Kind::kNotReadable;
       }
@@ -323,6 +361,7 @@ void RunShard(ScatterState& state, ShardTask& task) {
     task.done = true;
     task.rows = std::move(rows);
     task.cause = std::move(cause);
+    task.sqlstate = std::move(sqlstate);
     task.stale_directory = stale_directory;
     task.bytes = bytes;
     task.elapsed = duration_cast<microseconds>(finished - started);
@@ -364,23 +403,55 @@ std::size_t ScatterResult::TotalBytes() const noexcept {
   return total;
 }
 
+struct ScatterSession::State {
+  ScatterGather::Impl* impl = nullptr;
+  std::vector<ShardId> shards;               // ascending
+  std::vector<ConnectionPool::Lease> leases;  // leases[i] serves shards[i]
+  Clock::time_point deadline;
+  std::string label;
+  std::optional<std::string> failure;  // set once a fan-out failed: the session is unusable
+  bool finished = false;
+  microseconds open_time{0};
+};
+
+namespace {
+ConnectionPool::Lease& SessionLease(ScatterSession::State& session, ShardId shard, const std::string& label) {
+  const auto it = std::lower_bound(session.shards.begin(), session.shards.end(), shard);
+  if (it == session.shards.end() || *it != shard) {
+    throw Error(fmt::format("scatter session{}: shard {} is not part of this session; open the session on it",
+                            label, shard));
+  }
+  return session.leases[static_cast<std::size_t>(it - session.shards.begin())];
+}
+}  // namespace
+
 struct ScatterGather::Impl {
-  Impl(BucketShardResolver& r, int threads) : resolver(r), workers(static_cast<std::size_t>(threads)) {}
+  Impl(BucketShardResolver& r, int threads)
+      : resolver(r),
+        workers(static_cast<std::size_t>(threads)),
+        session_workers(static_cast<std::size_t>(threads)),
+        canceller(static_cast<std::size_t>(threads)) {}
   ~Impl() {
     // Let queued statements see they are abandoned and stuck ones reach
     // their statement_timeout, so no thread outlives the pools it uses.
     workers.join();
+    session_workers.join();
     canceller.join();
   }
 
   ScatterResult Execute(std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements,
-                        const ScatterOptions& options);
+                        const ScatterOptions& options, const std::shared_ptr<ScatterSession::State>& session = {},
+                        bool simple_protocol = false);
   void Record(const ScatterResult* result, std::size_t fanout, std::size_t failures, microseconds slowest,
               bool threw);
 
   BucketShardResolver& resolver;
   boost::asio::thread_pool workers;
-  boost::asio::thread_pool canceller{1};
+  boost::asio::thread_pool session_workers;  // statements and COMMITs of sessions (ScatterSession)
+  // As many as the workers: one scatter's cancels go out in parallel, and a
+  // cancel stuck on an unreachable server (bounded by tcp_user_timeout) holds
+  // up others no more than the stuck statement holds up a worker.
+  boost::asio::thread_pool canceller;
   mutable std::mutex stats_mutex;
   ScatterStats stats;
 };
@@ -471,7 +542,8 @@ void ScatterGather::Impl::Record(const ScatterResult* result, std::size_t fanout
 }
 
 ScatterResult ScatterGather::Impl::Execute(
-    std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements, const ScatterOptions& options) {
+    std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements, const ScatterOptions& options,
+    const std::shared_ptr<ScatterSession::State>& session, bool simple_protocol) {
   const auto start = Clock::now();
   const auto deadline = std::min(options.deadline.value_or(start + kDefaultTimeout), start + kMaxTimeout);
   const std::string label = options.label.empty() ? std::string() : fmt::format(" '{}'", options.label);
@@ -496,18 +568,25 @@ ScatterResult ScatterGather::Impl::Execute(
   state->read_only = options.read_only;
   state->single_round_trip = options.single_round_trip;
   state->remaining = statements.size();
+  state->session = session;
   for (auto& [shard, statement] : statements) {
     auto task = std::make_unique<ShardTask>();
     task->shard = shard;
     task->pool = &resolver.Pool(shard);
     task->statement = std::move(statement);
+    task->simple_protocol = simple_protocol;
+    if (session) task->pinned = &SessionLease(*session, shard, label);
     if (options.directory_buckets && !options.single_round_trip) {
       task->buckets = BucketSet::Of(*directory, shard).Setting();
     }
     state->tasks.push_back(std::move(task));
   }
+  // A session's statements never wait for a pool, and must not wait for a
+  // worker that waits for a pool either (that worker may be waiting for
+  // this very session's connection): they have threads of their own.
+  auto& executor = session ? session_workers : workers;
   for (std::size_t i = 0; i < state->tasks.size(); ++i) {
-    boost::asio::post(workers, [state, i] { RunShard(*state, *state->tasks[i]); });
+    boost::asio::post(executor, [state, i] { RunShard(*state, *state->tasks[i]); });
   }
 
   std::unique_lock lock(state->mutex);
@@ -533,6 +612,7 @@ ScatterResult ScatterGather::Impl::Execute(
       shard.elapsed = task.elapsed;
       shard.queued = task.queued;
       shard.bytes = task.bytes;
+      shard.session = task.pool->Facts();
       if (!result.slowest_shard || shard.elapsed > result.slowest_elapsed) {
         result.slowest_shard = shard.shard;
         result.slowest_elapsed = shard.elapsed;
@@ -540,7 +620,7 @@ ScatterResult ScatterGather::Impl::Execute(
       slowest_any = std::max(slowest_any, shard.elapsed);
       result.shards.push_back(std::move(shard));
     } else if (task.done) {
-      result.failures.push_back({task.shard, task.cause, task.stale_directory});
+      result.failures.push_back({task.shard, task.cause, task.sqlstate, task.stale_directory});
       slowest_any = std::max(slowest_any, task.elapsed);
     } else {
       result.failures.push_back(
@@ -577,6 +657,160 @@ ScatterResult ScatterGather::Impl::Execute(
   }
   Record(&result, fanout, result.failures.size(), slowest_any, false);
   return result;
+}
+
+}  // namespace shardkit
+
+namespace shardkit {
+
+// ------------------------------------------------------------------ session
+
+ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
+    : state_(std::make_shared<State>()) {
+  State& st = *state_;
+  const auto start = Clock::now();
+  st.impl = scatter.impl_.get();
+  st.deadline = std::min(options.deadline.value_or(start + kDefaultTimeout), start + kMaxTimeout);
+  st.label = options.label.empty() ? std::string() : fmt::format(" '{}'", options.label);
+  BucketShardResolver& resolver = scatter.Resolver();
+  if (options.shards) {
+    st.shards = *options.shards;
+  } else {
+    for (int s = 0; s < resolver.ShardCount(); ++s) st.shards.push_back(ShardId{s});
+  }
+  std::sort(st.shards.begin(), st.shards.end());
+  for (std::size_t i = 0; i < st.shards.size(); ++i) {
+    (void)resolver.Pool(st.shards[i]);  // throws UnknownShard
+    if (i > 0 && st.shards[i] == st.shards[i - 1]) {
+      throw Error(fmt::format("scatter session{}: shard {} is listed twice; list each shard once", st.label,
+                              st.shards[i]));
+    }
+  }
+
+  // Ascending shard order (see the header): every shard that has a
+  // connection free right away is taken without waiting; from the first
+  // one that has none, the later ones are given back and taken again in
+  // order, waiting for each while holding only lower-numbered shards.
+  std::vector<std::optional<ConnectionPool::Lease>> held(st.shards.size());
+  std::vector<ScatterError::Failure> failures;
+  std::size_t first_missing = st.shards.size();
+  for (std::size_t i = 0; i < st.shards.size(); ++i) {
+    try {
+      held[i] = resolver.Pool(st.shards[i]).TryAcquire();
+    } catch (const std::exception& e) {
+      failures.push_back({st.shards[i], RedactDsn(Trim(e.what()))});
+      break;
+    }
+    if (!held[i]) {
+      first_missing = i;
+      break;
+    }
+  }
+  if (failures.empty()) {
+    for (std::size_t i = first_missing; i < st.shards.size(); ++i) {
+      if (held[i]) continue;
+      try {
+        held[i] = resolver.Pool(st.shards[i]).Acquire(st.deadline);
+      } catch (const std::exception& e) {
+        failures.push_back({st.shards[i], RedactDsn(Trim(e.what()))});
+        break;
+      }
+    }
+  }
+  if (!failures.empty()) {
+    held.clear();  // gives back everything
+    throw ScatterError(fmt::format("scatter session{} could not get a connection on every shard after {} ms: {}",
+                                   st.label, Millis(Clock::now() - start), JoinFailures(failures, resolver)),
+                       std::move(failures));
+  }
+  for (auto& lease : held) st.leases.push_back(std::move(*lease));
+
+  // BEGIN; the timeout; the caller's setup; then read-only for the rest.
+  const auto left = std::chrono::ceil<milliseconds>(st.deadline - Clock::now());
+  std::string begin = fmt::format("BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL statement_timeout = {}",
+                                  std::max<long long>(1, left.count()));
+  for (const auto& sql : options.setup) begin += "; " + sql;
+  begin += "; SET TRANSACTION READ ONLY";
+  auto statement = std::make_shared<const Statement>(Statement{begin, {}});
+  std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements;
+  for (ShardId s : st.shards) statements.emplace_back(s, statement);
+  ScatterOptions o;
+  o.deadline = st.deadline;
+  o.label = options.label.empty() ? "session begin" : options.label + " begin";
+  try {
+    (void)st.impl->Execute(std::move(statements), o, state_, /*simple_protocol=*/true);
+  } catch (const std::exception& e) {
+    st.failure = e.what();
+    Finish();
+    throw;
+  }
+  st.open_time = duration_cast<microseconds>(Clock::now() - start);
+}
+
+ScatterSession::~ScatterSession() { Finish(); }
+
+const std::vector<ShardId>& ScatterSession::Shards() const noexcept { return state_->shards; }
+
+std::chrono::microseconds ScatterSession::OpenTime() const noexcept { return state_->open_time; }
+
+ScatterResult ScatterSession::Run(const std::string& sql, const SqlParams& params) {
+  std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
+  for (ShardId s : state_->shards) statements.emplace_back(s, Statement{sql, params});
+  return RunPerShard(statements);
+}
+
+ScatterResult ScatterSession::RunPerShard(const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements) {
+  State& st = *state_;
+  if (st.finished || st.failure) {
+    throw Error(fmt::format("scatter session{} is {}; open a new session", st.label,
+                            st.failure ? "failed (" + *st.failure + ")" : std::string("finished")));
+  }
+  std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> copies;
+  copies.reserve(statements.size());
+  for (const auto& [shard, statement] : statements) {
+    copies.emplace_back(shard, std::make_shared<const Statement>(statement));
+  }
+  ScatterOptions o;
+  o.deadline = st.deadline;
+  o.label = st.label.empty() ? "session" : st.label.substr(2, st.label.size() - 3);
+  try {
+    return st.impl->Execute(std::move(copies), o, state_);
+  } catch (const ScatterError& e) {
+    st.failure = e.what();
+    throw;
+  }
+}
+
+void ScatterSession::Finish() noexcept {
+  if (!state_ || state_->finished) return;
+  State& st = *state_;
+  st.finished = true;
+  if (st.failure) {
+    // Some connection may still run a cancelled statement, and some
+    // transactions are aborted: close them all (the servers roll back) as
+    // the last task lets go of the session.
+    for (auto& lease : st.leases) lease.Discard();
+    state_.reset();
+    return;
+  }
+  // COMMIT on the workers; the caller does not wait (read-only).
+  for (std::size_t i = 0; i < st.leases.size(); ++i) {
+    try {
+      boost::asio::post(st.impl->session_workers, [keep = state_, i] {
+        ConnectionPool::Lease& lease = keep->leases[i];
+        try {
+          pqxx::nontransaction tx{lease.Connection()};
+          tx.exec("COMMIT");
+        } catch (...) {
+          lease.Discard();
+        }
+        lease.Release();
+      });
+    } catch (...) {
+      st.leases[i].Discard();
+    }
+  }
+  state_.reset();
 }
 
 }  // namespace shardkit

@@ -1,19 +1,19 @@
-// Exact distributed top-k (TPUT) and its two comparison methods.
+// Exact distributed top-k: TPUT and the all-partials method, over any
+// TopKShardSource (the SQL one is in topk_sql_source.cpp).
 //
 // The core is a template over the measure (TopKMeasureTraits), instantiated
-// for std::int64_t and Decimal at the end of each section.
+// for std::int64_t and Decimal at the end.
 #include "shardkit/topk.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <charconv>
-#include <pqxx/pqxx>
-#include <unordered_set>
+#include <cmath>
+#include <unordered_map>
 #include <utility>
 
 #include "shardkit/errors.hpp"
-#include "shardkit/resolver.hpp"
 
 namespace shardkit {
 
@@ -56,7 +56,7 @@ const char* TopKMethodName(TopKMethod method) noexcept {
   switch (method) {
     case TopKMethod::kTput: return "TPUT (exact)";
     case TopKMethod::kAllPartials: return "all partials (exact)";
-    case TopKMethod::kPerShardShortcut: return "per-shard top-k shortcut (NOT exact)";
+    case TopKMethod::kAuto: return "auto (exact)";
   }
   return "?";
 }
@@ -101,23 +101,6 @@ void RequireNonNegative(const Measure& value, int shard, const TopKKey* key) {
       "non-negative measures. Rank a non-negative measure, or use TopKMethod::kAllPartials, which is "
       "exact for any sign",
       shard, TopKMeasureTraits<Measure>::ToString(value), what));
-}
-
-// The first k of `items` in the reference order (all of them if k is
-// larger). Sorts pointers, not entries: moving std::variant inside the
-// standard heap and sort code trips a false -Wmaybe-uninitialized in GCC 12.
-template <class Measure>
-std::vector<TopKEntry<Measure>> Rank(std::vector<TopKEntry<Measure>> items, std::size_t k) {
-  std::vector<TopKEntry<Measure>*> order;
-  order.reserve(items.size());
-  for (auto& e : items) order.push_back(&e);
-  const auto by_rank = [](const TopKEntry<Measure>* a, const TopKEntry<Measure>* b) { return RanksBefore(*a, *b); };
-  const std::size_t n = std::min(k, order.size());
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(), by_rank);
-  std::vector<TopKEntry<Measure>> ranked;
-  ranked.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) ranked.push_back(std::move(*order[i]));
-  return ranked;
 }
 
 // What TPUT knows about one key: the sum of the partials reported so far (a
@@ -170,13 +153,73 @@ class Ledger {
 
 }  // namespace
 
+// Sorts pointers, not entries: moving std::variant inside the standard heap
+// and sort code trips a false -Wmaybe-uninitialized in GCC 12.
 template <class Measure>
-TopKResult<Measure> TputTopK(TopKShardSource<Measure>& source, std::size_t k) {
+std::vector<TopKEntry<Measure>> RankTopK(std::vector<TopKEntry<Measure>> items, std::size_t k) {
+  std::vector<TopKEntry<Measure>*> order;
+  order.reserve(items.size());
+  for (auto& e : items) order.push_back(&e);
+  const auto by_rank = [](const TopKEntry<Measure>* a, const TopKEntry<Measure>* b) { return RanksBefore(*a, *b); };
+  const std::size_t n = std::min(k, order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(), by_rank);
+  std::vector<TopKEntry<Measure>> ranked;
+  ranked.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) ranked.push_back(std::move(*order[i]));
+  return ranked;
+}
+
+template <class Measure>
+TopKReply<Measure> TopKShardSource<Measure>::RestOfPartials(const std::vector<std::vector<TopKKey>>& exclude) {
+  TopKReply<Measure> reply = AllPartials();
+  for (std::size_t s = 0; s < reply.shards.size() && s < exclude.size(); ++s) {
+    if (exclude[s].empty()) continue;
+    std::vector<TopKKey> sorted = exclude[s];
+    std::sort(sorted.begin(), sorted.end());
+    auto& rows = reply.shards[s];
+    std::erase_if(rows, [&](const TopKEntry<Measure>& e) { return std::binary_search(sorted.begin(), sorted.end(), e.key); });
+  }
+  return reply;
+}
+
+namespace {
+
+// kAuto's estimate: how many groups phase 2 would ship (partial * m >=
+// tau1, not already reported), from each shard's histogram of partials.
+// Buckets are quarter powers of two; the bucket holding the threshold is
+// counted whole, so the estimate errs high by at most that bucket.
+template <class Measure>
+std::int64_t EstimatePhase2Rows(const TopKReply<Measure>& p1, const Measure& tau1, int m) {
+  const double threshold = TopKMeasureTraits<Measure>::ToDouble(tau1) / m;
+  std::int64_t rows = 0;
+  for (std::size_t s = 0; s < p1.groups.size(); ++s) {
+    const auto reported = static_cast<std::int64_t>(p1.shards[s].size());
+    if (threshold <= 0) {
+      rows += p1.groups[s] - reported;  // every group passes
+      continue;
+    }
+    const int from = static_cast<int>(std::floor(4 * std::log2(threshold)));
+    std::int64_t passing = 0;
+    if (s < p1.histogram.size()) {
+      for (const auto& [bucket, count] : p1.histogram[s]) {
+        if (bucket >= from) passing += count;
+      }
+    }
+    rows += std::max<std::int64_t>(0, passing - reported);
+  }
+  return rows;
+}
+
+}  // namespace
+
+// TPUT; with may_switch (kAuto) it may fetch the rest of the partials after
+// phase 1 instead.
+template <class Measure>
+static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::size_t k, bool may_switch) {
   using Traits = TopKMeasureTraits<Measure>;
   const auto start = Clock::now();
   TopKResult<Measure> result;
   result.method = TopKMethod::kTput;
-  result.exact = true;
   if (k == 0) return result;
   const int m = source.ShardCount();
   const auto shards = static_cast<std::size_t>(m);
@@ -193,13 +236,55 @@ TopKResult<Measure> TputTopK(TopKShardSource<Measure>& source, std::size_t k) {
   }
   const Measure tau1 = ledger.KthLowerBound(k);
   result.tau1 = tau1;
-
-  // Phase 2: every key with a partial >= tau1/m, except those already sent.
-  const TopKThreshold<Measure> threshold{tau1, m};
   std::vector<std::vector<TopKKey>> exclude(shards);
   for (std::size_t s = 0; s < shards; ++s) {
     for (const auto& e : p1.shards[s]) exclude[s].push_back(e.key);
   }
+
+  if (may_switch) {
+    // Phase 2 would ship `estimate` rows; the rest of the partials is
+    // `rest` rows. TPUT also needs phase 3 (a few rows, one more round
+    // trip), so it must save a clear share of the rows to be worth it.
+    if (p1.groups.size() != shards) {
+      result.choice = "the source gives no phase-1 statistics -> TPUT";
+    } else {
+      std::int64_t groups = 0, reported = 0;
+      for (std::size_t s = 0; s < shards; ++s) {
+        groups += p1.groups[s];
+        reported += static_cast<std::int64_t>(p1.shards[s].size());
+      }
+      const std::int64_t rest = groups - reported;
+      const std::int64_t estimate = EstimatePhase2Rows(p1, tau1, m);
+      result.groups = groups;
+      result.estimated_phase2_rows = estimate;
+      // Below ~64 rows per shard a round trip costs more than the rows.
+      const bool tput = estimate * 2 < rest && rest > 64 * m;
+      result.choice = fmt::format("phase 1: {} groups on {} shards, {} not yet sent; about {} at or above tau1/m -> {}",
+                                  groups, m, rest, estimate, tput ? "TPUT" : "the rest of the partials");
+      if (!tput) {
+        result.method = TopKMethod::kAllPartials;
+        auto rest_reply = Phase(result, m, "2 rest of the partials", [&] { return source.RestOfPartials(exclude); });
+        std::unordered_map<TopKKey, Measure> totals;
+        for (auto& [key, info] : ledger.Items()) totals.emplace(key, info.sum);
+        for (auto& rows : rest_reply.shards) {
+          for (auto& e : rows) {
+            auto [it, inserted] = totals.try_emplace(std::move(e.key), e.value);
+            if (!inserted) it->second = Traits::Add(it->second, e.value, it->first);
+          }
+        }
+        std::vector<TopKEntry<Measure>> items;
+        items.reserve(totals.size());
+        for (auto& [key, total] : totals) items.push_back(TopKEntry<Measure>{key, total});
+        result.candidates = items.size();
+        result.items = RankTopK(std::move(items), k);
+        result.elapsed = Since(start);
+        return result;
+      }
+    }
+  }
+
+  // Phase 2: every key with a partial >= tau1/m, except those already sent.
+  const TopKThreshold<Measure> threshold{tau1, m};
   auto p2 = Phase(result, m, "2 threshold", [&] { return source.AtLeast(threshold, exclude); });
   for (std::size_t s = 0; s < shards; ++s) {
     for (auto& e : p2.shards[s]) {
@@ -278,9 +363,19 @@ TopKResult<Measure> TputTopK(TopKShardSource<Measure>& source, std::size_t k) {
   for (auto& key : candidates) {
     ranked.push_back(TopKEntry<Measure>{key, ledger.Items().at(key).sum});
   }
-  result.items = Rank(std::move(ranked), k);
+  result.items = RankTopK(std::move(ranked), k);
   result.elapsed = Since(start);
   return result;
+}
+
+template <class Measure>
+TopKResult<Measure> TputTopK(TopKShardSource<Measure>& source, std::size_t k) {
+  return TputOrAuto(source, k, false);
+}
+
+template <class Measure>
+TopKResult<Measure> AutoTopK(TopKShardSource<Measure>& source, std::size_t k) {
+  return TputOrAuto(source, k, true);
 }
 
 template <class Measure>
@@ -288,7 +383,6 @@ TopKResult<Measure> AllPartialsTopK(TopKShardSource<Measure>& source, std::size_
   const auto start = Clock::now();
   TopKResult<Measure> result;
   result.method = TopKMethod::kAllPartials;
-  result.exact = true;
   if (k == 0) return result;
   const int m = source.ShardCount();
   auto reply = Phase(result, m, "all partials", [&] { return source.AllPartials(); });
@@ -303,34 +397,7 @@ TopKResult<Measure> AllPartialsTopK(TopKShardSource<Measure>& source, std::size_
   items.reserve(totals.size());
   for (auto& [key, total] : totals) items.push_back(TopKEntry<Measure>{key, total});
   result.candidates = items.size();
-  result.items = Rank(std::move(items), k);
-  result.elapsed = Since(start);
-  return result;
-}
-
-template <class Measure>
-TopKResult<Measure> PerShardShortcutTopK(TopKShardSource<Measure>& source, std::size_t k) {
-  const auto start = Clock::now();
-  TopKResult<Measure> result;
-  result.method = TopKMethod::kPerShardShortcut;
-  result.exact = false;  // even when it happens to be right
-  if (k == 0) return result;
-  const int m = source.ShardCount();
-  auto reply = Phase(result, m, "local top-k (shortcut)", [&] { return source.LocalTopK(k, false); });
-  std::unordered_map<TopKKey, Measure> totals;
-  for (auto& rows : reply.shards) {
-    for (auto& e : rows) {
-      auto [it, inserted] = totals.try_emplace(std::move(e.key), e.value);
-      if (!inserted) it->second = TopKMeasureTraits<Measure>::Add(it->second, e.value, it->first);
-    }
-  }
-  std::vector<TopKEntry<Measure>> items;
-  for (auto& [key, total] : totals) items.push_back(TopKEntry<Measure>{key, total});
-  result.candidates = items.size();
-  result.items = Rank(std::move(items), k);
-  result.warnings.push_back(
-      "per-shard top-k shortcut: each shard's own top k merged; keys split across shards can be missed "
-      "and totals are partial. Not an exact answer.");
+  result.items = RankTopK(std::move(items), k);
   result.elapsed = Since(start);
   return result;
 }
@@ -340,285 +407,23 @@ TopKResult<Measure> RunTopK(TopKShardSource<Measure>& source, std::size_t k, Top
   switch (method) {
     case TopKMethod::kTput: return TputTopK(source, k);
     case TopKMethod::kAllPartials: return AllPartialsTopK(source, k);
-    case TopKMethod::kPerShardShortcut: return PerShardShortcutTopK(source, k);
+    case TopKMethod::kAuto: return AutoTopK(source, k);
   }
   throw Error("top-k: unknown method");
 }
 
-// ---------------------------------------------------------------------------
-// In memory.
-
-template <class Measure>
-MemoryTopKSource<Measure>::MemoryTopKSource(std::vector<std::vector<TopKEntry<Measure>>> shards)
-    : by_rank_(std::move(shards)), by_key_(by_rank_.size()) {
-  for (std::size_t s = 0; s < by_rank_.size(); ++s) {
-    auto& rows = by_rank_[s];
-    by_key_[s].reserve(rows.size());
-    for (const auto& e : rows) {
-      if (!by_key_[s].emplace(e.key, e.value).second) {
-        throw Error(fmt::format("MemoryTopKSource: key {} appears twice on shard {}", TopKKeyToString(e.key), s));
-      }
-    }
-    const std::size_t n = rows.size();
-    rows = Rank(std::move(rows), n);
-  }
-}
-
-template <class Measure>
-TopKReply<Measure> MemoryTopKSource<Measure>::LocalTopK(std::size_t k, bool want_min_partial) {
-  TopKReply<Measure> reply;
-  reply.shards.resize(by_rank_.size());
-  reply.shards_asked = ShardCount();
-  if (want_min_partial) reply.min_partial.resize(by_rank_.size());
-  for (std::size_t s = 0; s < by_rank_.size(); ++s) {
-    const auto& rows = by_rank_[s];
-    const auto n = std::min(k, rows.size());
-    reply.shards[s].assign(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(n));
-    if (want_min_partial && !rows.empty()) reply.min_partial[s] = rows.back().value;
-  }
-  return reply;
-}
-
-template <class Measure>
-TopKReply<Measure> MemoryTopKSource<Measure>::AtLeast(const TopKThreshold<Measure>& threshold,
-                                                      const std::vector<std::vector<TopKKey>>& exclude) {
-  TopKReply<Measure> reply;
-  reply.shards.resize(by_rank_.size());
-  reply.shards_asked = ShardCount();
-  for (std::size_t s = 0; s < by_rank_.size(); ++s) {
-    std::unordered_set<TopKKey> skip;
-    if (s < exclude.size()) skip.insert(exclude[s].begin(), exclude[s].end());
-    // Sorted by value DESC: the admitted groups are a prefix.
-    for (const auto& e : by_rank_[s]) {
-      if (!threshold.Admits(e.value)) break;
-      if (!skip.contains(e.key)) reply.shards[s].push_back(e);
-    }
-  }
-  return reply;
-}
-
-template <class Measure>
-TopKReply<Measure> MemoryTopKSource<Measure>::Partials(const std::vector<std::vector<TopKKey>>& keys) {
-  TopKReply<Measure> reply;
-  reply.shards.resize(by_rank_.size());
-  for (std::size_t s = 0; s < by_rank_.size() && s < keys.size(); ++s) {
-    if (keys[s].empty()) continue;
-    ++reply.shards_asked;
-    for (const auto& key : keys[s]) {
-      if (auto it = by_key_[s].find(key); it != by_key_[s].end()) reply.shards[s].push_back({key, it->second});
-    }
-  }
-  return reply;
-}
-
-template <class Measure>
-TopKReply<Measure> MemoryTopKSource<Measure>::AllPartials() {
-  TopKReply<Measure> reply;
-  reply.shards = by_rank_;
-  reply.shards_asked = ShardCount();
-  return reply;
-}
-
-template class MemoryTopKSource<std::int64_t>;
 template TopKResult<std::int64_t> TputTopK(TopKShardSource<std::int64_t>&, std::size_t);
 template TopKResult<std::int64_t> AllPartialsTopK(TopKShardSource<std::int64_t>&, std::size_t);
-template TopKResult<std::int64_t> PerShardShortcutTopK(TopKShardSource<std::int64_t>&, std::size_t);
 template TopKResult<std::int64_t> RunTopK(TopKShardSource<std::int64_t>&, std::size_t, TopKMethod);
+template TopKResult<std::int64_t> AutoTopK(TopKShardSource<std::int64_t>&, std::size_t);
+template class TopKShardSource<std::int64_t>;
+template std::vector<TopKEntry<std::int64_t>> RankTopK(std::vector<TopKEntry<std::int64_t>>, std::size_t);
 
-template class MemoryTopKSource<Decimal>;
 template TopKResult<Decimal> TputTopK(TopKShardSource<Decimal>&, std::size_t);
 template TopKResult<Decimal> AllPartialsTopK(TopKShardSource<Decimal>&, std::size_t);
-template TopKResult<Decimal> PerShardShortcutTopK(TopKShardSource<Decimal>&, std::size_t);
 template TopKResult<Decimal> RunTopK(TopKShardSource<Decimal>&, std::size_t, TopKMethod);
-
-// ---------------------------------------------------------------------------
-// Over SQL.
-
-std::string TopKKeysArrayLiteral(const std::vector<TopKKey>& keys) {
-  std::string out = "{";
-  bool first = true;
-  for (const auto& key : keys) {
-    if (std::holds_alternative<std::monostate>(key)) continue;
-    if (!first) out += ',';
-    first = false;
-    if (const auto* i = std::get_if<std::int64_t>(&key)) {
-      out += std::to_string(*i);
-    } else {
-      out += '"';
-      for (char c : std::get<std::string>(key)) {
-        if (c == '"' || c == '\\') out += '\\';
-        out += c;
-      }
-      out += '"';
-    }
-  }
-  out += '}';
-  return out;
-}
-
-TopKStatements BuildTopKStatements(const TopKQuery& q) {
-  if (q.from.empty() || q.key.empty() || q.measure.empty()) {
-    throw UnmergeableQuery("top-k query: from, key and measure must all be given (e.g. from = \"order_items\", "
-                           "key = \"book_id\", measure = \"quantity\")");
-  }
-  const bool text = q.key_type == TopKKeyType::kText;
-  const std::string type = text ? "text" : "bigint";
-  const std::size_t n = q.params.size();
-  const std::string where = q.where.empty() ? "" : fmt::format(" WHERE ({})", q.where);
-  const std::string grouped = fmt::format("SELECT ({})::{} AS k, coalesce(sum({}), 0) AS s FROM {}{} GROUP BY 1",
-                                          q.key, type, q.measure, q.from, where);
-  // The C collation for text keys, whatever the column's collation is.
-  const std::string order = text ? "s DESC, k COLLATE \"C\"" : "s DESC, k";
-  TopKStatements st;
-  st.local_top_k = fmt::format("SELECT k, s FROM ({}) g ORDER BY {} LIMIT ${}", grouped, order, n + 1);
-  st.local_top_k_min = fmt::format(
-      "WITH g AS MATERIALIZED ({}) SELECT k, s, (SELECT min(s) FROM g) AS min_s FROM g ORDER BY {} LIMIT ${}",
-      grouped, order, n + 1);
-  st.at_least = fmt::format(
-      "SELECT k, s FROM ({0}) g WHERE s::numeric * ${1}::integer >= ${2}::numeric "
-      "AND CASE WHEN k IS NULL THEN NOT ${4}::boolean ELSE NOT (k = ANY(${3}::{5}[])) END",
-      grouped, n + 1, n + 2, n + 3, n + 4, type);
-  // The key filter goes before the aggregation, where an index on the key helps.
-  st.partials = fmt::format(
-      "SELECT ({0})::{1} AS k, coalesce(sum({2}), 0) AS s FROM {3} WHERE {4}(({0}) = ANY(${5}::{1}[]) "
-      "OR (${6}::boolean AND ({0}) IS NULL)) GROUP BY 1",
-      q.key, type, q.measure, q.from, q.where.empty() ? std::string() : fmt::format("({}) AND ", q.where),
-      n + 1, n + 2);
-  st.all_partials = grouped;
-  return st;
-}
-
-namespace {
-
-template <class Measure>
-[[nodiscard]] Measure ParseMeasure(const pqxx::field& f, ShardId shard, const TopKKey& key) {
-  const std::string_view text(f.c_str(), f.size());
-  std::optional<Measure> value;
-  if (!f.is_null()) value = TopKMeasureTraits<Measure>::FromText(text);
-  if (!value) {
-    throw UnmergeableQuery(fmt::format(
-        "top-k by sum: shard {} returned the sum '{}' for key {}, which the measure type cannot hold "
-        "exactly; rank numeric measures (or integer sums beyond 64 bits) with TopKBySum<Decimal>",
-        shard, f.is_null() ? std::string_view("NULL") : text, TopKKeyToString(key)));
-  }
-  return *std::move(value);
-}
-
-[[nodiscard]] TopKKey ParseKey(const pqxx::field& f, TopKKeyType type, ShardId shard) {
-  if (f.is_null()) return std::monostate{};
-  if (type == TopKKeyType::kText) return std::string(f.c_str(), f.size());
-  std::int64_t value = 0;
-  const char* begin = f.c_str();
-  const char* end = begin + f.size();
-  const auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (ec != std::errc{} || ptr != end) {
-    throw ShardQueryError(shard, fmt::format("top-k: shard {} returned the key '{}', not a bigint", shard,
-                                             std::string(begin, f.size())));
-  }
-  return value;
-}
-
-[[nodiscard]] bool HasNull(const std::vector<TopKKey>& keys) {
-  return std::any_of(keys.begin(), keys.end(), [](const TopKKey& k) { return std::holds_alternative<std::monostate>(k); });
-}
-
-}  // namespace
-
-template <class Measure>
-BasicSqlTopKSource<Measure>::BasicSqlTopKSource(ScatterGather& scatter, TopKQuery query, ScatterOptions options)
-    : scatter_(scatter),
-      query_(std::move(query)),
-      options_(std::move(options)),
-      statements_(BuildTopKStatements(query_)),
-      shard_count_(scatter.Resolver().ShardCount()) {}
-
-template <class Measure>
-ScatterOptions BasicSqlTopKSource<Measure>::PhaseOptions(const char* phase) const {
-  ScatterOptions o = options_;
-  o.shards.reset();
-  o.allow_partial = false;
-  o.label = query_.label.empty() ? std::string(phase) : fmt::format("{} {}", query_.label, phase);
-  return o;
-}
-
-template <class Measure>
-TopKReply<Measure> BasicSqlTopKSource<Measure>::Decode(const ScatterResult& result, bool with_min) const {
-  TopKReply<Measure> reply;
-  reply.shards.resize(static_cast<std::size_t>(shard_count_));
-  if (with_min) reply.min_partial.resize(static_cast<std::size_t>(shard_count_));
-  reply.bytes = result.TotalBytes();
-  reply.shards_asked = static_cast<int>(result.shards.size());
-  if (result.warning) reply.warnings.push_back(*result.warning);
-  for (const auto& shard : result.shards) {
-    const int index = ToInt(shard.shard);
-    if (index < 0 || index >= shard_count_) throw UnknownShard(shard.shard, shard_count_);
-    auto& out = reply.shards[static_cast<std::size_t>(index)];
-    out.reserve(shard.rows.size());
-    for (const auto& row : shard.rows) {
-      // Built in place: moving a temporary Decimal entry trips a false
-      // -Wmaybe-uninitialized in GCC 12 with the sanitizers on.
-      auto& entry = out.emplace_back();
-      entry.key = ParseKey(row[0], query_.key_type, shard.shard);
-      entry.value = ParseMeasure<Measure>(row[1], shard.shard, entry.key);
-    }
-    if (with_min && !shard.rows.empty()) {
-      reply.min_partial[static_cast<std::size_t>(index)] =
-          ParseMeasure<Measure>(shard.rows[0][2], shard.shard, TopKKey{std::monostate{}});
-    }
-  }
-  return reply;
-}
-
-template <class Measure>
-TopKReply<Measure> BasicSqlTopKSource<Measure>::LocalTopK(std::size_t k, bool want_min_partial) {
-  SqlParams params = query_.params;
-  params.emplace_back(std::to_string(k));
-  const auto& sql = want_min_partial ? statements_.local_top_k_min : statements_.local_top_k;
-  return Decode(scatter_.Run(sql, params, PhaseOptions("local top-k")), want_min_partial);
-}
-
-template <class Measure>
-TopKReply<Measure> BasicSqlTopKSource<Measure>::AtLeast(const TopKThreshold<Measure>& threshold,
-                                                        const std::vector<std::vector<TopKKey>>& exclude) {
-  static const std::vector<TopKKey> kNone;
-  std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
-  for (int s = 0; s < shard_count_; ++s) {
-    const auto& ex = static_cast<std::size_t>(s) < exclude.size() ? exclude[static_cast<std::size_t>(s)] : kNone;
-    SqlParams params = query_.params;
-    params.emplace_back(std::to_string(threshold.shards));
-    params.emplace_back(TopKMeasureTraits<Measure>::ToString(threshold.tau1));
-    params.emplace_back(TopKKeysArrayLiteral(ex));
-    params.emplace_back(HasNull(ex) ? "true" : "false");
-    statements.emplace_back(ShardId{s}, ScatterGather::Statement{statements_.at_least, std::move(params)});
-  }
-  return Decode(scatter_.RunPerShard(statements, PhaseOptions("threshold")), false);
-}
-
-template <class Measure>
-TopKReply<Measure> BasicSqlTopKSource<Measure>::Partials(const std::vector<std::vector<TopKKey>>& keys) {
-  std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
-  for (int s = 0; s < shard_count_ && static_cast<std::size_t>(s) < keys.size(); ++s) {
-    const auto& ks = keys[static_cast<std::size_t>(s)];
-    if (ks.empty()) continue;
-    SqlParams params = query_.params;
-    params.emplace_back(TopKKeysArrayLiteral(ks));
-    params.emplace_back(HasNull(ks) ? "true" : "false");
-    statements.emplace_back(ShardId{s}, ScatterGather::Statement{statements_.partials, std::move(params)});
-  }
-  if (statements.empty()) {
-    TopKReply<Measure> none;
-    none.shards.resize(static_cast<std::size_t>(shard_count_));
-    return none;
-  }
-  return Decode(scatter_.RunPerShard(statements, PhaseOptions("exact partials")), false);
-}
-
-template <class Measure>
-TopKReply<Measure> BasicSqlTopKSource<Measure>::AllPartials() {
-  return Decode(scatter_.Run(statements_.all_partials, query_.params, PhaseOptions("all partials")), false);
-}
-
-template class BasicSqlTopKSource<std::int64_t>;
-template class BasicSqlTopKSource<Decimal>;
+template TopKResult<Decimal> AutoTopK(TopKShardSource<Decimal>&, std::size_t);
+template class TopKShardSource<Decimal>;
+template std::vector<TopKEntry<Decimal>> RankTopK(std::vector<TopKEntry<Decimal>>, std::size_t);
 
 }  // namespace shardkit

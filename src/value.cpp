@@ -19,10 +19,13 @@ namespace {
   throw Error("value is " + std::string(KindName(have)) + ", not " + std::string(want));
 }
 
-// Shortest round-trip digits, laid out the way float8out does (PostgreSQL 12+
-// with extra_float_digits = 1, the default): exponent form below 1e-4 and
-// from 1e15 on.
-std::string FormatDouble(double v) {
+// Shortest round-trip digits, laid out the way float8out and float4out do
+// (PostgreSQL 12+ with extra_float_digits >= 1): exponent form below 1e-4
+// and from 1e15 on for double precision, from 1e6 on for real (printf's %g
+// thresholds, DBL_DIG and FLT_DIG). std::to_chars on a float gives the
+// shortest digits that round-trip as a float, as float4out does.
+template <class Float>
+std::string FormatShortest(Float v, int fixed_below) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
   if (v == 0) return std::signbit(v) ? "-0" : "0";
@@ -36,7 +39,7 @@ std::string FormatDouble(double v) {
   for (std::size_t i = sign.size(); i < e_pos; ++i) {
     if (sci[i] != '.') digits.push_back(sci[i]);
   }
-  if (exponent < -4 || exponent >= 15) {
+  if (exponent < -4 || exponent >= fixed_below) {
     std::string out = sign + digits.substr(0, 1);
     if (digits.size() > 1) out += "." + digits.substr(1);
     const int abs_exp = exponent < 0 ? -exponent : exponent;
@@ -140,7 +143,8 @@ std::string Value::ToString() const {
     case Kind::kNull: return "NULL";
     case Kind::kBool: return AsBool() ? "t" : "f";
     case Kind::kInt: return std::to_string(AsInt());
-    case Kind::kDouble: return FormatDouble(AsDouble());
+    case Kind::kDouble:
+      return IsReal() ? FormatShortest(std::get<kRealIndex>(storage_), 6) : FormatShortest(AsDouble(), 15);
     case Kind::kDecimal: return AsDecimal().ToString();
     case Kind::kText: return AsText();
   }
@@ -154,6 +158,7 @@ bool operator==(const Value& a, const Value& b) {
     case Value::Kind::kBool: return a.AsBool() == b.AsBool();
     case Value::Kind::kInt: return a.AsInt() == b.AsInt();
     case Value::Kind::kDouble: {
+      if (a.IsReal() != b.IsReal()) return false;
       const double x = a.AsDouble();
       const double y = b.AsDouble();
       return (std::isnan(x) && std::isnan(y)) || (x == y && std::signbit(x) == std::signbit(y));
@@ -224,17 +229,19 @@ Value ReadValue(std::optional<std::string_view> maybe_text, TypeOid type) {
       break;
     }
     case Value::Kind::kDouble: {
+      if (type == kRealOid) {
+        // real: the float the server holds, printed back as it prints it.
+        if (text == "NaN") return Value::Real(std::numeric_limits<float>::quiet_NaN());
+        if (text == "Infinity") return Value::Real(std::numeric_limits<float>::infinity());
+        if (text == "-Infinity") return Value::Real(-std::numeric_limits<float>::infinity());
+        float f = 0;
+        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), f);
+        if (ec == std::errc() && ptr == text.data() + text.size()) return Value::Real(f);
+        break;
+      }
       if (text == "NaN") return Value::Double(std::numeric_limits<double>::quiet_NaN());
       if (text == "Infinity") return Value::Double(std::numeric_limits<double>::infinity());
       if (text == "-Infinity") return Value::Double(-std::numeric_limits<double>::infinity());
-      if (type == kRealOid) {
-        // real: the float the server holds, widened, so that merged real sums
-        // (added in single precision) compare equal to the server's.
-        float f = 0;
-        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), f);
-        if (ec == std::errc() && ptr == text.data() + text.size()) return Value::Double(static_cast<double>(f));
-        break;
-      }
       double v = 0;
       const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
       if (ec == std::errc() && ptr == text.data() + text.size()) return Value::Double(v);

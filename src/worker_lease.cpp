@@ -2,31 +2,18 @@
 #include "shardkit/worker_lease.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <pqxx/pqxx>
 
 #include "detail/cycle_clock.hpp"
+#include "detail/lease_support.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit {
 
-namespace detail {
-struct LeaseConnection {
-  explicit LeaseConnection(const std::string& dsn) : connection(dsn) {}
-  pqxx::connection connection;
-};
-}  // namespace detail
-
 namespace {
-
-std::string DefaultOwner() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  return fmt::format("{}:{}", host[0] != '\0' ? host : "unknown-host", static_cast<long>(getpid()));
-}
 
 void Validate(const WorkerLeaseOptions& o) {
   if (o.id_space.empty()) throw ConfigError("worker_lease.id_space", "must not be empty");
@@ -36,24 +23,14 @@ void Validate(const WorkerLeaseOptions& o) {
                       fmt::format("{} is outside 1..1024 (1024 for Snowflake IDs, 256 for bucketed IDs)",
                                   o.worker_count));
   }
-  if (o.safety_margin.count() <= 0 || o.lease_duration <= o.safety_margin) {
-    throw ConfigError("worker_lease.lease_duration",
-                      fmt::format("lease_duration ({} ms) must exceed safety_margin ({} ms), which must be positive",
-                                  o.lease_duration.count(), o.safety_margin.count()));
-  }
-  if (o.renew_interval.count() <= 0 || o.renew_interval >= o.lease_duration - o.safety_margin) {
-    throw ConfigError("worker_lease.renew_interval",
-                      fmt::format("renew_interval ({} ms) must be positive and shorter than lease_duration minus "
-                                  "safety_margin ({} ms), or the lease lapses between renewals",
-                                  o.renew_interval.count(), (o.lease_duration - o.safety_margin).count()));
-  }
+  detail::ValidateLeaseTimings({o.lease_duration, o.safety_margin, o.renew_interval}, "worker_lease");
 }
 
 }  // namespace
 
 WorkerLease::WorkerLease(PrivateTag, std::string dsn, WorkerLeaseOptions options)
     : dsn_(std::move(dsn)), options_(std::move(options)) {
-  if (options_.owner.empty()) options_.owner = DefaultOwner();
+  if (options_.owner.empty()) options_.owner = detail::DefaultLeaseOwner();
 }
 
 std::shared_ptr<WorkerLease> WorkerLease::Claim(const std::string& dsn, WorkerLeaseOptions options) {
@@ -91,11 +68,7 @@ void WorkerLease::Connect() {
   if (connection_ && connection_->connection.is_open()) return;
   connection_.reset();
   try {
-    connection_ = std::make_unique<detail::LeaseConnection>(WithConnectTimeout(dsn_, std::chrono::milliseconds{2000}));
-    // A claim or renewal that hangs is no better than one that fails: bound
-    // it well inside the lease, so renewals can be retried in time.
-    pqxx::nontransaction tx{connection_->connection};
-    tx.exec(fmt::format("SET statement_timeout = {}", std::max<long long>(1000, options_.safety_margin.count() / 2)));
+    connection_ = std::make_unique<detail::LeaseConnection>(detail::ConnectForLeases(dsn_, options_.safety_margin));
   } catch (const std::exception& e) {
     connection_.reset();
     throw IdGeneratorError(fmt::format("worker-id lease: cannot connect to {} ({}); no worker id can be claimed or "
@@ -171,7 +144,7 @@ RETURNING worker_id, claim_version, 0::bigint)",
       floor_unix_ms_ = row[0][2].as<std::int64_t>();
       lost_.store(false, std::memory_order_release);
       released_.store(false, std::memory_order_release);
-      SetDeadline(sent + options_.lease_duration - options_.safety_margin);
+      SetDeadline(detail::LocalLeaseDeadline(sent, {options_.lease_duration, options_.safety_margin, options_.renew_interval}));
       return;
     } catch (const IdGeneratorError&) {
       throw;
@@ -222,7 +195,7 @@ void WorkerLease::Renew() {
                                          "IDs are no longer issued with it. Claim a new lease",
                                          Describe()));
     }
-    SetDeadline(sent + options_.lease_duration - options_.safety_margin);
+    SetDeadline(detail::LocalLeaseDeadline(sent, {options_.lease_duration, options_.safety_margin, options_.renew_interval}));
     last_error_.reset();
   } catch (const IdGeneratorError& e) {
     last_error_ = e.what();

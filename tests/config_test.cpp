@@ -55,6 +55,14 @@ TEST(Config, ParsesAFullFile) {
   ASSERT_TRUE(c.reference_dsn);
 }
 
+TEST(Config, PoolTimeZoneDefaultsToUtc) {
+  EXPECT_EQ(shardkit::ParseConfig("[[shard]]\ndsn='a'\n").pool.time_zone, "UTC");
+  EXPECT_EQ(shardkit::ParseConfig("[pool]\ntime_zone = 'Europe/Berlin'\n[[shard]]\ndsn='a'\n").pool.time_zone,
+            "Europe/Berlin");
+  EXPECT_EQ(ErrorKey("[pool]\ntime_zone = ''\n[[shard]]\ndsn='a'\n"), "pool.time_zone");
+  EXPECT_EQ(ErrorKey("[pool]\ntime_zone = 1\n[[shard]]\ndsn='a'\n"), "pool.time_zone");
+}
+
 TEST(Config, DefaultsToAnEvenSplit) {
   const auto c = shardkit::ParseConfig("[[shard]]\ndsn='a'\n[[shard]]\ndsn='b'\n[[shard]]\ndsn='c'\n");
   EXPECT_EQ(c.directory.ShardCount(), 3);

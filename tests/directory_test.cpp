@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
+#include <vector>
 
 #include "shardkit/errors.hpp"
+#include "support/wait.hpp"
 
 namespace {
 
@@ -151,6 +154,87 @@ TEST(DirectoryHolder, ReadersSeeWholeSnapshotsWhileWritersSwap) {
   for (auto& t : readers) t.join();
   EXPECT_EQ(torn.load(), 0);
   EXPECT_EQ(backwards.load(), 0);
+}
+
+// The routing words: readers of ShardFor/PlacementOf pay one atomic load and
+// still never see a (version, shard) pair that was not published together,
+// nor a version going back, while writers publish 20,000 versions.
+TEST(DirectoryHolder, PlacementsAreWholeAndMonotonicWhileWritersPublish) {
+  shardkit::DirectoryHolder holder{BucketDirectory::EvenSplit(2, 1)};
+  constexpr shardkit::CustomerId kCustomer{4242};  // bucket 44: shard 1 in the even split
+  const BucketId bucket = shardkit::BucketOf(kCustomer);
+  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  std::atomic<long> torn{0};
+  std::atomic<long> backwards{0};
+  std::atomic<long> snapshot_behind{0};
+  std::atomic<long> mid_publish_reads{0};  // a publish happened between two reads of one reader
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 3; ++r) {
+    readers.emplace_back([&] {
+      std::int64_t last = 0;
+      long n = 0;
+      ++started;
+      while (!stop.load(std::memory_order_relaxed)) {
+        const auto placement = holder.PlacementOf(kCustomer);
+        if (placement.bucket != bucket) ++torn;
+        if (placement.version < last) ++backwards;
+        if (last > 1 && placement.version > last) ++mid_publish_reads;
+        last = placement.version;
+        // Even versions have every bucket on shard 0, odd ones the even split.
+        const ShardId expected{placement.version % 2 == 0 ? 0 : 1};
+        if (placement.shard != expected) ++torn;
+        const ShardId shard = holder.ShardFor(kCustomer);
+        if (shard != ShardId{0} && shard != ShardId{1}) ++torn;
+        // The snapshot is never behind a version the routing words showed.
+        if ((n & 63) == 0 && holder.Current()->Version() < placement.version) ++snapshot_behind;
+        ++n;
+      }
+    });
+  }
+  ASSERT_TRUE(shardkit::test::WaitFor([&] { return started.load() == 3; }));
+  shardkit::BucketDirectory::Assignments all_zero{};
+  auto publish = [&](std::int64_t v) {
+    holder.Publish(v % 2 == 0 ? BucketDirectory::FromAssignments(all_zero, 2, v) : BucketDirectory::EvenSplit(2, v));
+  };
+  std::int64_t v = 2;
+  for (; v <= 20000; ++v) publish(v);
+  // On a busy machine the readers may not have run during those: go on
+  // until they did (bounded), so that the test really races them.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (mid_publish_reads.load() == 0 && std::chrono::steady_clock::now() < give_up) publish(v++);
+  const std::int64_t final_version = v - 1;
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_EQ(backwards.load(), 0);
+  EXPECT_EQ(snapshot_behind.load(), 0);
+  EXPECT_GT(mid_publish_reads.load(), 0) << "the readers never ran while versions were published";
+  EXPECT_EQ(holder.Version(), final_version);
+  EXPECT_EQ(holder.PlacementOf(kCustomer).version, final_version);
+}
+
+TEST(DirectoryHolder, ShardForAgreesWithTheSnapshotForEveryBucket) {
+  shardkit::DirectoryHolder holder{BucketDirectory::EvenSplit(3, 4)};
+  holder.Publish(holder.Current()->WithBucketMoved(BucketId{44}, ShardId{0}));
+  const auto snapshot = holder.Current();
+  for (std::int32_t id = -5000; id <= 5000; ++id) {
+    const shardkit::CustomerId customer{id};
+    ASSERT_EQ(holder.ShardFor(customer), snapshot->ShardFor(customer)) << id;
+    const auto placement = holder.PlacementOf(customer);
+    ASSERT_EQ(placement.bucket, shardkit::BucketOf(customer));
+    ASSERT_EQ(placement.shard, snapshot->ShardFor(customer));
+    ASSERT_EQ(placement.version, 5);
+  }
+  EXPECT_EQ(holder.ShardFor(shardkit::CustomerId{4242}), ShardId{0});  // bucket 44 moved
+}
+
+TEST(DirectoryHolder, RefusesVersionsThatDoNotFitTheRoutingWords) {
+  EXPECT_THROW(shardkit::DirectoryHolder{BucketDirectory::EvenSplit(2, std::int64_t{1} << 56)}, DirectoryError);
+  shardkit::DirectoryHolder holder{BucketDirectory::EvenSplit(2, (std::int64_t{1} << 56) - 2)};
+  EXPECT_NO_THROW(holder.Publish(BucketDirectory::EvenSplit(2, (std::int64_t{1} << 56) - 1)));
+  EXPECT_THROW(holder.Publish(BucketDirectory::EvenSplit(2, std::int64_t{1} << 56)), DirectoryError);
+  EXPECT_EQ(holder.Version(), (std::int64_t{1} << 56) - 1);
 }
 
 }  // namespace

@@ -17,7 +17,14 @@
 //
 // The random part is property-style: data sets and query shapes come from a
 // seed printed with every failure; SHARDKIT_MERGE_SEED=<n> replays it and
-// SHARDKIT_MERGE_DATASETS / SHARDKIT_MERGE_QUERIES scale it.
+// SHARDKIT_MERGE_DATASETS / SHARDKIT_MERGE_QUERIES scale it. Some shapes are
+// ones shardkit must refuse (sum(real), a subquery in FILTER, text in a
+// non-C collation...): for those the test requires UnmergeableQuery.
+//
+// The shards' scratch databases deliberately run with other session defaults
+// than the reference (TimeZone, extra_float_digits 0, IntervalStyle,
+// DateStyle): the pools must override them, or timestamptz keys split and
+// doubles arrive rounded. One column is declared in an ICU collation.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -25,6 +32,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <optional>
 #include <pqxx/pqxx>
@@ -37,9 +45,12 @@
 #include "shardkit/decimal.hpp"
 #include "shardkit/directory.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/aggregate_query.hpp"
 #include "shardkit/merge.hpp"
+#include "shardkit/pool.hpp"
 #include "shardkit/resolver.hpp"
 #include "shardkit/scatter.hpp"
+#include "shardkit/scatter_merge.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -57,6 +68,9 @@ struct DataRow {
   Text price;                        // numeric(12,2) as text, NULLable
   std::optional<double> score;       // double precision (>= 0, NaN, Infinity), NULLable
   std::optional<bool> flag;          // boolean, NULLable
+  std::optional<float> r;            // real, NULLable
+  Text ts;                           // timestamptz as text with an offset, NULLable
+  Text note;                         // text COLLATE "en-US-x-icu", NULLable
 };
 
 std::string DoubleText(double d) {
@@ -66,6 +80,18 @@ std::string DoubleText(double d) {
   const auto r = std::to_chars(buf, buf + sizeof buf, d);  // shortest round-trip
   return std::string(buf, r.ptr);
 }
+
+std::string RealText(float f) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, f);  // shortest that reads back as this float
+  return std::string(buf, r.ptr);
+}
+
+// Session defaults of the shards' scratch databases, unlike the reference's:
+// what a pool must not let through.
+const std::vector<std::vector<std::string>> kShardDatabaseSettings = {
+    {"TimeZone = 'Asia/Kolkata'", "extra_float_digits = 0", "IntervalStyle = 'iso_8601'"},
+    {"TimeZone = 'America/New_York'", "DateStyle = 'SQL, DMY'", "extra_float_digits = -3"}};
 
 // Relative tolerance for double SUM/AVG columns (see the file comment).
 constexpr double kDoubleTolerance = 1e-12;
@@ -141,7 +167,17 @@ class MergePg : public ::testing::Test {
               " (id bigint NOT NULL, customer_id integer NOT NULL,"
               "  bucket smallint NOT NULL CHECK (bucket = bucket_of(customer_id)),"
               "  cat text, grp integer, qty integer, big bigint, price numeric(12,2),"
-              "  score double precision, flag boolean, PRIMARY KEY (customer_id, id))");
+              "  score double precision, flag boolean, r real, ts timestamptz,"
+              "  note text COLLATE \"en-US-x-icu\", PRIMARY KEY (customer_id, id))");
+    }
+    // Before the pools open their first connections; the loading connections
+    // above keep their own session, and the inserted text does not depend on it.
+    for (std::size_t s = 0; s + 1 < servers_.size(); ++s) {
+      pqxx::nontransaction tx{*servers_[s]};
+      for (const auto& setting : kShardDatabaseSettings[s % kShardDatabaseSettings.size()]) {
+        const std::string database = cluster_->ShardDatabaseName(static_cast<int>(s));
+        tx.exec("ALTER DATABASE " + tx.quote_name(database) + " SET " + setting);
+      }
     }
   }
 
@@ -175,12 +211,12 @@ class MergePg : public ::testing::Test {
       pqxx::work tx{*servers_[s]};
       tx.exec("TRUNCATE " + tx.quote_name(table_));
       constexpr std::size_t kBatch = 200;
-      constexpr std::size_t kColumns = 10;
+      constexpr std::size_t kColumns = 13;
       for (std::size_t start = 0; start < per_server[s].size(); start += kBatch) {
         const std::size_t end = std::min(per_server[s].size(), start + kBatch);
         std::vector<Text> values;
         std::string sql = "INSERT INTO " + tx.quote_name(table_) +
-                          " (id, customer_id, bucket, cat, grp, qty, big, price, score, flag) VALUES ";
+                          " (id, customer_id, bucket, cat, grp, qty, big, price, score, flag, r, ts, note) VALUES ";
         for (std::size_t i = start; i < end; ++i) {
           const DataRow& r = *per_server[s][i];
           sql += i == start ? "(" : ",(";
@@ -203,6 +239,9 @@ class MergePg : public ::testing::Test {
           values.push_back(r.price);
           values.push_back(r.score ? Text(DoubleText(*r.score)) : std::nullopt);
           values.push_back(opt(r.flag));
+          values.push_back(r.r ? Text(RealText(*r.r)) : std::nullopt);
+          values.push_back(r.ts);
+          values.push_back(r.note);
         }
         std::vector<const char*> raw;
         for (const auto& v : values) raw.push_back(v ? v->c_str() : nullptr);
@@ -233,7 +272,7 @@ class MergePg : public ::testing::Test {
 // plain SQL for the reference server.
 // ---------------------------------------------------------------------------
 
-enum class Kind { kInt, kNumeric, kDouble, kText, kBool };
+enum class Kind { kInt, kNumeric, kDouble, kReal, kText, kBool, kTimestamptz };
 
 struct AggSpec {
   std::string sql;   // e.g. "sum(price)"
@@ -264,6 +303,7 @@ struct OrderSpec {
 
 struct QueryShape {
   std::vector<ColumnSpec> columns;
+  bool must_refuse = false;  // holds a column shardkit cannot merge exactly
   std::string where;  // SQL over the table's columns, may use $1
   SqlParams params;
   std::vector<HavingSpec> having;
@@ -372,11 +412,34 @@ struct Coverage {
   int unordered = 0;
   int numeric_avg = 0;
   int count_zero = 0;
+  int refused = 0;
+  int real_values = 0;
+  int timestamptz_key = 0;
 };
+
+// A shape with a column shardkit must refuse: refused when planned or when
+// the shards' answers are merged, never answered. Empty when refused. (A
+// collation the shards report arrives with their rows, so a grouped shape
+// that no shard has rows for merges to the right, empty answer.)
+std::string RunRefusedShape(ScatterGather& scatter, const QueryShape& q, const std::string& table,
+                            Coverage* coverage) {
+  try {
+    const MergePlan plan = ShardkitPlan(q, table);
+    const ScatterResult partials = scatter.Run(plan.ShardSql(), q.params);
+    const MergedResult merged = Merge(plan, partials);
+    if (partials.TotalRows() == 0 && merged.rows.empty()) return {};
+    return "merged a shape it must refuse:\n  per-shard SQL: " + plan.ShardSql() + "\n  merged rows:\n" +
+           merged.Format(20);
+  } catch (const UnmergeableQuery&) {
+    if (coverage != nullptr) ++coverage->refused;
+    return {};
+  }
+}
 
 // Runs one shape both ways and compares: an empty string when equal.
 std::string RunShape(ScatterGather& scatter, pqxx::connection& reference, const QueryShape& q,
                      const std::string& table, Coverage* coverage) {
+  if (q.must_refuse) return RunRefusedShape(scatter, q, table, coverage);
   const MergePlan plan = ShardkitPlan(q, table);
   const ScatterResult partials = scatter.Run(plan.ShardSql(), q.params);
   const MergedResult merged = Merge(plan, partials);
@@ -410,11 +473,13 @@ std::string RunShape(ScatterGather& scatter, pqxx::connection& reference, const 
     for (std::size_t c = 0; c < q.columns.size(); ++c) {
       const auto& col = q.columns[c];
       if (col.is_key && col.kind == Kind::kText) ++coverage->text_key;
+      if (col.is_key && col.kind == Kind::kTimestamptz) ++coverage->timestamptz_key;
       if (col.sql.starts_with("avg(") && col.kind == Kind::kNumeric) ++coverage->numeric_avg;
     }
     for (const auto& row : merged.rows) {
       for (std::size_t c = 0; c < row.size(); ++c) {
         if (merged.column_types[c] == "bigint" && row[c] == Value::Int(0) && !grouped) ++coverage->count_zero;
+        if (row[c].IsReal()) ++coverage->real_values;
       }
     }
     std::size_t key_index = 0;
@@ -441,6 +506,11 @@ std::string RunShape(ScatterGather& scatter, pqxx::connection& reference, const 
 // ---------------------------------------------------------------------------
 
 const std::vector<std::string> kCategories = {"a", "b", "B", "\xc3\xa4", "zz", "", "a b", "\xce\xa9"};
+// Instants whose local text differs by zone, some around DST changes (Europe
+// at 01:00 UTC on 2026-03-29; New York repeats 01:30 on 2026-11-01).
+const std::vector<std::string> kInstants = {"2026-03-29 00:30:00+00", "2026-03-29 01:30:00+00",
+                                            "2026-11-01 05:30:00+00", "2026-11-01 06:30:00+00",
+                                            "1999-12-31 23:59:59.5+00", "2026-01-01 00:00:00+00"};
 
 std::vector<DataRow> RandomData(std::mt19937_64& rng, const BucketDirectory& directory, int shard_count) {
   auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
@@ -487,20 +557,28 @@ std::vector<DataRow> RandomData(std::mt19937_64& rng, const BucketDirectory& dir
       r.score = v;
     }
     if (!chance(null_rate)) r.flag = chance(0.5);
+    if (!chance(null_rate)) {
+      // Not exact in binary either; a few with many digits (1/3 as a float).
+      r.r = chance(0.2) ? static_cast<float>(pick(1000)) / 3.0F : static_cast<float>(pick(100000)) / 1000.0F;
+      if (special_doubles && chance(0.05)) r.r = std::numeric_limits<float>::quiet_NaN();
+    }
+    if (!chance(null_rate)) r.ts = kInstants[pick(kInstants.size())];
+    if (!chance(null_rate)) r.note = kCategories[pick(kCategories.size())];
     data.push_back(std::move(r));
   }
   return data;
 }
 
-QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data) {
+QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data, const std::string& table) {
   auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
   auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
   struct KeySpec {
     const char* column;
     Kind kind;
   };
-  static const std::vector<KeySpec> kKeys = {
-      {"cat", Kind::kText}, {"grp", Kind::kInt}, {"flag", Kind::kBool}, {"customer_id", Kind::kInt}};
+  static const std::vector<KeySpec> kKeys = {{"cat", Kind::kText},         {"grp", Kind::kInt},
+                                             {"flag", Kind::kBool},        {"customer_id", Kind::kInt},
+                                             {"r", Kind::kReal},           {"ts", Kind::kTimestamptz}};
   static const std::vector<AggSpec> kAggregates = {
       {"count(*)", Kind::kInt, true},
       {"count(qty)", Kind::kInt, true},
@@ -528,6 +606,9 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data) {
       {"min(cat)", Kind::kText, true},
       {"max(cat)", Kind::kText, true},
       {"min(flag::int)", Kind::kInt, true},
+      {"min(r)", Kind::kReal, true},
+      {"max(r)", Kind::kReal, true},
+      {"max(cat COLLATE \"C\")", Kind::kText, true},
       {"avg(qty)", Kind::kNumeric, true},
       {"avg(grp)", Kind::kNumeric, true},
       {"avg(big)", Kind::kNumeric, true},
@@ -537,15 +618,31 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data) {
       {"avg(qty) FILTER (WHERE cat > 'a')", Kind::kNumeric, true},
       {"avg(score)", Kind::kDouble, false},
   };
+  // What shardkit must refuse rather than answer: each makes a shape "must refuse".
+  static const std::vector<std::string> kRefused = {
+      "sum(r)",                                         // single-precision sums
+      "avg(r)",
+      "count(*) FILTER (WHERE id IN (SELECT id FROM {table} ORDER BY id LIMIT 3))",  // per-shard subquery
+      "sum(qty) FILTER (WHERE random() < 2)",           // volatile
+      "count(*) FILTER (WHERE ts < now())",             // each shard's own clock
+      "max(cat COLLATE \"en-US-x-icu\")",               // explicit non-C collation
+      "max(note)",                                      // declared non-C collation
+      "min(note)",
+  };
   QueryShape q;
+  // Ordered shapes order by every key; shardkit cannot order timestamptz.
+  const bool ordered = chance(0.75);
   // Group keys: none (scalar), one or two.
   const std::size_t key_count = chance(0.25) ? 0 : (chance(0.7) ? 1 : 2);
-  std::vector<std::size_t> key_order = {0, 1, 2, 3};
+  std::vector<std::size_t> key_order(kKeys.size());
+  for (std::size_t k = 0; k < key_order.size(); ++k) key_order[k] = k;
   std::shuffle(key_order.begin(), key_order.end(), rng);
   std::vector<ColumnSpec> keys;
-  for (std::size_t k = 0; k < key_count; ++k) {
-    const auto& spec = kKeys[key_order[k]];
-    keys.push_back({spec.column, true, spec.column, spec.kind, true, false});
+  for (const std::size_t k : key_order) {
+    if (keys.size() == key_count) break;
+    const auto& spec = kKeys[k];
+    if (ordered && spec.kind == Kind::kTimestamptz) continue;
+    keys.push_back({spec.column, true, spec.column, spec.kind, spec.kind != Kind::kTimestamptz, false});
   }
   // Aggregates.
   std::vector<ColumnSpec> aggs;
@@ -555,6 +652,15 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data) {
     aggs.push_back({"a" + std::to_string(a), false, spec.sql, spec.kind, spec.order_safe, false});
   }
   if (aggs.empty() && keys.empty()) aggs.push_back({"a0", false, "count(*)", Kind::kInt, true, false});
+  if (chance(0.08)) {
+    std::string sql = kRefused[pick(kRefused.size())];
+    if (const auto at = sql.find("{table}"); at != std::string::npos) sql.replace(at, 7, QuoteIdentifier(table));
+    aggs.push_back({"refused", false, sql, Kind::kText, false, false});
+    q.must_refuse = true;
+  } else if (chance(0.02)) {
+    keys.push_back({"note", true, "note", Kind::kText, false, false});  // declared non-C collation
+    q.must_refuse = true;
+  }
   // Keys and aggregates interleaved in a random order.
   std::vector<ColumnSpec> all = keys;
   all.insert(all.end(), aggs.begin(), aggs.end());
@@ -584,7 +690,7 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data) {
   for (std::size_t h = 0; h < having_count; ++h) {
     const std::size_t c = pick(q.columns.size());
     const auto& col = q.columns[c];
-    if (!col.order_safe || col.kind == Kind::kBool || (col.kind == Kind::kDouble)) continue;
+    if (!col.order_safe || col.kind == Kind::kBool || col.kind == Kind::kDouble || col.kind == Kind::kReal) continue;
     HavingSpec spec{c, static_cast<CompareOp>(pick(8)), Value()};
     if (spec.op != CompareOp::kIsNull && spec.op != CompareOp::kIsNotNull) {
       switch (col.kind) {
@@ -604,7 +710,7 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data) {
 
   // ORDER BY: exact columns in random order and direction, then every key so
   // that the order is total (the reference's order of ties is arbitrary).
-  if (chance(0.75)) {
+  if (ordered) {
     std::vector<std::size_t> candidates;
     for (std::size_t c = 0; c < q.columns.size(); ++c) {
       if (q.columns[c].order_safe) candidates.push_back(c);
@@ -746,6 +852,9 @@ class MergeShapes : public MergePg {
         r.price = customer % 6 == 0 ? Text() : Text(std::to_string(customer) + "." + std::to_string(10 + k * 7));
         r.score = customer % 9 == 0 ? std::nullopt : std::optional<double>(customer / 3.0);
         r.flag = k % 2 == 0;
+        if (customer % 8 != 0) r.r = static_cast<float>(customer % 7) + 0.859F;  // 5.859 among them
+        r.ts = kInstants[static_cast<std::size_t>(customer) % kInstants.size()];
+        r.note = r.cat;
         rows.push_back(std::move(r));
       }
     }
@@ -773,7 +882,8 @@ TEST_F(MergeShapes, ScalarAggregatesOfEveryType) {
                Agg("lo", "min(price)", Kind::kNumeric),    Agg("hi", "max(cat)", Kind::kText),
                Agg("aq", "avg(qty)", Kind::kNumeric),      Agg("ab", "avg(big)", Kind::kNumeric),
                Agg("ap", "avg(price)", Kind::kNumeric),    Agg("as", "avg(score)", Kind::kDouble, false),
-               Agg("ag", "avg(grp)", Kind::kNumeric),      Agg("dc", "count(DISTINCT customer_id)", Kind::kInt)};
+               Agg("ag", "avg(grp)", Kind::kNumeric),      Agg("dc", "count(DISTINCT customer_id)", Kind::kInt),
+               Agg("lr", "min(r)", Kind::kReal),           Agg("hr", "max(r)", Kind::kReal)};
   Check(q);
 }
 
@@ -890,7 +1000,7 @@ TEST_F(MergeShapes, LimitPerShardIsWrongLimitAfterMergeIsRight) {
 TEST_F(MergeShapes, CallerWrittenShardSqlWithDeclaredPartials) {
   MergePlan plan{"SELECT cat, sum(price) AS s, count(price) AS c, min(qty) AS lo FROM " + QuoteIdentifier(Table()) +
                  " GROUP BY cat"};
-  plan.Key("cat").Avg("avg_price", "s", "c").Min("lo").Sum("s", "total").Hide("total")
+  plan.Key("cat").Avg("s", "c", "avg_price").Min("lo").Sum("s", "total").Hide("total")
       .OrderBy("total", SortDirection::kDesc).OrderBy("cat");
   const MergedResult merged = ScatterMerge(*scatter_, plan);
   const ResultSet expected = OnReference("SELECT cat, avg(price) AS avg_price, min(qty) AS lo FROM " +
@@ -910,6 +1020,307 @@ TEST_F(MergeShapes, UnmergeableAggregatesAreRefusedBeforeAnyShardIsAsked) {
   EXPECT_EQ(scatter_->Stats().shard_requests, before);
 }
 
+
+// ---------------------------------------------------------------------------
+// The probes of the independent differential test (merge correctness issue):
+// each is refused with a reason or answered exactly as the server answers.
+// ---------------------------------------------------------------------------
+
+// Probe 1: a subquery in FILTER ran per shard and counted 12 where the server
+// says 8. Anything in an aggregate that is not a function of the row alone
+// is refused before any shard is asked.
+TEST_F(MergeShapes, SubqueriesVolatileFunctionsAndTheClockInAggregatesAreRefused) {
+  const std::string table = QuoteIdentifier(Table());
+  const std::string probe = "count(*) FILTER (WHERE id IN (SELECT id FROM " + table + " ORDER BY id LIMIT 3))";
+  // Why: each shard picks its own three rows.
+  const ScatterResult naive = scatter_->Run("SELECT " + probe + " AS n FROM " + table);
+  std::int64_t naive_total = 0;
+  for (const auto& shard : naive.shards) naive_total += shard.rows[0][0].as<std::int64_t>();
+  const ResultSet expected = OnReference("SELECT " + probe + " AS n FROM " + table, {});
+  EXPECT_EQ(expected.rows[0][0], Value::Int(3));
+  EXPECT_EQ(naive_total, 3 * cluster_->ShardCount()) << "the per-shard answer the merge would have added up";
+
+  const auto before = scatter_->Stats().shard_requests;
+  struct Probe {
+    std::string call;
+    std::string says;
+  };
+  for (const Probe& p : std::vector<Probe>{
+           {probe, "contains a subquery"},
+           {"sum(qty) FILTER (WHERE EXISTS (SELECT 1 FROM " + table + " o WHERE o.qty > 100))", "contains a subquery"},
+           {"count(*) FILTER (WHERE random() < 0.5)", "calls random()"},
+           {"sum(qty * random())", "calls random()"},
+           {"count(*) FILTER (WHERE ts > now() - interval '1 year')", "uses now()"},
+           {"count(*) FILTER (WHERE ts::date = current_date)", "uses current_date"},
+           {"count(*) FILTER (WHERE ts < 'now'::timestamptz)", "uses 'now'"}}) {
+    try {
+      (void)AggregateQuery::From(Table()).GroupBy("cat").Select(p.call, "x").Plan();
+      ADD_FAILURE() << p.call << " was accepted";
+    } catch (const UnmergeableQuery& e) {
+      EXPECT_NE(std::string(e.what()).find(p.says), std::string::npos) << p.call << " -> " << e.what();
+    }
+  }
+  EXPECT_EQ(scatter_->Stats().shard_requests, before);
+  // The same condition with the instant as a parameter is merged, and exactly.
+  QueryShape q;
+  q.columns = {Key("cat"), Agg("n", "count(*) FILTER (WHERE ts < $1::timestamptz)", Kind::kInt)};
+  q.params = {"2026-06-01 00:00:00+00"};
+  q.order = {{0, SortDirection::kAsc, NullsOrder::kDefault}};
+  Check(q);
+}
+
+// Probe 2: an ICU database reports datcollate 'C' and passed the check, and
+// text MIN/MAX differed from the server's. It fails the check now, on a raw
+// connection and, once per pool, on every merge of a scatter.
+TEST_F(MergePg, IcuDatabasesFailTheCollationCheck) {
+  const std::string db = "merge_pgtest_icu_" + std::to_string(::getpid());
+  const std::string admin_dsn = cluster_->ShardDsn(1);
+  const std::string icu_dsn = test::WithDatabase(admin_dsn, db);
+  {
+    pqxx::connection admin{admin_dsn};
+    pqxx::nontransaction tx{admin};
+    tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db) + " WITH (FORCE)");
+    tx.exec("CREATE DATABASE " + tx.quote_name(db) +
+            " LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C' TEMPLATE template0");
+  }
+  struct DropAtEnd {
+    std::string admin_dsn, db;
+    ~DropAtEnd() {
+      try {
+        pqxx::connection admin{admin_dsn};
+        pqxx::nontransaction tx{admin};
+        tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db) + " WITH (FORCE)");
+      } catch (const std::exception&) {
+        // The next run drops it.
+      }
+    }
+  } drop{admin_dsn, db};
+  const char* kCreate = "CREATE TABLE probe (customer_id integer, region text)";
+  const char* kRows = "INSERT INTO probe VALUES (1, '\xce\xa9'), (2, '\xf0\x9f\x98\x80 party'), (3, 'zebra')";
+  pqxx::connection icu{icu_dsn};
+  {
+    pqxx::nontransaction tx{icu};
+    tx.exec(kCreate);
+    tx.exec(kRows);
+    // Why: the server orders by ICU, bytewise order says otherwise.
+    const auto r = tx.exec("SELECT max(region), max(region COLLATE \"C\") FROM probe");
+    EXPECT_NE(std::string(r[0][0].c_str()), std::string(r[0][1].c_str()));
+    const auto d = tx.exec("SELECT datcollate FROM pg_database WHERE datname = current_database()");
+    EXPECT_EQ(std::string(d[0][0].c_str()), "C") << "the column the old check read";
+  }
+  try {
+    CheckMergeAssumptions(icu, ShardId{1});
+    ADD_FAILURE() << "an ICU database passed the check";
+  } catch (const ShardError& e) {
+    EXPECT_EQ(e.shard(), ShardId{1});
+    EXPECT_NE(std::string(e.what()).find("icu locale provider (locale \"en-US\")"), std::string::npos) << e.what();
+  }
+
+  // Through pools: shard 0 is the usual scratch database, shard 1 the ICU one.
+  cluster_->ExecOnShard(0, kCreate);
+  cluster_->ExecOnShard(0, "INSERT INTO probe VALUES (4, 'a')");
+  std::vector<std::unique_ptr<ConnectionPool>> pools;
+  pools.push_back(std::make_unique<ConnectionPool>(ShardId{0}, cluster_->ShardDsn(0)));
+  pools.push_back(std::make_unique<ConnectionPool>(ShardId{1}, icu_dsn));
+  ConnectionPool& icu_pool = *pools[1];
+  BucketShardResolver resolver(BucketDirectory::EvenSplit(2), std::move(pools));
+  ScatterGather scatter(resolver);
+  EXPECT_EQ(icu_pool.Facts(), nullptr) << "nothing is read before the first connection";
+  try {
+    (void)ScatterMerge(scatter, AggregateQuery::From("probe").Max("region", "m").Plan());
+    ADD_FAILURE() << "merged text from an ICU database";
+  } catch (const ShardError& e) {
+    EXPECT_EQ(e.shard(), ShardId{1});
+    EXPECT_NE(std::string(e.what()).find("icu"), std::string::npos) << e.what();
+  }
+  const auto facts = icu_pool.Facts();
+  ASSERT_NE(facts, nullptr);
+  EXPECT_EQ(facts->locale_provider, "icu");
+  EXPECT_EQ(facts->icu_locale, "en-US");
+  EXPECT_EQ(facts->collate, "C");
+  EXPECT_THROW(CheckMergeAssumptions(resolver), ShardError);
+  // Read once per pool: later connections do not read them again.
+  {
+    auto a = icu_pool.Acquire();
+    auto b = icu_pool.Acquire();
+  }
+  EXPECT_EQ(icu_pool.Facts(), facts);
+  cluster_->ExecOnShard(0, "DROP TABLE probe");
+}
+
+// Probe 3: an explicit COLLATE was merged bytewise (max(note COLLATE
+// "en-US-x-icu") gave '한국어' where the server says '日本語'). Explicit
+// clauses are refused when planned, declared column collations when the
+// shards report them.
+TEST_F(MergeShapes, NonCCollationsExplicitOrDeclaredAreRefused) {
+  std::vector<DataRow> rows;
+  const char* notes[] = {"\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4", "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e", "zebra",
+                         "\xce\xa9"};  // 한국어 日本語 zebra Ω
+  for (int c = 1; c <= 8; ++c) {
+    DataRow r;
+    r.id = c;
+    r.customer_id = CustomerId{c};
+    r.cat = notes[c % 4];
+    r.note = notes[c % 4];
+    rows.push_back(std::move(r));
+  }
+  Load(rows);
+  const ResultSet server = OnReference("SELECT max(note) AS icu, max(note COLLATE \"C\") AS bytes FROM " +
+                                           QuoteIdentifier(Table()),
+                                       {});
+  EXPECT_EQ(server.rows[0][0].ToString(), "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e");  // 日本語
+  EXPECT_EQ(server.rows[0][1].ToString(), "\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4");  // 한국어
+
+  const auto before = scatter_->Stats().shard_requests;
+  EXPECT_THROW((void)AggregateQuery::From(Table()).Select("max(cat COLLATE \"en-US-x-icu\")", "m"), UnmergeableQuery);
+  EXPECT_THROW((void)AggregateQuery::From(Table()).GroupByExpr("cat COLLATE \"en-US-x-icu\"", "k"), UnmergeableQuery);
+  EXPECT_EQ(scatter_->Stats().shard_requests, before);
+
+  auto refusal = [&](const AggregateQuery& q) {
+    try {
+      (void)ScatterMerge(*scatter_, q.Plan());
+    } catch (const UnmergeableQuery& e) {
+      return std::string(e.what());
+    }
+    return std::string("<merged>");
+  };
+  std::string m = refusal(AggregateQuery::From(Table()).Max("note", "m"));
+  EXPECT_NE(m.find("in collation \"en-US-x-icu\", not C"), std::string::npos) << m;
+  m = refusal(AggregateQuery::From(Table()).GroupBy("note").Count("n"));
+  EXPECT_NE(m.find("merged column \"note\" (key"), std::string::npos) << m;
+  m = refusal(AggregateQuery::From(Table()).GroupBy("cat").Min("note", "m").OrderBy("cat"));
+  EXPECT_NE(m.find("en-US-x-icu"), std::string::npos) << m;
+
+  // Byte order asked for explicitly is byte order, on every shard as on the server.
+  QueryShape q;
+  q.columns = {Agg("m", "max(note COLLATE \"C\")", Kind::kText), Agg("lo", "min(note COLLATE \"POSIX\")", Kind::kText)};
+  Check(q);
+  q.columns = {Key("cat"), Agg("n", "count(note)", Kind::kInt)};
+  q.order = {{0, SortDirection::kDesc, NullsOrder::kDefault}};
+  Check(q);
+}
+
+// Probe 4: extra_float_digits = 0 on a shard went unnoticed and doubles came
+// rounded to 15 digits. The suite's shard 0 database defaults to 0; its pool
+// sets 3, and a connection that is not a pool's fails the check.
+TEST_F(MergeShapes, ExtraFloatDigitsOfTheShardsDatabaseDoNotReachTheMerge) {
+  pqxx::connection raw{cluster_->ShardDsn(0)};
+  {
+    pqxx::nontransaction tx{raw};
+    EXPECT_EQ(std::string(tx.exec("SELECT (1/3.0)::float8")[0][0].c_str()), "0.333333333333333");
+    tx.exec("SET IntervalStyle = postgres");  // the database's other odd default, checked first
+  }
+  try {
+    CheckMergeAssumptions(raw, ShardId{0});
+    ADD_FAILURE() << "extra_float_digits = 0 passed the check";
+  } catch (const ShardError& e) {
+    EXPECT_NE(std::string(e.what()).find("extra_float_digits is 0"), std::string::npos) << e.what();
+  }
+  for (ConnectionPool& pool : resolver_->AllShards()) {
+    auto lease = pool.Acquire();
+    ASSERT_NE(pool.Facts(), nullptr);
+    EXPECT_EQ(pool.Facts()->extra_float_digits, 3) << "shard " << pool.Shard();
+  }
+  QueryShape q;
+  q.columns = {Key("grp", Kind::kInt), Agg("lo", "min(score)", Kind::kDouble), Agg("hi", "max(score)", Kind::kDouble),
+               Agg("s", "sum(score)", Kind::kDouble, false)};
+  q.order = {{0, SortDirection::kAsc, NullsOrder::kDefault}};
+  Check(q);  // min/max exactly, to the last digit
+}
+
+// Probe 5: min(real) printed 5.859000205993652 where the server prints 5.859,
+// and sum(real) was accepted though it differs in the last bits.
+TEST_F(MergeShapes, RealResultsAreTheServersAndRealSumsAreRefused) {
+  QueryShape q;
+  q.columns = {Key("cat"), Agg("lo", "min(r)", Kind::kReal), Agg("hi", "max(r)", Kind::kReal)};
+  q.order = {{0, SortDirection::kAsc, NullsOrder::kDefault}};
+  Check(q);
+  q.columns = {Key("r", Kind::kReal), Agg("n", "count(*)", Kind::kInt)};
+  Check(q);
+  const MergedResult lowest = ScatterMerge(*scatter_, AggregateQuery::From(Table()).Min("r", "lo").Plan());
+  EXPECT_EQ(lowest.column_types, std::vector<std::string>{"real"});
+  EXPECT_EQ(lowest.rows[0][0].ToString(), "0.859");
+  const MergedResult five = ScatterMerge(
+      *scatter_, AggregateQuery::From(Table()).Where("r > 5").Min("r", "lo").Plan());
+  EXPECT_EQ(five.rows[0][0].ToString(), "5.859");
+
+  for (const auto& [call, advice] : std::vector<std::pair<std::string, std::string>>{
+           {"sum(r)", "sum(x::double precision)"}, {"avg(r)", "avg(x::double precision)"}}) {
+    try {
+      (void)ScatterMerge(*scatter_, AggregateQuery::From(Table()).GroupBy("cat").Select(call, "x").Plan());
+      ADD_FAILURE() << call << " was merged";
+    } catch (const UnmergeableQuery& e) {
+      EXPECT_NE(std::string(e.what()).find(advice), std::string::npos) << e.what();
+    }
+  }
+  // The advice works.
+  q.columns = {Key("cat"), Agg("s", "sum(r::double precision)", Kind::kDouble, false),
+               Agg("a", "avg(r::double precision)", Kind::kDouble, false)};
+  Check(q);
+}
+
+// The session settings the pools set: the suite's shard databases default to
+// other time zones (Asia/Kolkata, America/New_York), IntervalStyle iso_8601
+// and DateStyle SQL, DMY. timestamptz keys must not split across shards.
+TEST_F(MergeShapes, TimestamptzIntervalAndDateKeysDoNotSplitAcrossShards) {
+  for (ConnectionPool& pool : resolver_->AllShards()) {
+    auto lease = pool.Acquire();
+    EXPECT_EQ(pool.Facts()->time_zone, "UTC") << "shard " << pool.Shard();
+    EXPECT_EQ(pool.Facts()->interval_style, "postgres");
+    EXPECT_TRUE(pool.Facts()->date_style.starts_with("ISO")) << pool.Facts()->date_style;
+  }
+  EXPECT_NO_THROW(CheckMergeAssumptions(*resolver_));
+
+  const MergePlan by_instant = AggregateQuery::From(Table()).GroupBy("ts").Count("n").Plan();
+  const MergedResult merged = ScatterMerge(*scatter_, by_instant);
+  const ResultSet expected =
+      OnReference("SELECT ts, count(*) AS n FROM " + QuoteIdentifier(Table()) + " GROUP BY ts", {});
+  EXPECT_EQ(merged.groups, kInstants.size());
+  EXPECT_EQ(merged.rows.size(), expected.rows.size());
+  std::string diff = Diff(expected, merged, false, {false, false});
+  EXPECT_TRUE(diff.empty()) << diff;
+
+  // Without the pools' settings (the shards' own sessions), the same
+  // instants print differently per shard and every group splits.
+  std::vector<pqxx::result> raw;
+  for (int s = 0; s < cluster_->ShardCount(); ++s) {
+    pqxx::connection c{cluster_->ShardDsn(s)};
+    pqxx::nontransaction tx{c};
+    raw.push_back(tx.exec(by_instant.ShardSql()));
+  }
+  EXPECT_GT(Merge(by_instant, raw).groups, kInstants.size());
+
+  QueryShape q;
+  q.columns = {Key("since", Kind::kText), Agg("n", "count(*)", Kind::kInt)};
+  q.columns[0].sql = "ts - timestamptz '2026-01-01 00:00:00+00'";
+  q.columns[0].order_safe = false;
+  // GroupByExpr via the shape: a key expression, named.
+  const auto run = [&](const QueryShape& shape) {
+    auto query = AggregateQuery::From(Table());
+    for (const auto& c : shape.columns) {
+      if (c.is_key) {
+        query.GroupByExpr(c.sql, c.name);
+      } else {
+        query.Select(c.sql, c.name);
+      }
+    }
+    for (const auto& o : shape.order) query.OrderBy(shape.columns[o.column].name, o.direction, o.nulls);
+    return ScatterMerge(*scatter_, query.Plan());
+  };
+  diff = Diff(OnReference("SELECT ts - timestamptz '2026-01-01 00:00:00+00' AS since, count(*) AS n FROM " +
+                              QuoteIdentifier(Table()) + " GROUP BY 1",
+                          {}),
+              run(q), false, {false, false});
+  EXPECT_TRUE(diff.empty()) << diff;
+  q.columns[0] = {"day", true, "(ts AT TIME ZONE 'UTC')::date", Kind::kText, true, false};
+  q.order = {{0, SortDirection::kAsc, NullsOrder::kDefault}};
+  diff = Diff(OnReference("SELECT (ts AT TIME ZONE 'UTC')::date AS day, count(*) AS n FROM " +
+                              QuoteIdentifier(Table()) + " GROUP BY 1 ORDER BY 1",
+                          {}),
+              run(q), true, {false, false});
+  EXPECT_TRUE(diff.empty()) << diff;
+}
+
 // Property-style: many random data sets, many random shapes each.
 TEST_F(MergePg, RandomDataAndShapesMatchTheReference) {
   const std::uint64_t seed = SeedFromEnvironment();
@@ -922,7 +1333,7 @@ TEST_F(MergePg, RandomDataAndShapesMatchTheReference) {
     const auto data = RandomData(rng, *directory_, cluster_->ShardCount());
     Load(data);
     for (int i = 0; i < queries && failures < 5; ++i) {
-      const QueryShape q = RandomShape(rng, data);
+      const QueryShape q = RandomShape(rng, data, Table());
       std::string diff;
       try {
         diff = RunShape(*scatter_, Reference(), q, Table(), &coverage);
@@ -939,11 +1350,12 @@ TEST_F(MergePg, RandomDataAndShapesMatchTheReference) {
   std::printf(
       "[ merge ] seed %llu: %d cases (%d grouped, %d scalar; %d ordered, %d unordered); groups on one shard "
       "only: %d, a shard without rows: %d, all shards empty: %d, HAVING: %d, LIMIT: %d, OFFSET: %d, text "
-      "keys: %d, NULL groups: %d, numeric AVG: %d, scalar zero counts: %d\n",
+      "keys: %d, NULL groups: %d, numeric AVG: %d, scalar zero counts: %d, real values: %d, timestamptz "
+      "keys: %d, refused: %d\n",
       static_cast<unsigned long long>(seed), coverage.cases, coverage.grouped, coverage.scalar, coverage.ordered,
       coverage.unordered, coverage.group_on_one_shard_only, coverage.shard_without_rows, coverage.all_shards_empty,
       coverage.having, coverage.limit, coverage.offset, coverage.text_key, coverage.null_group,
-      coverage.numeric_avg, coverage.count_zero);
+      coverage.numeric_avg, coverage.count_zero, coverage.real_values, coverage.timestamptz_key, coverage.refused);
   RecordProperty("seed", std::to_string(seed));
   RecordProperty("cases", coverage.cases);
   if (failures == 0 && datasets * queries >= 600) {
@@ -958,6 +1370,9 @@ TEST_F(MergePg, RandomDataAndShapesMatchTheReference) {
     EXPECT_GT(coverage.null_group, 0);
     EXPECT_GT(coverage.numeric_avg, 0);
     EXPECT_GT(coverage.count_zero, 0);
+    EXPECT_GT(coverage.real_values, 0);
+    EXPECT_GT(coverage.timestamptz_key, 0);
+    EXPECT_GT(coverage.refused, 0);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/aggregate_query.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit {
@@ -79,6 +80,34 @@ TEST(ValueTest, PrintsDoublesLikeFloat8Out) {
   EXPECT_EQ(Value::Double(-0.0).ToString(), "-0");
 }
 
+TEST(ValueTest, PrintsRealsLikeFloat4Out) {
+  // SELECT 1e6::real, 123456::real, 0.0001::real, 0.00001::real, ... on PostgreSQL 15
+  EXPECT_EQ(Value::Real(5.859F).ToString(), "5.859");
+  EXPECT_EQ(ReadValue(std::string_view("5.859"), kFloat4).ToString(), "5.859");
+  EXPECT_EQ(Value::Real(1e6F).ToString(), "1e+06");
+  EXPECT_EQ(Value::Real(123456.0F).ToString(), "123456");
+  EXPECT_EQ(Value::Real(999999.9F).ToString(), "999999.9");
+  EXPECT_EQ(Value::Real(1234567.0F).ToString(), "1.234567e+06");
+  EXPECT_EQ(Value::Real(0.0001F).ToString(), "0.0001");
+  EXPECT_EQ(Value::Real(0.00001F).ToString(), "1e-05");
+  EXPECT_EQ(Value::Real(0.1F).ToString(), "0.1");
+  EXPECT_EQ(Value::Real(1.0F / 3.0F).ToString(), "0.33333334");
+  EXPECT_EQ(Value::Real(16777217.0F).ToString(), "1.6777216e+07");
+  EXPECT_EQ(Value::Real(3.4028235e38F).ToString(), "3.4028235e+38");
+  EXPECT_EQ(Value::Real(1.17549435e-38F).ToString(), "1.1754944e-38");
+  EXPECT_EQ(Value::Real(-0.0F).ToString(), "-0");
+  EXPECT_EQ(ReadValue(std::string_view("NaN"), kFloat4).ToString(), "NaN");
+  // A real is a double to compute with, but not the same value as the double it widens to.
+  const Value real = ReadValue(std::string_view("5.859"), kFloat4);
+  EXPECT_EQ(real.kind(), Value::Kind::kDouble);
+  EXPECT_TRUE(real.IsReal());
+  EXPECT_DOUBLE_EQ(real.AsDouble(), static_cast<double>(5.859F));
+  EXPECT_FALSE(real == Value::Double(static_cast<double>(5.859F)));
+  EXPECT_EQ(real, Value::Real(5.859F));
+  EXPECT_EQ(CompareValues(real, Value::Double(static_cast<double>(5.859F))), 0);
+  EXPECT_LT(CompareValues(real, Value::Real(6.0F)), 0);
+}
+
 TEST(ValueTest, OrdersLikePostgres) {
   EXPECT_LT(CompareValues(Value::Text("B"), Value::Text("a")), 0);          // C collation: bytes
   EXPECT_LT(CompareValues(Value::Text("a"), Value::Text("\xc3\xa4")), 0);   // 'a' < 'ä' (0xC3...)
@@ -101,7 +130,7 @@ TEST(MergeTest, ScalarCountSumAvgWithAnEmptyShard) {
   const std::vector<std::string> names = {"n", "nx", "s", "s2", "c2"};
   const std::vector<TypeOid> types = {kInt8, kInt8, kInt8, kNumeric, kInt8};
   MergePlan plan;
-  plan.Count("n").Count("nx").Sum("s").Avg("avg_x", "s", "nx").Avg("avg_y", "s2", "c2");
+  plan.Count("n").Count("nx").Sum("s").Avg("s", "nx", "avg_x").Avg("s2", "c2", "avg_y");
   const auto merged = Merge(plan, std::vector<PartialRows>{
                                       Shard(0, names, types, {{"3", "3", "5", "10.50", "2"}}),
                                       Shard(1, names, types, {{"0", "0", kNull, kNull, "0"}}),
@@ -118,7 +147,7 @@ TEST(MergeTest, AllShardsEmptyGiveCountZeroAndNulls) {
   const std::vector<std::string> names = {"n", "s", "lo", "sx", "cx"};
   const std::vector<TypeOid> types = {kInt8, kNumeric, kText, kFloat8, kInt8};
   MergePlan plan;
-  plan.Count("n").Sum("s").Min("lo").Avg("a", "sx", "cx");
+  plan.Count("n").Sum("s").Min("lo").Avg("sx", "cx", "a");
   const Row empty = {"0", kNull, kNull, kNull, "0"};
   const auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {empty}),
                                                            Shard(1, names, types, {empty})});
@@ -157,7 +186,7 @@ TEST(MergeTest, SumAndAvgTypesFollowPostgres) {
   // sum(int4) -> bigint, sum(int8) -> numeric, sum(float8) -> float8
   const std::vector<TypeOid> types = {kInt8, kNumeric, kFloat8, kInt8};
   MergePlan plan;
-  plan.Sum("si").Sum("sb").Sum("sd").Avg("ai", "si", "ci").Avg("ab", "sb", "ci").Avg("ad", "sd", "ci");
+  plan.Sum("si").Sum("sb").Sum("sd").Avg("si", "ci", "ai").Avg("sb", "ci", "ab").Avg("sd", "ci", "ad");
   const auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"7", "9000000000000000000", "0.5", "2"}}),
                                                            Shard(1, names, types, {{"-1", "9000000000000000000", "0.25", "1"}})});
   EXPECT_EQ(merged.column_types,
@@ -166,13 +195,52 @@ TEST(MergeTest, SumAndAvgTypesFollowPostgres) {
                                "6|18000000000000000000|0.75|2.0000000000000000|6000000000000000000|0.25"}));
 }
 
-TEST(MergeTest, AvgOverRealIsRefusedWithTheFix) {
+TEST(MergeTest, AvgAndSumOverRealAreRefusedWithTheFix) {
   MergePlan plan;
-  plan.Avg("a", "s", "n");
-  const auto message = ErrorOf([&] {
+  plan.Avg("s", "n", "a");
+  auto message = ErrorOf([&] {
     (void)Merge(plan, std::vector<PartialRows>{Shard(0, {"s", "n"}, {kFloat4, kInt8}, {{"1.5", "1"}})});
   });
   EXPECT_NE(message.find("avg(x::double precision)"), std::string::npos) << message;
+  EXPECT_NE(message.find("single precision"), std::string::npos) << message;
+  MergePlan sum;
+  sum.Sum("s");
+  message = ErrorOf([&] {
+    (void)Merge(sum, std::vector<PartialRows>{Shard(0, {"s"}, {kFloat4}, {{"1.5"}}), Shard(1, {"s"}, {kFloat4}, {{"2"}})});
+  });
+  EXPECT_NE(message.find("sum(x::double precision)"), std::string::npos) << message;
+  EXPECT_NE(message.find("single precision"), std::string::npos) << message;
+}
+
+TEST(MergeTest, MinMaxAndKeysOfRealPrintAsTheServerPrintsThem) {
+  // min(real) came back as 5.859000205993652 where the server says 5.859.
+  const std::vector<std::string> names = {"k", "lo", "hi"};
+  const std::vector<TypeOid> types = {kFloat4, kFloat4, kFloat4};
+  MergePlan plan;
+  plan.Key("k").Min("lo").Max("hi").OrderBy("k");
+  const auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"0.1", "5.859", "7.25"}}),
+                                                           Shard(1, names, types, {{"0.1", "6", "1e+06"}})});
+  EXPECT_EQ(merged.column_types, (std::vector<std::string>{"real", "real", "real"}));
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"0.1|5.859|1e+06"}));
+}
+
+TEST(MergeTest, ACollationOtherThanCReportedByAShardIsRefused) {
+  const std::vector<std::string> names = {"k", "m", "m_collation"};
+  const std::vector<TypeOid> types = {kInt8, kText, kText};
+  MergePlan plan;
+  plan.Key("k").Max("m").Collation("m", "m_collation");
+  // NULL (the database default, checked per pool), "C" and "POSIX" merge bytewise like the server.
+  const auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"1", "\xce\xa9", kNull}}),
+                                                           Shard(1, names, types, {{"1", "z", "\"C\""}})});
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"1|\xce\xa9"}));
+  const auto message = ErrorOf([&] {
+    (void)Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"1", "a", "\"POSIX\""}}),
+                                               Shard(1, names, types, {{"1", "b", "\"en-US-x-icu\""}})});
+  });
+  EXPECT_NE(message.find("shard 1 compared merged column \"m\""), std::string::npos) << message;
+  EXPECT_NE(message.find("\"en-US-x-icu\""), std::string::npos) << message;
+  EXPECT_NE(message.find("COLLATE \"C\""), std::string::npos) << message;
+  EXPECT_THROW(MergePlan().Sum("a").Collation("b", "c"), UnmergeableQuery);
 }
 
 TEST(MergeTest, OrderByLimitAfterTheMergeNotPerShard) {
@@ -292,27 +360,6 @@ TEST(MergeTest, ValidatesThePlan) {
   EXPECT_NO_THROW(MergePlan().Key("k").Sum("a").Having("a", CompareOp::kIsNull).OrderBy("k").Limit(0).Validate());
 }
 
-TEST(MergeTest, ScatterResultWithFailedShards) {
-  MergePlan plan;
-  plan.Count("n");
-  ScatterResult scatter;
-  scatter.shards.push_back(ShardResult{});  // shard 0 answered with no rows (no columns)
-  scatter.failures.push_back({ShardId{1}, "connection refused"});
-  try {
-    (void)Merge(plan, scatter);
-    FAIL() << "merged without shard 1";
-  } catch (const ScatterError& e) {
-    EXPECT_NE(std::string(e.what()).find("shard 1: connection refused"), std::string::npos) << e.what();
-    ASSERT_EQ(e.failures().size(), 1U);
-  }
-  MergeOptions partial;
-  partial.allow_missing_shards = true;
-  const auto merged = Merge(plan, scatter, partial);
-  ASSERT_TRUE(merged.warning.has_value());
-  EXPECT_NE(merged.warning->find("shard 1"), std::string::npos);
-  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"0"}));
-}
-
 // --- Building per-shard SQL and refusing --------------------------------
 
 TEST(AggregateQueryTest, BuildsTheDecomposition) {
@@ -327,19 +374,26 @@ TEST(AggregateQueryTest, BuildsTheDecomposition) {
                              .OrderBy("sold", SortDirection::kDesc)
                              .Limit(10)
                              .Plan();
+  // Each key and MIN/MAX also reports the collation its shard compared it in.
   EXPECT_EQ(plan.ShardSql(),
             "SELECT \"book_id\" AS \"_k0\", sum(quantity) AS \"_p1\", "
             "sum(price) FILTER (WHERE price > 0) AS \"_p2\", count(price) FILTER (WHERE price > 0) AS \"_p2_n\", "
             "count(*) AS \"_p3\", date_trunc('day', created_at) AS \"_k4\", "
-            "count(DISTINCT o.customer_id) AS \"_p5\" "
+            "count(DISTINCT o.customer_id) AS \"_p5\", "
+            "NULLIF(pg_collation_for((\"book_id\")::text), '\"default\"') AS \"_k0_collation\", "
+            "NULLIF(pg_collation_for((date_trunc('day', created_at))::text), '\"default\"') AS \"_k4_collation\" "
             "FROM \"shop\".\"order_items\" WHERE (created_at >= $1) GROUP BY 1, 6");
   ASSERT_EQ(plan.Columns().size(), 6U);
   EXPECT_EQ(plan.Columns()[2].role, MergeColumn::Role::kAvg);
   EXPECT_EQ(plan.Columns()[2].partial_count, "_p2_n");
   EXPECT_FALSE(plan.IsScalar());
+  EXPECT_EQ(plan.Columns()[0].partial_collation, "_k0_collation");
   const MergePlan scalar = AggregateQuery::From("t").Count("n").Plan();
   EXPECT_EQ(scalar.ShardSql(), "SELECT count(*) AS \"_p0\" FROM \"t\"");
   EXPECT_TRUE(scalar.IsScalar());
+  const MergePlan lowest = AggregateQuery::From("t").Min("x", "lo").Plan();
+  EXPECT_EQ(lowest.ShardSql(), "SELECT min(\"x\") AS \"_p0\", NULLIF(pg_collation_for((min(\"x\"))::text), "
+                               "'\"default\"') AS \"_p0_collation\" FROM \"t\"");
   EXPECT_EQ(QuoteIdentifier("we\"ird"), "\"we\"\"ird\"");
 }
 
@@ -372,6 +426,23 @@ TEST(AggregateQueryTest, RefusesWhatCannotBeMergedAndSaysWhy) {
       {"x + 1", "contains no aggregate"},
       {"sum(x ORDER BY y)", "drop the ORDER BY"},
       {"sum(count(x))", "nests aggregate calls"},
+      // Not a function of the current row alone: each shard would decide on its own.
+      {"count(*) FILTER (WHERE sku IN (SELECT sku FROM hot LIMIT 3))", "contains a subquery"},
+      {"sum(x) FILTER (WHERE EXISTS (SELECT 1 FROM u WHERE u.id = t.id))", "contains a subquery"},
+      {"max((SELECT max(y) FROM u))", "contains a subquery"},
+      {"count(*) FILTER (WHERE x IN (VALUES (1), (2)))", "contains a subquery"},
+      {"sum(random())", "calls random()"},
+      {"count(*) FILTER (WHERE random() < 0.5)", "calls random()"},
+      {"sum(nextval('s'))", "calls nextval()"},
+      {"count(*) FILTER (WHERE ordered_at > now() - interval '1 day')", "uses now()"},
+      {"count(*) FILTER (WHERE day = current_date)", "uses current_date"},
+      {"count(*) FILTER (WHERE ts > 'now'::timestamptz)", "uses 'now'"},
+      {"count(*) FILTER (WHERE d < date 'today')", "uses 'today'"},
+      {"max(clock_timestamp())", "uses clock_timestamp()"},
+      {"count(*) FILTER (WHERE age(born) > interval '18 years')", "uses age()"},
+      // Merged text in another collation than C.
+      {"max(note COLLATE \"en-US-x-icu\")", "COLLATE \"en-US-x-icu\""},
+      {"min(note COLLATE pg_catalog.\"de-DE-x-icu\")", "COLLATE \"de-DE-x-icu\""},
   };
   for (const auto& c : cases) {
     const std::string message = refusal(c.call);
@@ -386,6 +457,43 @@ TEST(AggregateQueryTest, RefusesWhatCannotBeMergedAndSaysWhy) {
   EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("sum(price * quantity) /* revenue */", "r"));
   EXPECT_THROW((void)AggregateQuery::From("t").CountDistinct("book_id", "b"), UnmergeableQuery);
   EXPECT_NO_THROW((void)AggregateQuery::From("t").CountDistinct("customer_id", "c"));
+  // Row-local after all: strings, quoted names, parameters, COLLATE deciding which rows count.
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("max(note COLLATE \"C\")", "m"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("max(note COLLATE \"POSIX\")", "m"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("count(*) FILTER (WHERE note = 'now')", "n"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("count(*) FILTER (WHERE note = 'select 1')", "n"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("count(*) FILTER (WHERE \"select\" > 0)", "n"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("sum(x) FILTER (WHERE created_at >= $1::timestamptz)", "s"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("max(x::timestamp with time zone)", "m"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Select("max(age($1::date, born))", "m"));
+  EXPECT_NO_THROW(
+      (void)AggregateQuery::From("t").Select("count(*) FILTER (WHERE note COLLATE \"en-US-x-icu\" > 'a')", "n"));
+}
+
+TEST(AggregateQueryTest, KeysAndConditionsMustBeRowLocalToo) {
+  auto refusal = [](auto&& build) { return ErrorOf([&] { (void)build(AggregateQuery::From("t")); }); };
+  EXPECT_NE(refusal([](AggregateQuery q) { return q.GroupByExpr("date_trunc('day', now())", "d"); }).find("uses now()"),
+            std::string::npos);
+  EXPECT_NE(refusal([](AggregateQuery q) { return q.GroupByExpr("(SELECT max(x) FROM u)", "m"); })
+                .find("group key \"m\""),
+            std::string::npos);
+  EXPECT_NE(refusal([](AggregateQuery q) { return q.GroupByExpr("region COLLATE \"en-US-x-icu\"", "r"); })
+                .find("COLLATE \"en-US-x-icu\""),
+            std::string::npos);
+  EXPECT_NE(refusal([](AggregateQuery q) { return q.Where("ordered_at > now() - interval '30 days'"); })
+                .find("Pass the instant as a parameter"),
+            std::string::npos);
+  EXPECT_NE(refusal([](AggregateQuery q) { return q.Where("sku IN (SELECT sku FROM hot LIMIT 3)"); })
+                .find("contains a subquery"),
+            std::string::npos);
+  EXPECT_NE(refusal([](AggregateQuery q) { return q.Where("  "); }).find("empty WHERE"), std::string::npos);
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").Where("note COLLATE \"en-US-x-icu\" > 'a'"));
+  EXPECT_NO_THROW((void)AggregateQuery::From("t").GroupByExpr("region COLLATE \"C\"", "r"));
+}
+
+TEST(AggregateQueryTest, WhereConditionsAreAnded) {
+  const MergePlan plan = AggregateQuery::From("t").Where("a > $1").Count("n").Where("b OR c").Plan();
+  EXPECT_EQ(plan.ShardSql(), "SELECT count(*) AS \"_p0\" FROM \"t\" WHERE (a > $1) AND (b OR c)");
 }
 
 }  // namespace

@@ -505,6 +505,82 @@ TEST_F(ScatterPg, ConcurrentScattersOverPoolsOfOneDoNotDeadlock) {
   EXPECT_LE(resolver->Pool(ShardId{0}).Stats().connects, 1u);
 }
 
+TEST_F(ScatterPg, SessionsAndScattersOverPoolsOfOneDoNotDeadlock) {
+  // Sessions hold both pools' single connection across statements while
+  // plain scatters queue for them on few worker threads.
+  PoolOptions tiny;
+  tiny.max_size = 1;
+  tiny.max_waiters = 64;
+  auto resolver = cluster_->MakeResolver(tiny);
+  ScatterGather engine{*resolver, 2};
+  std::atomic<int> ok{0};
+  std::vector<std::string> errors(6);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 8; ++i) {
+        try {
+          if (t % 2 == 0) {
+            SessionOptions options;
+            options.deadline = Clock::now() + 60s;
+            ScatterSession session{engine, options};
+            const auto first = session.Run("SELECT txid_current_snapshot()::text, pg_sleep(0.002)::text");
+            const auto second = session.Run("SELECT txid_current_snapshot()::text, ''");
+            bool same = first.shards.size() == 2 && second.shards.size() == 2;
+            for (std::size_t s = 0; same && s < 2; ++s) {
+              same = std::string(first.shards[s].rows[0][0].c_str()) == second.shards[s].rows[0][0].c_str();
+            }
+            if (same) ++ok;
+          } else {
+            ScatterOptions options;
+            options.deadline = Clock::now() + 60s;
+            const auto r = engine.Run("SELECT pg_sleep(0.002)", {}, options);
+            if (r.shards.size() == 2) ++ok;
+          }
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(t)] = e.what();
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& e : errors) EXPECT_TRUE(e.empty()) << e;
+  EXPECT_EQ(ok.load(), 6 * 8);
+}
+
+TEST_F(ScatterPg, ASessionSeesOneSnapshotPerShardAndIsReadOnly) {
+  auto resolver = cluster_->MakeResolver();
+  ScatterGather engine{*resolver};
+  for (int s = 0; s < 2; ++s) cluster_->ExecOnShard(s, "CREATE TABLE IF NOT EXISTS session_probe (v int)");
+  {
+    SessionOptions options;
+    options.setup = {"CREATE TEMP TABLE carried (v int) ON COMMIT DROP"};
+    ScatterSession session{engine, options};
+    const auto before = session.Run("SELECT count(*) FROM session_probe");
+    for (int s = 0; s < 2; ++s) cluster_->ExecOnShard(s, "INSERT INTO session_probe VALUES (1)");
+    const auto after = session.Run("SELECT count(*) FROM session_probe");
+    ASSERT_EQ(after.shards.size(), 2u);
+    for (std::size_t s = 0; s < 2; ++s) {
+      EXPECT_EQ(std::string(before.shards[s].rows[0][0].c_str()), after.shards[s].rows[0][0].c_str());
+    }
+    // The temporary table carries rows from one fan-out to the next.
+    (void)session.Run("INSERT INTO carried VALUES (7)");
+    const auto carried = session.Run("SELECT sum(v) FROM carried");
+    EXPECT_EQ(std::string(carried.shards[0].rows[0][0].c_str()), "7");
+    // Read-only for everything else; the failure ends the session.
+    EXPECT_THROW((void)session.Run("INSERT INTO session_probe VALUES (2)"), ScatterError);
+    EXPECT_THROW((void)session.Run("SELECT 1"), Error);
+  }
+  // The session's connections come back once its background COMMITs ran.
+  const auto give_up = Clock::now() + 10s;
+  while (resolver->Pool(ShardId{0}).Stats().in_use + resolver->Pool(ShardId{1}).Stats().in_use > 0 &&
+         Clock::now() < give_up) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(resolver->Pool(ShardId{0}).Stats().in_use + resolver->Pool(ShardId{1}).Stats().in_use, 0);
+  for (int s = 0; s < 2; ++s) cluster_->ExecOnShard(s, "DROP TABLE session_probe");
+}
+
 TEST_F(ScatterPg, StatisticsCountCrossShardQueries) {
   auto resolver = cluster_->MakeResolver();
   ScatterGather scatter{*resolver};

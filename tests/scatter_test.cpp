@@ -103,11 +103,15 @@ TEST(Scatter, ASilentServerDoesNotHoldTheCallerPastTheDeadline) {
     EXPECT_LT(Clock::now() - start, 300ms + 1000ms);
     ASSERT_EQ(e.failures().size(), 2u) << e.what();
     EXPECT_EQ(e.failures()[1].shard, ShardId{1});
-    EXPECT_NE(e.failures()[1].cause.find("no answer within the deadline"), std::string::npos)
-        << e.failures()[1].cause;
-    EXPECT_NE(e.failures()[1].cause.find("acquiring a connection"), std::string::npos) << e.failures()[1].cause;
+    // The pool gives up connecting at the deadline itself, so the shard
+    // normally reports that; if its worker reports later than the grace, the
+    // caller names the phase it was stuck in.
+    const std::string& cause = e.failures()[1].cause;
+    EXPECT_TRUE(cause.find("connecting did not finish before the deadline") != std::string::npos ||
+                (cause.find("no answer within the deadline") != std::string::npos &&
+                 cause.find("acquiring a connection") != std::string::npos))
+        << cause;
   }
-  // ~ScatterGather waits for the connect attempt to give up.
 }
 
 TEST(Scatter, StatementsQueuedBehindABusyWorkerAreNamedToo) {
@@ -124,9 +128,16 @@ TEST(Scatter, StatementsQueuedBehindABusyWorkerAreNamedToo) {
   } catch (const ScatterError& e) {
     EXPECT_LT(Clock::now() - start, 300ms + 1000ms);
     ASSERT_EQ(e.failures().size(), 2u) << e.what();
-    EXPECT_NE(e.failures()[0].cause.find("acquiring a connection"), std::string::npos) << e.failures()[0].cause;
-    EXPECT_NE(e.failures()[1].cause.find("waiting for a free worker thread"), std::string::npos)
-        << e.failures()[1].cause;
+    // Shard 0 held the only worker connecting until the deadline; shard 1
+    // never started (the worker came free only at the deadline).
+    const std::string& first = e.failures()[0].cause;
+    EXPECT_TRUE(first.find("connecting did not finish before the deadline") != std::string::npos ||
+                first.find("acquiring a connection") != std::string::npos)
+        << first;
+    const std::string& second = e.failures()[1].cause;
+    EXPECT_TRUE(second.find("waiting for a free worker thread") != std::string::npos ||
+                second.find("every worker thread was busy") != std::string::npos)
+        << second;
   }
 }
 

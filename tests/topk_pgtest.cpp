@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
+#include <functional>
+#include <thread>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,6 +24,7 @@
 #include "shardkit/scatter.hpp"
 #include "shardkit/topk.hpp"
 #include "support/test_cluster.hpp"
+#include "topk_shortcut.hpp"
 
 namespace shardkit {
 namespace {
@@ -234,8 +238,10 @@ class TopKPg : public ::testing::Test {
     return rows;
   }
 
-  template <class Measure>
-  static Rows AsRows(const TopKResult<Measure>& r) {
+  // TopKResult, or the shortcut's result.
+  template <class Result>
+  static Rows AsRows(const Result& r) {
+    using Measure = decltype(r.items.front().value);
     Rows rows;
     for (const auto& e : r.items) {
       std::optional<std::string> key;
@@ -319,8 +325,9 @@ TEST_F(TopKPg, ShortcutDiffersOnSeed001sShapeTputDoesNot) {
   ASSERT_EQ(expected.size(), 10U);
   for (const auto& [key, total] : expected) EXPECT_EQ(total, "18") << *key;
 
-  const auto shortcut = TopKBySum(*scatter_, q, TopKMethod::kPerShardShortcut);
-  EXPECT_FALSE(shortcut.exact);
+  SqlTopKSource source(*scatter_, q);
+  const auto shortcut = lab::PerShardShortcutTopK(source, q.k);
+  EXPECT_FALSE(shortcut.warnings.empty());
   EXPECT_NE(AsRows(shortcut), expected);
   std::set<std::optional<std::string>> right;
   for (const auto& row : expected) right.insert(row.first);
@@ -368,6 +375,138 @@ TEST_F(TopKPg, ReportsRowsAndBytesPerPhase) {
   EXPECT_GT(tput.total_bytes, 0U);
   const auto stats = scatter_->Stats();
   EXPECT_GT(stats.scatters, 0U);
+}
+
+// Forwards to a source and runs `write` right after phase 1 returned.
+class WriteAfterPhase1 final : public TopKShardSource<I64> {
+ public:
+  WriteAfterPhase1(TopKShardSource<I64>& inner, std::function<void()> write)
+      : inner_(inner), write_(std::move(write)) {}
+  int ShardCount() const override { return inner_.ShardCount(); }
+  TopKReply<I64> LocalTopK(std::size_t k, bool want_min) override {
+    auto reply = inner_.LocalTopK(k, want_min);
+    write_();
+    return reply;
+  }
+  TopKReply<I64> AtLeast(const TopKThreshold<I64>& t, const std::vector<std::vector<TopKKey>>& ex) override {
+    return inner_.AtLeast(t, ex);
+  }
+  TopKReply<I64> Partials(const std::vector<std::vector<TopKKey>>& keys) override { return inner_.Partials(keys); }
+  TopKReply<I64> AllPartials() override { return inner_.AllPartials(); }
+  TopKReply<I64> RestOfPartials(const std::vector<std::vector<TopKKey>>& ex) override {
+    return inner_.RestOfPartials(ex);
+  }
+
+ private:
+  TopKShardSource<I64>& inner_;
+  std::function<void()> write_;
+};
+
+TEST_F(TopKPg, WritesCommittedBetweenPhasesDoNotChangeTheAnswer) {
+  // A new best seller appears on every shard right after phase 1: phases 2
+  // and 3 must still read phase 1's snapshot, so the answer is the one from
+  // before the write, with no warning.
+  constexpr I64 kNewBook = 987654321;
+  const auto q = Query(kZipf, 10);
+  const Rows before = Reference(q);
+  const auto customers = CustomersByShard();
+  auto write = [&] {
+    for (int s = 0; s < cluster_->ShardCount(); ++s) {
+      const auto c = std::to_string(ToInt(customers[static_cast<std::size_t>(s)].front()));
+      const std::string row = "(" + std::to_string(kZipf) + "," + c + ",bucket_of(" + c + ")," +
+                              std::to_string(kNewBook) + ",NULL,1000000,0)";
+      cluster_->ExecOnShard(s, "INSERT INTO " + table_ + " VALUES " + row);
+      cluster_->ExecOnReference("INSERT INTO " + table_ + " VALUES " + row);
+    }
+  };
+  for (TopKMethod method : {TopKMethod::kTput, TopKMethod::kAuto}) {
+    SqlTopKSource sql(*scatter_, q);
+    WriteAfterPhase1 source(sql, write);
+    const auto result = RunTopK<I64>(source, q.k, method);
+    const Rows after = Reference(q);
+    cluster_->ExecEverywhere("DELETE FROM " + table_ + " WHERE item = " + std::to_string(kNewBook));
+    ASSERT_NE(after, before) << "the write must change the answer, or this test proves nothing";
+    EXPECT_EQ(AsRows(result), before) << TopKMethodName(method) << "\n got: " << Show(AsRows(result))
+                                      << "\n before: " << Show(before) << "\n after: " << Show(after);
+    EXPECT_TRUE(result.warnings.empty()) << result.warnings.front();
+  }
+}
+
+TEST_F(TopKPg, ConcurrentWritersNeverMixMoments) {
+  // Writers move sales between two books on each shard, in transactions
+  // that keep each shard's total for the pair at 1000: in any one snapshot
+  // per shard the pair sums to 1000 * shards, so both books' totals (k is
+  // large enough for both to be in the answer) always add up to that.
+  constexpr I64 kA = 555000001, kB = 555000002;
+  const auto customers = CustomersByShard();
+  const int shards = cluster_->ShardCount();
+  for (int s = 0; s < shards; ++s) {
+    const auto c = std::to_string(ToInt(customers[static_cast<std::size_t>(s)].front()));
+    cluster_->ExecOnShard(s, "INSERT INTO " + table_ + " VALUES (" + std::to_string(kZipf + 1) + "," + c +
+                                 ",bucket_of(" + c + ")," + std::to_string(kA) + ",NULL,1000,0), (" +
+                                 std::to_string(kZipf + 1) + "," + c + ",bucket_of(" + c + ")," + std::to_string(kB) +
+                                 ",NULL,0,0)");
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  for (int s = 0; s < shards; ++s) {
+    writers.emplace_back([&, s] {
+      pqxx::connection c{cluster_->ShardDsn(s)};
+      std::mt19937 rng(static_cast<unsigned>(s));
+      while (!stop.load()) {
+        const int a = std::uniform_int_distribution<int>(0, 1000)(rng);
+        pqxx::work tx{c};
+        tx.exec("UPDATE " + table_ + " SET qty = CASE item WHEN " + std::to_string(kA) + " THEN " + std::to_string(a) +
+                " ELSE " + std::to_string(1000 - a) + " END WHERE item IN (" + std::to_string(kA) + "," +
+                std::to_string(kB) + ")");
+        tx.commit();
+      }
+    });
+  }
+  auto q = Query(kZipf + 1, 200);
+  int checked = 0;
+  for (int run = 0; run < 15; ++run) {
+    for (TopKMethod method : {TopKMethod::kTput, TopKMethod::kAuto}) {
+      const auto result = TopKBySum(*scatter_, q, method);
+      I64 pair = 0;
+      int found = 0;
+      for (const auto& e : result.items) {
+        if (e.key == TopKKey{kA} || e.key == TopKKey{kB}) {
+          pair += e.value;
+          ++found;
+        }
+      }
+      if (found == 2) {
+        EXPECT_EQ(pair, 1000 * shards) << TopKMethodName(method) << " run " << run;
+        ++checked;
+      }
+      EXPECT_TRUE(result.warnings.empty()) << result.warnings.front();
+    }
+  }
+  stop = true;
+  for (auto& w : writers) w.join();
+  cluster_->ExecEverywhere("DELETE FROM " + table_ + " WHERE item IN (" + std::to_string(kA) + "," +
+                           std::to_string(kB) + ")");
+  EXPECT_GT(checked, 0) << "the pair never made the top 200; make k larger";
+}
+
+TEST_F(TopKPg, AutoIsExactAndSaysWhatItChose) {
+  for (int dataset : {kUniform, kZipf, kOneShard, kTies, kSeedLike, kTextKeys, kEmpty}) {
+    for (std::size_t k : {1U, 10U}) {
+      const auto q = Query(dataset, k);
+      const auto result = TopKBySum(*scatter_, q, TopKMethod::kAuto);
+      EXPECT_EQ(AsRows(result), Reference(q)) << "dataset " << dataset << " k " << k;
+      EXPECT_TRUE(result.method == TopKMethod::kTput || result.method == TopKMethod::kAllPartials);
+      EXPECT_FALSE(result.choice.empty());
+      if (dataset != kEmpty) {
+        ASSERT_TRUE(result.groups.has_value());
+        EXPECT_GT(*result.groups, 0);
+      }
+    }
+  }
+  // Seed 001's shape: phase 2 ships a small share of the groups -> TPUT.
+  const auto seed_like = TopKBySum(*scatter_, Query(kSeedLike, 10), TopKMethod::kAuto);
+  EXPECT_EQ(seed_like.method, TopKMethod::kTput) << seed_like.choice;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "shardkit/errors.hpp"
 #include "shardkit/snowflake.hpp"
 #include "support/test_cluster.hpp"
+#include "support/wait.hpp"
 
 namespace shardkit {
 namespace {
@@ -121,13 +122,19 @@ TEST_F(WorkerLeasePg, ExpiredLeaseIsTakenOverAndTheLoserStopsIssuing) {
 
   // The process stalls (no renewals). Its local deadline (duration - margin)
   // passes before the server's lease_until: it stops issuing first.
-  std::this_thread::sleep_until(loser->IssueDeadline() + 10ms);
-  EXPECT_FALSE(loser->Valid());
+  ASSERT_TRUE(test::WaitFor([&] { return !loser->Valid(); }));
   EXPECT_THROW((void)loser_ids.Next(), IdGeneratorError);
 
   // After the server-side expiry another process takes the id over.
-  std::this_thread::sleep_for(600ms);
-  auto winner = WorkerLease::Claim(Dsn(), Short("takeover", 1));
+  std::shared_ptr<WorkerLease> winner;
+  ASSERT_TRUE(test::WaitFor([&] {
+    try {
+      winner = WorkerLease::Claim(Dsn(), Short("takeover", 1));
+      return true;
+    } catch (const IdGeneratorError&) {
+      return false;  // still held on the server
+    }
+  }));
   EXPECT_EQ(winner->WorkerId(), loser->WorkerId());
   EXPECT_EQ(winner->ClaimVersion(), loser->ClaimVersion() + 1);  // the fencing token moved on
   // The winner starts after the loser's lease_until: no millisecond overlap.
@@ -167,9 +174,12 @@ TEST_F(WorkerLeasePg, BackgroundRenewalKeepsTheLease) {
   auto lease = WorkerLease::Claim(Dsn(), o);
   SnowflakeGenerator ids{lease};
   const auto first_deadline = lease->IssueDeadline();
-  std::this_thread::sleep_for(2500ms);  // longer than the whole lease
+  // Renewed past the end of the whole first lease: by then the first
+  // lease_until on the server (first deadline + margin) has passed too.
+  ASSERT_TRUE(test::WaitFor([&] { return lease->IssueDeadline() > first_deadline + o.lease_duration; }))
+      << lease->LastRenewError().value_or("no renewal error");
+  EXPECT_GT(WorkerLease::Clock::now(), first_deadline + o.safety_margin);
   EXPECT_TRUE(lease->Valid()) << lease->LastRenewError().value_or("");
-  EXPECT_GT(lease->IssueDeadline(), first_deadline);
   EXPECT_NO_THROW((void)ids.Next());
   EXPECT_THROW(WorkerLease::Claim(Dsn(), Short("renewed", 1)), IdGeneratorError);
 }

@@ -7,8 +7,9 @@
 //   [pool]
 //   max_size = 8              # connections per shard
 //   max_waiters = 64          # queued Acquire calls per shard
-//   connect_timeout_ms = 2000
+//   connect_timeout_ms = 2000 # opening one connection, at most (a caller's deadline may cut it shorter)
 //   acquire_timeout_ms = 1000
+//   time_zone = "UTC"         # every connection's TimeZone (session.hpp)
 //
 //   [directory]
 //   source = "config"         # or "catalog": table shard_directory in the catalog

@@ -90,15 +90,32 @@ class MigrationRefused : public MigrationError {
   std::vector<std::string> problems_;
 };
 
-// A failure tied to one shard.
+// A failure tied to one shard. sqlstate() is its SQLSTATE, PostgreSQL's
+// five-character error code, so callers branch on a field and not on message
+// text: "40001"/"40P01" (serialization failure, deadlock: retry), "57014"
+// (cancelled, statement_timeout), "23505" (unique violation), class "08" (the
+// shard cannot be reached: libpq reports that without a code, so shardkit
+// says "08006", connection_failure, as pgjdbc does). Empty when there is
+// none (a pool timeout, a malformed answer).
+//
+//   catch (const shardkit::ShardError& e) {
+//     if (e.sqlstate() == "40001") retry();
+//     else if (e.sqlstate().starts_with("08")) report_unreachable(e.shard());
+//   }
 class ShardError : public Error {
  public:
-  ShardError(ShardId shard, const std::string& message) : Error(message), shard_(shard) {}
+  ShardError(ShardId shard, const std::string& message, std::string sqlstate = {})
+      : Error(message), shard_(shard), sqlstate_(std::move(sqlstate)) {}
   [[nodiscard]] ShardId shard() const noexcept { return shard_; }
+  [[nodiscard]] const std::string& sqlstate() const noexcept { return sqlstate_; }
 
  private:
   ShardId shard_;
+  std::string sqlstate_;
 };
+
+// SQLSTATE of a shard that cannot be reached (connect failed, connection lost).
+inline constexpr const char* kSqlStateConnectionFailure = "08006";
 
 // The shard index is not part of the cluster.
 class UnknownShard : public ShardError {
@@ -110,9 +127,12 @@ class UnknownShard : public ShardError {
 };
 
 // The shard's server cannot be reached (connect failed, connection lost).
+// sqlstate() is "08006" unless the server sent a code of its own (e.g.
+// "57P03", the server is starting up or shutting down).
 class ShardUnavailable : public ShardError {
  public:
-  using ShardError::ShardError;
+  ShardUnavailable(ShardId shard, const std::string& message, std::string sqlstate = kSqlStateConnectionFailure)
+      : ShardError(shard, message, std::move(sqlstate)) {}
 };
 
 // A pool could not hand out a connection before the caller's deadline.
@@ -127,7 +147,8 @@ class PoolExhausted : public ShardError {
   using ShardError::ShardError;
 };
 
-// A statement failed on one shard (SQL error, server-side cancel...).
+// A statement failed on one shard (SQL error, server-side cancel...);
+// sqlstate() is the server's code.
 class ShardQueryError : public ShardError {
  public:
   using ShardError::ShardError;
@@ -185,9 +206,14 @@ class MoveError : public Error {
 // A scatter over several shards failed on one or more of them.
 class ScatterError : public Error {
  public:
+  // sqlstate as ShardError::sqlstate(): the server's code ("57014" when
+  // the statement was cut at the deadline), "08006" when the shard could not
+  // be reached or the connection was lost, empty otherwise (no free worker
+  // or connection before the deadline: the scatter's own limits).
   struct Failure {
     ShardId shard;
     std::string cause;
+    std::string sqlstate{};
     // The shard refused a bucket the scatter's directory assigned to it
     // (SQLSTATE SK003): that directory is out of date.
     bool stale_directory = false;
@@ -226,6 +252,26 @@ class IdFormatError : public Error {
 
  private:
   std::string input_;
+};
+
+// A worker partition lease cannot be claimed, renewed or released (the
+// catalog is unreachable, the group's partition count disagrees...).
+// Partitions already held stay usable until their local deadline.
+class LeaseError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A job could not be enqueued, taken or completed on a shard, or a job
+// queue is misconfigured. shard() names the shard when one is involved.
+class JobError : public Error {
+ public:
+  explicit JobError(const std::string& message, std::optional<ShardId> shard = {})
+      : Error(message), shard_(shard) {}
+  [[nodiscard]] std::optional<ShardId> shard() const noexcept { return shard_; }
+
+ private:
+  std::optional<ShardId> shard_;
 };
 
 }  // namespace shardkit

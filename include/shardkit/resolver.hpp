@@ -51,13 +51,13 @@ class BucketShardResolver {
   [[nodiscard]] static constexpr BucketId BucketOf(CustomerId customer_id) noexcept {
     return shardkit::BucketOf(customer_id);
   }
-  [[nodiscard]] ShardId ShardFor(CustomerId customer_id) const noexcept {
-    return directory_.Current()->ShardFor(customer_id);
-  }
+  // One atomic load (see DirectoryHolder).
+  [[nodiscard]] ShardId ShardFor(CustomerId customer_id) const noexcept { return directory_.ShardFor(customer_id); }
   [[nodiscard]] ConnectionPool& PoolFor(CustomerId customer_id) const {
     return *pools_[static_cast<std::size_t>(ToInt(ShardFor(customer_id)))];
   }
-  // Bucket, shard, directory version and pool of one customer, consistently.
+  // Bucket, shard, directory version and pool of one customer, consistently
+  // (one atomic load, see DirectoryHolder::PlacementOf).
   [[nodiscard]] Route Resolve(CustomerId customer_id) const;
   // Throws UnknownShard.
   [[nodiscard]] ConnectionPool& Pool(ShardId shard) const;
@@ -65,7 +65,7 @@ class BucketShardResolver {
   [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(pools_.size()); }
   [[nodiscard]] const std::string& ShardName(ShardId shard) const;
 
-  [[nodiscard]] std::shared_ptr<const BucketDirectory> Directory() const noexcept {
+  [[nodiscard]] std::shared_ptr<const BucketDirectory> Directory() const {
     return directory_.Current();
   }
   // Atomically replaces the directory (higher version, same shard count).

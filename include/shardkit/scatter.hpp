@@ -34,6 +34,7 @@
 
 #include "shardkit/bucket.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/session.hpp"
 
 namespace shardkit {
 
@@ -78,6 +79,9 @@ struct ShardResult {
   std::chrono::microseconds elapsed{0};  // acquire + execute on this shard
   std::chrono::microseconds queued{0};   // scatter start -> a worker thread took the statement
   std::size_t bytes = 0;                 // payload bytes received (sum of field sizes)
+  // What the shard's pool read from its server once: collation and session
+  // settings, for the merge's checks (scatter_merge.hpp).
+  std::shared_ptr<const SessionFacts> session;
 };
 
 struct ScatterResult {
@@ -146,14 +150,88 @@ class ScatterGather {
   // ScatterError (its failures say stale_directory). Set before use.
   void FollowDirectory(DirectoryWatcher* watcher) noexcept { watcher_ = watcher; }
 
- private:
   struct Impl;
+
+ private:
+  friend class ScatterSession;
   ScatterResult ExecuteFollowingDirectory(std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements,
                                           const ScatterOptions& options);
 
   BucketShardResolver& resolver_;
   DirectoryWatcher* watcher_ = nullptr;
   std::unique_ptr<Impl> impl_;
+};
+
+struct SessionOptions {
+  // Bounds acquiring the connections and every fan-out of the session.
+  // Default: now + 30 s when the session opens.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  // The shards of the session (default: all), each at most once.
+  std::optional<std::vector<ShardId>> shards;
+  // Run right after BEGIN on every shard, before the transaction is made
+  // read-only: e.g. "CREATE TEMP TABLE t (...) ON COMMIT DROP" (temporary
+  // tables may be written in a read-only transaction, not created). SQL
+  // text without parameters, written by the application.
+  std::vector<std::string> setup;
+  std::string label;
+};
+
+// Several fan-outs over the same connections, each shard in one REPEATABLE
+// READ READ ONLY transaction: every statement of the session sees the same
+// snapshot of its shard (consistent per shard; shards are not synchronised
+// with each other), and a temporary table made in `setup` carries results
+// from one fan-out to the next (exact top-k aggregates once per shard this
+// way). One thread at a time uses a session.
+//
+// Deadlocks: a session holds several connections at once, so it acquires
+// them in ascending shard order — first without waiting (idle connections,
+// the common case), then, from the first shard that has none free, waiting
+// for each in order while holding only lower-numbered shards. Every holder
+// that waits for shard s holds only shards below s, so no cycle of waits
+// can form among sessions; ordinary scatters never wait while holding, so
+// they cannot close one either. A session's statements run on threads of
+// their own, never behind scatter workers that wait for a pool. All-or-nothing acquisition (release
+// everything and retry on a miss) was not chosen: it livelocks under
+// contention and needs a back-off policy, while ordered acquisition always
+// makes progress and is bounded by the deadline anyway.
+//
+//   shardkit::ScatterSession session{scatter, {.setup = {"CREATE TEMP TABLE t (k bigint, s numeric) ON COMMIT DROP"}}};
+//   session.Run("INSERT INTO t SELECT ...", params);
+//   auto top = session.Run("SELECT k, s FROM t ORDER BY s DESC LIMIT 10");
+//   session.Finish();   // commits (read-only: drops the temp tables)
+//
+// Destroy (or Finish) every session before its ScatterGather.
+class ScatterSession {
+ public:
+  // Acquires the connections and begins every shard's transaction (one
+  // round trip per shard, in parallel). Throws ScatterError naming the
+  // shards that failed (nothing is held then), UnknownShard or Error.
+  ScatterSession(ScatterGather& scatter, SessionOptions options = {});
+  // Finish() if not done yet (errors are swallowed).
+  ~ScatterSession();
+  ScatterSession(const ScatterSession&) = delete;
+  ScatterSession& operator=(const ScatterSession&) = delete;
+
+  // A statement on every shard of the session / a statement per shard on
+  // some of them. Each statement runs with statement_timeout = the time left
+  // to the deadline and is cancelled at it. A failure on any shard fails
+  // the session: this call throws ScatterError and so does every later one.
+  [[nodiscard]] ScatterResult Run(const std::string& sql, const SqlParams& params = {});
+  [[nodiscard]] ScatterResult RunPerShard(const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements);
+
+  // Ends every shard's transaction and gives the connections back. The
+  // caller does not wait for the COMMITs: they run on the scatter's
+  // workers (read-only transactions: nothing to confirm).
+  void Finish() noexcept;
+
+  [[nodiscard]] const std::vector<ShardId>& Shards() const noexcept;
+  // The time acquiring the connections and beginning the transactions took.
+  [[nodiscard]] std::chrono::microseconds OpenTime() const noexcept;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace shardkit

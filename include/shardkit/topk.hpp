@@ -14,7 +14,17 @@
 //      are pruned;
 //   3. the exact partials of the surviving candidates are fetched from the
 //      shards that have not reported them, and the candidates are ranked.
-// Stopping after phase 2 is not exact; TputTopK never does.
+// Stopping after phase 2 is not exact; TputTopK never does. Over SQL the
+// three phases run in one REPEATABLE READ READ ONLY transaction per shard
+// (a ScatterSession): each shard aggregates once, into a temporary table
+// that phases 2 and 3 read, and every phase sees the same snapshot, so
+// concurrent writes cannot mix moments into the answer.
+//
+// TopKMethod::kAuto runs phase 1, then estimates from its statistics (each
+// shard's group count and a histogram of its partials) how many rows phase
+// 2 would ship: if that is not well below the rest of the partials, it
+// fetches the rest instead (from the same temporary table), else it goes on
+// with TPUT. Either way the answer is exact.
 //
 //   shardkit::ScatterGather scatter{*resolver};
 //   shardkit::TopKQuery q;
@@ -22,15 +32,15 @@
 //   q.key = "i.book_id";
 //   q.measure = "i.quantity";
 //   q.where = "o.ordered_at >= $1::timestamptz";   // a fixed time, not now():
-//   q.params = {"2026-10-15 00:00:00+00"};         // each phase is its own statement
+//   q.params = {"2026-10-15 00:00:00+00"};         // shards have their own clocks
 //   q.k = 10;
 //   auto top = shardkit::TopKBySum(scatter, q);             // TPUT, exact
 //   for (const auto& [key, total] : top.items) ...
 //   for (const auto& phase : top.phases) log(phase.name, phase.rows, phase.elapsed);
 //
 // The algorithm is separate from the transport: TputTopK() talks to a
-// TopKShardSource, implemented over SQL (SqlTopKSource) and in memory
-// (MemoryTopKSource, for tests and simulations).
+// TopKShardSource, implemented here over SQL (SqlTopKSource); tests and
+// simulations implement it in memory.
 //
 // Assumptions, checked where they can be:
 // - The measure is non-negative: TPUT's bounds are wrong otherwise, so a
@@ -49,10 +59,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -81,6 +92,7 @@ struct TopKMeasureTraits<std::int64_t> {
   [[nodiscard]] static std::int64_t Scale(std::int64_t a, std::int64_t factor, const TopKKey& what);
   [[nodiscard]] static bool IsNegative(std::int64_t a) noexcept { return a < 0; }
   [[nodiscard]] static std::string ToString(std::int64_t a) { return std::to_string(a); }
+  [[nodiscard]] static double ToDouble(std::int64_t a) noexcept { return static_cast<double>(a); }
   // A sum in PostgreSQL's text form; nullopt unless an integer that fits.
   [[nodiscard]] static std::optional<std::int64_t> FromText(std::string_view text) noexcept;
 };
@@ -93,6 +105,7 @@ struct TopKMeasureTraits<Decimal> {
   }
   [[nodiscard]] static bool IsNegative(const Decimal& a) noexcept { return a.Sign() < 0; }
   [[nodiscard]] static std::string ToString(const Decimal& a) { return a.ToString(); }
+  [[nodiscard]] static double ToDouble(const Decimal& a) { return std::stod(a.ToString()); }
   [[nodiscard]] static std::optional<Decimal> FromText(std::string_view text) noexcept {
     return Decimal::TryParse(text);
   }
@@ -135,6 +148,11 @@ struct TopKReply {
   std::size_t bytes = 0;     // payload bytes received, when the source knows
   int shards_asked = 0;      // shards that were sent a request
   std::vector<std::string> warnings;  // e.g. a shard missing (allow_partial)
+  // Only from LocalTopK, when the source can tell (else empty): per shard,
+  // its number of groups and a histogram of its positive partials, as
+  // (bucket, count) with bucket = floor(4 * log2(partial)). kAuto's input.
+  std::vector<std::int64_t> groups;
+  std::vector<std::vector<std::pair<int, std::int64_t>>> histogram;
 };
 
 // The transport TPUT runs over. One call = one round trip to every shard
@@ -155,12 +173,17 @@ class TopKShardSource {
   [[nodiscard]] virtual TopKReply<Measure> Partials(const std::vector<std::vector<TopKKey>>& keys) = 0;
   // Every group's partial on every shard.
   [[nodiscard]] virtual TopKReply<Measure> AllPartials() = 0;
+  // After LocalTopK: every group's partial except the keys in exclude[i]
+  // (already reported), from the same data LocalTopK saw where the source
+  // can (the SQL source reads its snapshot's temporary table). This
+  // default asks AllPartials() and drops the excluded keys.
+  [[nodiscard]] virtual TopKReply<Measure> RestOfPartials(const std::vector<std::vector<TopKKey>>& exclude);
 };
 
 enum class TopKMethod {
-  kTput,              // exact, three phases
-  kAllPartials,       // exact, ships every group's partial from every shard
-  kPerShardShortcut,  // NOT exact: each shard's top k, merged (seed 001's wrong list)
+  kTput,         // exact, three phases
+  kAllPartials,  // exact, ships every group's partial from every shard
+  kAuto,         // exact: phase 1, then TPUT or the rest of the partials, by phase 1's statistics
 };
 [[nodiscard]] const char* TopKMethodName(TopKMethod method) noexcept;
 
@@ -175,52 +198,42 @@ struct TopKPhaseStats {
 template <class Measure>
 struct TopKResult {
   TopKMethod method = TopKMethod::kTput;
-  bool exact = true;                         // false only for the shortcut
   std::vector<TopKEntry<Measure>> items;     // ranked, at most k
   std::vector<TopKPhaseStats> phases;
   std::size_t total_rows = 0;
   std::size_t total_bytes = 0;
   std::chrono::microseconds elapsed{0};
-  // TPUT's inner figures, for the lab and for tuning.
+  // TPUT's inner figures, for reports and tuning.
   std::optional<Measure> tau1;
   std::optional<Measure> tau2;
   std::size_t seen_after_phase2 = 0;   // distinct keys known after phase 2
   std::size_t candidates = 0;          // keys surviving the upper-bound prune
   std::size_t fetched_keys = 0;        // (shard, key) partials asked in phase 3
+  // kAuto: what phase 1 showed and what was chosen (method is then kTput or
+  // kAllPartials), e.g. "31,209 groups; about 3,100 at or above tau1/m -> TPUT".
+  std::optional<std::int64_t> groups;                // over all shards
+  std::optional<std::int64_t> estimated_phase2_rows;
+  std::string choice;
   // Something the caller should know: a shard missing, data that changed
   // between phases (a phase-3 partial above the phase-2 threshold).
   std::vector<std::string> warnings;
 };
 
-// The three methods. k == 0 gives an empty answer without asking anything.
-// TputTopK and AllPartialsTopK are exact; TputTopK throws UnmergeableQuery if
-// a negative partial shows up.
+// The two exact methods. k == 0 gives an empty answer without asking
+// anything. TputTopK throws UnmergeableQuery if a negative partial shows up.
 template <class Measure>
 [[nodiscard]] TopKResult<Measure> TputTopK(TopKShardSource<Measure>& source, std::size_t k);
 template <class Measure>
 [[nodiscard]] TopKResult<Measure> AllPartialsTopK(TopKShardSource<Measure>& source, std::size_t k);
 template <class Measure>
-[[nodiscard]] TopKResult<Measure> PerShardShortcutTopK(TopKShardSource<Measure>& source, std::size_t k);
+[[nodiscard]] TopKResult<Measure> AutoTopK(TopKShardSource<Measure>& source, std::size_t k);
 template <class Measure>
 [[nodiscard]] TopKResult<Measure> RunTopK(TopKShardSource<Measure>& source, std::size_t k, TopKMethod method);
 
-// Shards held in memory: for unit tests and simulations at scale.
+// The first k of `items` in the answer's order (RanksBefore); all of them,
+// ranked, if k is larger. For sources that rank their own groups.
 template <class Measure>
-class MemoryTopKSource final : public TopKShardSource<Measure> {
- public:
-  // shards[i] = shard i's groups; a key at most once per shard.
-  explicit MemoryTopKSource(std::vector<std::vector<TopKEntry<Measure>>> shards);
-  [[nodiscard]] int ShardCount() const override { return static_cast<int>(by_rank_.size()); }
-  [[nodiscard]] TopKReply<Measure> LocalTopK(std::size_t k, bool want_min_partial) override;
-  [[nodiscard]] TopKReply<Measure> AtLeast(const TopKThreshold<Measure>& threshold,
-                                           const std::vector<std::vector<TopKKey>>& exclude) override;
-  [[nodiscard]] TopKReply<Measure> Partials(const std::vector<std::vector<TopKKey>>& keys) override;
-  [[nodiscard]] TopKReply<Measure> AllPartials() override;
-
- private:
-  std::vector<std::vector<TopKEntry<Measure>>> by_rank_;  // per shard, RanksBefore order
-  std::vector<std::unordered_map<TopKKey, Measure>> by_key_;
-};
+[[nodiscard]] std::vector<TopKEntry<Measure>> RankTopK(std::vector<TopKEntry<Measure>> items, std::size_t k);
 
 // ---------------------------------------------------------------------------
 // Over SQL.
@@ -251,43 +264,65 @@ struct TopKStatements {
   std::string at_least;        // $n+1 = m, $n+2 = tau1, $n+3 = excluded keys, $n+4 = exclude NULL key
   std::string partials;        // $n+1 = keys, $n+2 = include the NULL key
   std::string all_partials;
+  // In a session (one snapshot per shard): the temporary table, phase 1
+  // (aggregates once into it; $n+1 = k; also the smallest partial, the
+  // group count and the histogram), and phases 2, 3 and the rest of the
+  // partials over the table ($1.. their own parameters, as above).
+  std::string snapshot_setup;
+  std::string snapshot_local_top_k;
+  std::string snapshot_at_least;   // $1 = m, $2 = tau1, $3 = excluded keys, $4 = exclude NULL key
+  std::string snapshot_partials;   // $1 = keys, $2 = include the NULL key
+  std::string snapshot_rest;       // $1 = excluded keys, $2 = exclude NULL key
 };
 [[nodiscard]] TopKStatements BuildTopKStatements(const TopKQuery& query);
 
-// Runs the phases as scatters over ScatterGather. Each call is one scatter
-// (its own connections and snapshot per shard), so rows written between
-// phases may make TPUT's answer reflect slightly different moments; such an
-// inconsistency, when it shows, is reported in TopKResult::warnings.
-// options.deadline, if set, bounds every phase (so the whole computation);
-// options.shards and options.allow_partial are ignored: an exact top-k needs
-// every shard. Measure: std::int64_t (integer/bigint measure) or Decimal
-// (numeric, or integer sums beyond 64 bits).
+// TPUT's phases (LocalTopK, AtLeast, Partials, RestOfPartials) run in one
+// ScatterSession: a connection per shard held from phase 1 to the last
+// phase, one REPEATABLE READ READ ONLY transaction (one snapshot) per shard,
+// the per-key partials aggregated once, in phase 1, into a temporary table
+// (ON COMMIT DROP) that the later phases read. The last phase ends the
+// session; so does the destructor. AllPartials() is one plain scatter.
+// options.deadline, if set, bounds the whole computation (otherwise each
+// session or scatter gets the default 30 s); options.shards and
+// options.allow_partial are ignored: an exact top-k needs every shard.
+// Measure: std::int64_t (integer/bigint measure) or Decimal (numeric, or
+// integer sums beyond 64 bits). Destroy the source before the ScatterGather.
 //
-// Cost: phases 1 and 2 each run the full GROUP BY on every shard (phase 3 only
-// over the candidate keys, where an index on the key helps), so TPUT saves
-// rows on the wire and client work, not server work; it pays off when
-// shipping the partials costs more than a second aggregation per shard.
+// Cost: one GROUP BY per shard for either method; TPUT adds writing the
+// partials into the temporary table and two short round trips, and saves
+// shipping and decoding most partials.
 template <class Measure>
 class BasicSqlTopKSource final : public TopKShardSource<Measure> {
  public:
   BasicSqlTopKSource(ScatterGather& scatter, TopKQuery query, ScatterOptions options = {});
+  ~BasicSqlTopKSource() override;
+  BasicSqlTopKSource(const BasicSqlTopKSource&) = delete;
+  BasicSqlTopKSource& operator=(const BasicSqlTopKSource&) = delete;
   [[nodiscard]] int ShardCount() const override { return shard_count_; }
   [[nodiscard]] TopKReply<Measure> LocalTopK(std::size_t k, bool want_min_partial) override;
   [[nodiscard]] TopKReply<Measure> AtLeast(const TopKThreshold<Measure>& threshold,
                                            const std::vector<std::vector<TopKKey>>& exclude) override;
   [[nodiscard]] TopKReply<Measure> Partials(const std::vector<std::vector<TopKKey>>& keys) override;
   [[nodiscard]] TopKReply<Measure> AllPartials() override;
+  [[nodiscard]] TopKReply<Measure> RestOfPartials(const std::vector<std::vector<TopKKey>>& exclude) override;
   [[nodiscard]] const TopKStatements& Statements() const noexcept { return statements_; }
+  // Time spent opening the session (acquiring, BEGIN, the temporary table);
+  // it is part of phase 1's elapsed time.
+  [[nodiscard]] std::chrono::microseconds SessionOpenTime() const noexcept { return session_open_; }
 
  private:
   [[nodiscard]] TopKReply<Measure> Decode(const ScatterResult& result, bool with_min) const;
   [[nodiscard]] ScatterOptions PhaseOptions(const char* phase) const;
+  ScatterSession& Session();
+  void EndSession() noexcept;
 
   ScatterGather& scatter_;
   TopKQuery query_;
   ScatterOptions options_;
   TopKStatements statements_;
   int shard_count_ = 0;
+  std::shared_ptr<ScatterSession> session_;
+  std::chrono::microseconds session_open_{0};
 };
 using SqlTopKSource = BasicSqlTopKSource<std::int64_t>;
 using DecimalSqlTopKSource = BasicSqlTopKSource<Decimal>;
@@ -307,18 +342,18 @@ template <class Measure = std::int64_t>
 // left out; for `= ANY($n::bigint[])` / `::text[]` parameters.
 [[nodiscard]] std::string TopKKeysArrayLiteral(const std::vector<TopKKey>& keys);
 
-extern template class MemoryTopKSource<std::int64_t>;
 extern template TopKResult<std::int64_t> TputTopK(TopKShardSource<std::int64_t>&, std::size_t);
 extern template TopKResult<std::int64_t> AllPartialsTopK(TopKShardSource<std::int64_t>&, std::size_t);
-extern template TopKResult<std::int64_t> PerShardShortcutTopK(TopKShardSource<std::int64_t>&, std::size_t);
 extern template TopKResult<std::int64_t> RunTopK(TopKShardSource<std::int64_t>&, std::size_t, TopKMethod);
+extern template TopKResult<std::int64_t> AutoTopK(TopKShardSource<std::int64_t>&, std::size_t);
+extern template std::vector<TopKEntry<std::int64_t>> RankTopK(std::vector<TopKEntry<std::int64_t>>, std::size_t);
 
 extern template class BasicSqlTopKSource<std::int64_t>;
-extern template class MemoryTopKSource<Decimal>;
 extern template TopKResult<Decimal> TputTopK(TopKShardSource<Decimal>&, std::size_t);
 extern template TopKResult<Decimal> AllPartialsTopK(TopKShardSource<Decimal>&, std::size_t);
-extern template TopKResult<Decimal> PerShardShortcutTopK(TopKShardSource<Decimal>&, std::size_t);
 extern template TopKResult<Decimal> RunTopK(TopKShardSource<Decimal>&, std::size_t, TopKMethod);
+extern template TopKResult<Decimal> AutoTopK(TopKShardSource<Decimal>&, std::size_t);
+extern template std::vector<TopKEntry<Decimal>> RankTopK(std::vector<TopKEntry<Decimal>>, std::size_t);
 
 extern template class BasicSqlTopKSource<Decimal>;
 

@@ -1,8 +1,9 @@
 // shardkit/value.hpp — typed SQL values and result sets read from pqxx results.
 //
 // A Value is what one field of a row holds once its PostgreSQL type is known:
-// NULL, boolean, an integer (smallint/integer/bigint/oid), a double (real,
-// double precision), an exact Decimal (numeric) or text (text, varchar, and
+// NULL, boolean, an integer (smallint/integer/bigint/oid), a double (double
+// precision, or real: a float kept as such, so that it prints as the server
+// prints a real), an exact Decimal (numeric) or text (text, varchar, and
 // the types shardkit only carries along: date, timestamp, uuid...). The type
 // comes from the column's type OID, never from guessing at the text.
 //
@@ -12,10 +13,11 @@
 //
 // Ordering (CompareValues) is PostgreSQL's for the supported types, with text
 // compared bytewise: that is the C collation, which every shardkit server must
-// use (see CheckMergeAssumptions in merge.hpp). Dates and timestamps are
+// use (see CheckMergeAssumptions in scatter_merge.hpp). Dates and timestamps are
 // ordered by their ISO text (DateStyle ISO, years 1-9999).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -44,6 +46,8 @@ class Value {
   [[nodiscard]] static Value Bool(bool v) { return Value(Storage(std::in_place_index<1>, v)); }
   [[nodiscard]] static Value Int(std::int64_t v) { return Value(Storage(std::in_place_index<2>, v)); }
   [[nodiscard]] static Value Double(double v) { return Value(Storage(std::in_place_index<3>, v)); }
+  // A real (float4): of kind kDouble, but printed as float4out prints it.
+  [[nodiscard]] static Value Real(float v) { return Value(Storage(std::in_place_index<6>, v)); }
   [[nodiscard]] static Value Numeric(Decimal v) {
     return Value(Storage(std::in_place_index<4>, std::move(v)));
   }
@@ -52,12 +56,18 @@ class Value {
     return Value(Storage(std::in_place_index<5>, std::move(v)));
   }
 
-  [[nodiscard]] Kind kind() const noexcept { return static_cast<Kind>(storage_.index()); }
+  [[nodiscard]] Kind kind() const noexcept {
+    return storage_.index() == kRealIndex ? Kind::kDouble : static_cast<Kind>(storage_.index());
+  }
   [[nodiscard]] bool IsNull() const noexcept { return storage_.index() == 0; }
+  [[nodiscard]] bool IsReal() const noexcept { return storage_.index() == kRealIndex; }
   // Accessors throw shardkit::Error when the kind differs.
   [[nodiscard]] bool AsBool() const { return std::get<1>(Checked(Kind::kBool)); }
   [[nodiscard]] std::int64_t AsInt() const { return std::get<2>(Checked(Kind::kInt)); }
-  [[nodiscard]] double AsDouble() const { return std::get<3>(Checked(Kind::kDouble)); }
+  [[nodiscard]] double AsDouble() const {
+    if (IsReal()) return static_cast<double>(std::get<kRealIndex>(storage_));  // exact widening
+    return std::get<3>(Checked(Kind::kDouble));
+  }
   [[nodiscard]] const Decimal& AsDecimal() const { return std::get<4>(Checked(Kind::kDecimal)); }
   [[nodiscard]] const std::string& AsText() const { return std::get<5>(Checked(Kind::kText)); }
 
@@ -65,11 +75,14 @@ class Value {
   // round-trip doubles); "NULL" for NULL. For messages and printing.
   [[nodiscard]] std::string ToString() const;
 
-  // Same kind and same text form (so 1.5 and 1.50 differ; NaN equals NaN).
+  // Same kind and same text form (so 1.5 and 1.50 differ, a real and a
+  // double differ; NaN equals NaN).
   friend bool operator==(const Value& a, const Value& b);
 
  private:
-  using Storage = std::variant<std::monostate, bool, std::int64_t, double, Decimal, std::string>;
+  // Indexes 0-5 are the Kinds in order; a real is stored as a float after them.
+  using Storage = std::variant<std::monostate, bool, std::int64_t, double, Decimal, std::string, float>;
+  static constexpr std::size_t kRealIndex = 6;
   explicit Value(Storage s) : storage_(std::move(s)) {}
   const Storage& Checked(Kind want) const {
     if (kind() != want) ThrowWrongKind(want);

@@ -11,6 +11,7 @@
 #include "demos.hpp"
 #include "shardkit/decimal.hpp"
 #include "shardkit/merge.hpp"
+#include "shardkit/scatter_merge.hpp"
 
 namespace shardkit::lab {
 namespace {
@@ -41,7 +42,7 @@ DemoResult RunCategoryAvg(Lab& lab) {
   plan.Key("category")
       .Sum("amount_sum", "sum")
       .Count("amount_count", "orders")
-      .Avg("avg_amount", "amount_sum", "amount_count")
+      .Avg("amount_sum", "amount_count", "avg_amount")
       .OrderBy("category");
 
   ScatterOptions options;

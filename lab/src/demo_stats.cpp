@@ -99,7 +99,9 @@ std::function<DemoResult(Lab&)> DemoByName(const std::string& name) {
   if (name == "top10") return RunTop10;
   if (name == "category-avg") return RunCategoryAvg;
   if (name == "third-shard") return RunThirdShard;
+  if (name == "workers") return static_cast<DemoResult (*)(Lab&)>(RunWorkers);
   if (name == "stats") return RunStats;
+  if (name == "rebalance") return static_cast<DemoResult (*)(Lab&)>(RunRebalance);
   return nullptr;
 }
 

@@ -11,6 +11,7 @@
 #include "dataset.hpp"
 #include "demos.hpp"
 #include "shardkit/topk.hpp"
+#include "topk_shortcut.hpp"
 
 namespace shardkit::lab {
 namespace {
@@ -22,6 +23,7 @@ constexpr const char* kWhere = "o.ordered_at >= $1::timestamptz";
 
 using Entry = TopKEntry<std::int64_t>;
 using Result = TopKResult<std::int64_t>;
+using Shortcut = ShortcutTopKResult<std::int64_t>;
 
 std::int64_t BookOf(const Entry& e) { return std::get<std::int64_t>(e.key); }
 
@@ -31,19 +33,26 @@ Json ListJson(const std::vector<Entry>& items) {
   return list;
 }
 
-Json MethodJson(const Result& r, const std::vector<Entry>& reference) {
+// The exact methods' results and the shortcut's share these fields.
+template <class R>
+Json MethodJson(const R& r, const char* method, bool exact, const std::vector<Entry>& reference) {
   Json phases = Json::array();
   for (const auto& p : r.phases) {
     phases.push_back({{"name", p.name}, {"rows", p.rows}, {"shards_asked", p.shards_asked}, {"ms", MsValue(p.elapsed)}});
   }
-  Json j{{"method", TopKMethodName(r.method)},
-         {"exact", r.exact},
+  Json j{{"method", method},
+         {"exact", exact},
          {"rows", r.total_rows},
          {"bytes", r.total_bytes},
          {"ms", MsValue(r.elapsed)},
          {"phases", phases},
          {"top", ListJson(r.items)},
          {"equals_reference", r.items == reference}};
+  return j;
+}
+
+Json MethodJson(const Result& r, const std::vector<Entry>& reference) {
+  Json j = MethodJson(r, TopKMethodName(r.method), true, reference);
   if (r.tau1) j["tau1"] = *r.tau1;
   if (r.tau2) j["tau2"] = *r.tau2;
   if (r.method == TopKMethod::kTput) {
@@ -80,10 +89,8 @@ DemoResult RunTop10(Lab& lab) {
   q.params = {WindowStartParam()};
   q.k = kTop;
 
-  auto run = [&](TopKMethod method, const char* label) {
-    q.label = label;
-    Result result = TopKBySum(lab.Scatter(), q, method);
-    for (const auto& phase : result.phases) {
+  auto remember = [&](const std::vector<TopKPhaseStats>& phases, const char* label) {
+    for (const auto& phase : phases) {
       Lab::ScatterRecord rec;
       rec.label = fmt::format("{}: {}", label, phase.name);
       rec.fanout = static_cast<std::size_t>(phase.shards_asked);
@@ -91,11 +98,20 @@ DemoResult RunTop10(Lab& lab) {
       rec.elapsed = phase.elapsed;
       lab.Remember(std::move(rec));
     }
+  };
+  auto run = [&](TopKMethod method, const char* label) {
+    q.label = label;
+    Result result = TopKBySum(lab.Scatter(), q, method);
+    remember(result.phases, label);
     return result;
   };
   const Result exact = run(TopKMethod::kAllPartials, "top10 exact");
-  const Result shortcut = run(TopKMethod::kPerShardShortcut, "top10 shortcut");
+  q.label = "top10 shortcut";
+  SqlTopKSource shortcut_source(lab.Scatter(), q);
+  const Shortcut shortcut = PerShardShortcutTopK(shortcut_source, kTop);
+  remember(shortcut.phases, "top10 shortcut");
   const Result tput = run(TopKMethod::kTput, "top10 TPUT");
+  const Result automatic = run(TopKMethod::kAuto, "top10 auto");
 
   // The reference server: one GROUP BY, and the true totals of the
   // shortcut's books.
@@ -123,7 +139,14 @@ DemoResult RunTop10(Lab& lab) {
   r.text += fmt::format("exact: {} rows transferred from {} shards, {} ms\n", exact.total_rows, lab.ShardCount(),
                         Ms(exact.elapsed));
   r.text += fmt::format("top-10 per shard: {} rows transferred, {} ms\n", shortcut.total_rows, Ms(shortcut.elapsed));
-  r.text += fmt::format("TPUT (exact, 3 round trips): {} rows transferred, {} ms\n", tput.total_rows, Ms(tput.elapsed));
+  r.text += fmt::format("TPUT (exact, 3 phases in one snapshot per shard): {} rows transferred, {} ms ({:.2f}x all "
+                        "partials' time)\n",
+                        tput.total_rows, Ms(tput.elapsed),
+                        exact.elapsed.count() > 0 ? static_cast<double>(tput.elapsed.count()) /
+                                                        static_cast<double>(exact.elapsed.count())
+                                                  : 0.0);
+  r.text += fmt::format("auto (exact): {}; {} rows transferred, {} ms\n", automatic.choice, automatic.total_rows,
+                        Ms(automatic.elapsed));
   for (std::size_t i = 0; i < kTop; ++i) {
     std::string line = fmt::format("  #{:<3}", i + 1);
     if (i < exact.items.size()) {
@@ -160,6 +183,7 @@ DemoResult RunTop10(Lab& lab) {
   }
   const bool exact_ok = exact.items == reference;
   const bool tput_ok = tput.items == reference;
+  const bool auto_ok = automatic.items == reference;
   const bool shortcut_differs = shortcut.items != reference;
   r.text += fmt::format(
       "checked against the reference server's GROUP BY: exact {}, TPUT {}, top-10 per shard {}\n",
@@ -169,6 +193,8 @@ DemoResult RunTop10(Lab& lab) {
            fmt::format("exact [{}] vs reference [{}]", Describe(exact.items), Describe(reference)));
   r.Expect("top10.tput_equals_reference", tput_ok,
            fmt::format("TPUT [{}] vs reference [{}]", Describe(tput.items), Describe(reference)));
+  r.Expect("top10.auto_equals_reference", auto_ok,
+           fmt::format("auto [{}] vs reference [{}]", Describe(automatic.items), Describe(reference)));
   r.Expect("top10.shortcut_differs", shortcut_differs,
            fmt::format("shortcut [{}] vs reference [{}]", Describe(shortcut.items), Describe(reference)));
   r.Expect("top10.shortcut_rows", shortcut.total_rows <= kTop * static_cast<std::size_t>(lab.ShardCount()),
@@ -176,7 +202,7 @@ DemoResult RunTop10(Lab& lab) {
   r.Expect("top10.tput_transfers_less", tput.total_rows < exact.total_rows,
            fmt::format("TPUT {} rows vs all partials {} rows", tput.total_rows, exact.total_rows));
 
-  Json shortcut_json = MethodJson(shortcut, reference);
+  Json shortcut_json = MethodJson(shortcut, kShortcutName, false, reference);
   Json really_json = Json::array();
   for (const auto& e : shortcut.items) {
     const auto it = really.find(BookOf(e));
@@ -188,6 +214,18 @@ DemoResult RunTop10(Lab& lab) {
                {"exact", MethodJson(exact, reference)},
                {"shortcut", shortcut_json},
                {"tput", MethodJson(tput, reference)},
+               {"auto", [&] {
+                  Json j = MethodJson(automatic, reference);
+                  j["choice"] = automatic.choice;
+                  j["chosen"] = TopKMethodName(automatic.method);
+                  if (automatic.groups) j["groups"] = *automatic.groups;
+                  if (automatic.estimated_phase2_rows) j["estimated_phase2_rows"] = *automatic.estimated_phase2_rows;
+                  return j;
+                }()},
+               {"tput_to_all_partials_time",
+                exact.elapsed.count() > 0
+                    ? static_cast<double>(tput.elapsed.count()) / static_cast<double>(exact.elapsed.count())
+                    : 0.0},
                {"reference", ListJson(reference)},
                {"overlap_shortcut_exact", overlap}};
   return r;

@@ -10,11 +10,13 @@
 // All demos assume the data was loaded (load.hpp) and use kLabNow as "now".
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <string>
 
 #include "lab.hpp"
 #include "shardkit/directory.hpp"
+#include "worker_process.hpp"
 
 namespace shardkit::lab {
 
@@ -32,7 +34,40 @@ namespace shardkit::lab {
 [[nodiscard]] DemoResult RunCategoryAvg(Lab& lab);
 // 6. A third shard: the fewest bucket moves vs customer_id % shard count.
 [[nodiscard]] DemoResult RunThirdShard(Lab& lab);
-// 7. The run's cross-shard query statistics.
+// 7. Worker sharding (seed 000): worker processes share the 64 partitions
+//    by leases with fencing tokens; join, SIGKILL, SIGSTOP past the lease,
+//    a hot customer and salting; a checker over every job and effect.
+struct WorkersDemoOptions {
+  // The bookstore-lab binary the workers run (`bookstore-lab worker ...`):
+  // $BOOKSTORE_LAB_EXE, else this process's own executable.
+  std::string executable;
+  std::filesystem::path work_dir = std::filesystem::temp_directory_path();
+  std::uint64_t seed = 1;
+  double orders_per_second = 150;  // the steady load, 3 jobs per order
+  int hot_burst_orders = 600;      // per hot phase, 40% from one customer
+  WorkerSettings settings;
+};
+[[nodiscard]] DemoResult RunWorkers(Lab& lab);
+[[nodiscard]] DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options);
+// 9. Rebalance under load (seed 001's exercise): to one more shard and
+//    back while writers place orders through the routed write API and
+//    readers ask "my orders" and a cross-shard report; a per-second
+//    timeline, each bucket's stall, and a checker (nothing lost, nothing
+//    duplicated, the union of the shards equals the reference). Needs a
+//    shard that holds no bucket (lab/cluster add-shard). Not part of `all`.
+struct RebalanceDemoOptions {
+  int writers = 4;
+  int readers = 2;
+  double orders_per_second_per_writer = 50;
+  int parallel = 2;
+  std::chrono::milliseconds cleanup_grace{500};
+  std::chrono::milliseconds settle{1500};  // load before, between and after the moves
+  int max_moves = 0;  // > 0: only the first N moves of the plan there (and those back); tests
+  std::function<void(const std::string&)> progress;  // a line per finished move
+};
+[[nodiscard]] DemoResult RunRebalance(Lab& lab);
+[[nodiscard]] DemoResult RunRebalance(Lab& lab, const RebalanceDemoOptions& options);
+// 8. The run's cross-shard query statistics.
 [[nodiscard]] DemoResult RunStats(Lab& lab);
 
 // The demo of that name (DemoNames()), or nullptr.

@@ -157,7 +157,7 @@ std::string TextTable::Render(const std::string& indent) const {
 
 const std::vector<std::string>& DemoNames() {
   static const std::vector<std::string> names{"routing", "shard-key", "ids", "top10",
-                                              "category-avg", "third-shard", "stats"};
+                                              "category-avg", "third-shard", "workers", "stats"};
   return names;
 }
 

@@ -82,7 +82,7 @@ LoadReport GenerateAndLoad(Lab& lab, const DatasetParams& params, const LoadOpti
 // The load's text and figures, as a DemoResult named "load".
 [[nodiscard]] DemoResult DescribeLoad(const LoadReport& report);
 
-// COPY through libpqxx vs `psql \copy` of the same rows (the reference's
+// COPY through shardkit::CopyWriter vs `psql \copy` of the same rows (the reference's
 // orders, into an index-less copy of the orders table on the reference
 // server, in a transaction that is rolled back).
 // The COPY text file is written to `work_dir`.

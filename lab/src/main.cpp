@@ -4,6 +4,7 @@
 //   bookstore-lab top10 --scale 0.01    one demo (loads that scale if needed)
 //   bookstore-lab load --scale 0.1      (re)load only
 //   bookstore-lab all --json            one JSON document on stdout
+//   bookstore-lab worker --config F ... one outbox worker process (the workers demo starts these)
 //
 // Exit status: 0 all checks passed, 1 a check failed, 2 usage or
 // configuration error, 3 a server is unreachable.
@@ -15,12 +16,14 @@
 #include <iostream>
 #include <optional>
 #include <pqxx/pqxx>
+#include <string_view>
 
 #include "dataset.hpp"
 #include "demos.hpp"
 #include "lab.hpp"
 #include "load.hpp"
 #include "shardkit/errors.hpp"
+#include "worker_process.hpp"
 
 namespace {
 
@@ -38,7 +41,9 @@ const char* Title(const std::string& demo) {
   if (demo == "top10") return "4. the wrong top-10: best sellers of the last 30 days";
   if (demo == "category-avg") return "5. exercise: average order amount per category";
   if (demo == "third-shard") return "6. exercise: add a third shard";
-  if (demo == "stats") return "7. cross-shard query statistics of this run";
+  if (demo == "workers") return "7. worker sharding: partitions, leases, fencing, hot keys (seed 000)";
+  if (demo == "stats") return "8. cross-shard query statistics of this run";
+  if (demo == "rebalance") return "9. exercise: rebalance to one more shard and back, under load";
   if (demo == "load") return "load";
   if (demo == "copy-vs-psql") return "COPY vs psql \\copy";
   return "";
@@ -99,6 +104,8 @@ bool Reachable(Lab& lab, std::string& problem) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The workers demo starts this program again as its worker processes.
+  if (argc > 1 && std::string_view(argv[1]) == "worker") return WorkerMain(argc - 1, argv + 1);
   CLI::App app{"The Bookstore lab: seed 001's sharding experiments on real PostgreSQL shards, "
                "each answer checked against an unsharded reference server."};
   app.fallthrough();
@@ -121,8 +128,13 @@ int main(int argc, char** argv) {
 
   auto* load_cmd = app.add_subcommand("load", "generate the data and (re)load every server with COPY");
   load_cmd->add_flag("--compare-psql", compare_psql, "then time psql \\copy of the same orders rows");
-  app.add_subcommand("copy-vs-psql", "COPY through libpqxx vs psql \\copy of the same orders rows");
+  app.add_subcommand("copy-vs-psql", "COPY through shardkit::CopyWriter vs psql \\copy of the same orders rows");
   for (const auto& name : DemoNames()) app.add_subcommand(name, Title(name));
+  app.add_subcommand("ensure-loaded", "load the data if it is missing or at another scale, nothing else");
+  // Needs a shard without buckets (lab/cluster add-shard), so the data must
+  // be loaded before that shard exists: lab/run rebalance runs ensure-loaded
+  // first. Not part of `all`: it changes the cluster while it runs.
+  app.add_subcommand("rebalance", Title("rebalance"));
   app.add_subcommand("all", "load if needed, then every demo (the default)");
   CLI11_PARSE(app, argc, argv);
 
@@ -182,6 +194,8 @@ int main(int argc, char** argv) {
         const Dataset data = GenerateDataset(params);
         out.Emit(DescribeCopyComparison(CompareWithPsql(*lab, data, work_dir)));
       }
+    } else if (command == "rebalance") {
+      run_demo(command);
     } else {
       std::string why;
       if (IsLoaded(*lab, params, &why)) {
@@ -194,7 +208,7 @@ int main(int argc, char** argv) {
       }
       if (command == "all") {
         for (const auto& name : DemoNames()) run_demo(name);
-      } else {
+      } else if (command != "ensure-loaded") {
         run_demo(command);
       }
     }

@@ -20,6 +20,11 @@ const std::vector<Table>& Tables() {
       {"orders", "customer_id, order_id", "customer_id, bucket, order_id, ordered_at, status, total"},
       {"order_items", "customer_id, order_id, line_no",
        "customer_id, bucket, order_id, line_no, book_id, quantity, unit_price"},
+      // The outbox tables (sql/020, 022): co-located, they move with their bucket.
+      {"shardkit_jobs", "customer_id, job_id", "customer_id, bucket, job_id, queue, partition, kind, payload, state"},
+      {"notification_log", "customer_id, notification_id, fence",
+       "customer_id, bucket, notification_id, fence, order_id, kind, sent_by"},
+      {"order_tracking", "customer_id, order_id", "customer_id, bucket, order_id, status, status_seq"},
   };
   return tables;
 }
@@ -60,6 +65,13 @@ void FillBookstore(const ScratchCluster& cluster, int customers) {
       add(id, fmt::format("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ({0}, "
                           "bucket_of({0}), {1}, timestamptz '2026-01-01' + interval '1 hour' * ({1} % 9000), {2}.50);\n",
                           id, order_id, 10 * items));
+      add(id, fmt::format("INSERT INTO shardkit_jobs (customer_id, bucket, job_id, partition, kind, payload, state) "
+                          "VALUES ({0}, bucket_of({0}), {1}, bucket_of({0}), 'order_placed', '{1}', 'done');\n"
+                          "INSERT INTO notification_log (customer_id, bucket, notification_id, fence, order_id, kind, "
+                          "sent_by) VALUES ({0}, bucket_of({0}), {1}, 1, {1}, 'order_placed', 'worker-1');\n"
+                          "INSERT INTO order_tracking (customer_id, bucket, order_id, status, status_seq) VALUES "
+                          "({0}, bucket_of({0}), {1}, 'placed', 1);\n",
+                          id, order_id));
       for (int line = 1; line <= items; ++line) {
         add(id, fmt::format("INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, "
                             "unit_price) VALUES ({0}, bucket_of({0}), {1}, {2}, {3}, {4}, 9.99);\n",

@@ -36,3 +36,5 @@ void AddVerifyCommand(CLI::App& app, CliContext& context);    // verify
 void AddMoveCommands(CLI::App& app, CliContext& context);     // move, move resume|abort|show, moves, rebalance
 void AddShardsEnrollCommand(CLI::App& shards, CliContext& context);  // shards enroll
 void AddOwnershipCommand(CLI::App& app, CliContext& context);  // ownership
+void AddPlacementCommand(CLI::App& app, CliContext& context);  // placement-sim
+void AddWorkersCommand(CLI::App& app, CliContext& context);    // workers

@@ -8,6 +8,8 @@
 //   shardctl shards enroll                      shardctl ownership
 //   shardctl move 7 --to 2                      shardctl move resume|abort|show 12
 //   shardctl moves [--live]                     shardctl rebalance --plan|--apply [--shards 0,1] [--parallel 2]
+//   shardctl placement-sim --nodes 4 --add 1
+//   shardctl workers
 //
 // Exit codes: 0 success, 1 a shardkit error (message on stderr), 2 bad usage.
 #include <fmt/format.h>
@@ -55,6 +57,8 @@ int main(int argc, char** argv) {
   AddVerifyCommand(app, context);
   AddMoveCommands(app, context);
   AddOwnershipCommand(app, context);
+  AddPlacementCommand(app, context);
+  AddWorkersCommand(app, context);
 
   try {
     app.parse(argc, argv);

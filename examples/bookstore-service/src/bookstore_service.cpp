@@ -1,0 +1,745 @@
+#include "bookstore_service.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/ip/host_name.hpp>
+#include <charconv>
+#include <ctime>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <pqxx/pqxx>
+#include <set>
+#include <shardkit/errors.hpp>
+#include <shardkit/merge.hpp>
+#include <shardkit/scatter_merge.hpp>
+#include <shardkit/topk.hpp>
+#include <string_view>
+#include <vector>
+
+#include "errors.hpp"
+
+namespace bookstore {
+namespace {
+
+namespace http = boost::beast::http;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+using shardkit::CustomerId;
+using shardkit::ShardId;
+using shardkit::ToInt;
+
+constexpr int kMaxItems = 100;
+constexpr int kMaxQuantity = 1000;
+
+HttpResponse Json(int status, const json& body) {
+  HttpResponse response{static_cast<http::status>(status), 11};
+  response.set(http::field::content_type, "application/json");
+  response.body() = body.dump() + "\n";
+  return response;
+}
+
+// ---------------------------------------------------------------- requests
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string PercentDecode(std::string_view text, bool plus_is_space) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%') {
+      const int hi = i + 2 < text.size() ? HexValue(text[i + 1]) : -1;
+      const int lo = hi >= 0 ? HexValue(text[i + 2]) : -1;
+      if (lo < 0) throw ApiError(400, fmt::format("bad percent-encoding in '{}'", text));
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else if (plus_is_space && text[i] == '+') {
+      out += ' ';
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+template <class Int>
+std::optional<Int> ParseInt(std::string_view text) {
+  Int value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+// UTC, ISO 8601 with milliseconds: the instant every shard filters on.
+std::string IsoTimestamp(std::chrono::system_clock::time_point t) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  const std::time_t seconds = static_cast<std::time_t>(ms / 1000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday,
+                     utc.tm_hour, utc.tm_min, utc.tm_sec, ms % 1000);
+}
+
+std::string FirstLine(std::string text) {
+  for (const char* prefix : {"ERROR:  ", "FATAL:  "}) {
+    if (text.starts_with(prefix)) text.erase(0, std::char_traits<char>::length(prefix));
+  }
+  if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
+  return text;
+}
+
+std::string ArrayLiteral(const std::vector<std::int64_t>& values) {
+  std::string text = "{";
+  for (std::size_t i = 0; i < values.size(); ++i) text += (i > 0 ? "," : "") + std::to_string(values[i]);
+  return text + "}";
+}
+
+// Runs `work` on one shard, turning libpqxx's exceptions into shardkit's,
+// with the SQLSTATE as a field, so that AnswerFor() maps them to a status.
+template <class Work>
+auto OnShard(ShardId shard, const std::string& name, Work&& work) -> decltype(work()) {
+  try {
+    return work();
+  } catch (const pqxx::in_doubt_error& e) {
+    throw shardkit::ShardUnavailable(
+        shard,
+        fmt::format("shard {} ({}): the connection was lost during COMMIT, so whether the transaction committed is "
+                    "unknown ({}); look before retrying",
+                    shard, name, FirstLine(shardkit::RedactDsn(e.what()))),
+        "08007");  // transaction_resolution_unknown
+  } catch (const pqxx::broken_connection& e) {
+    throw shardkit::ShardUnavailable(
+        shard, fmt::format("shard {} ({}) is unreachable: {}", shard, name, FirstLine(shardkit::RedactDsn(e.what()))));
+  } catch (const pqxx::sql_error& e) {
+    throw shardkit::ShardQueryError(shard,
+                                    fmt::format("shard {} ({}): {} (SQLSTATE {})", shard, name,
+                                                FirstLine(shardkit::RedactDsn(e.what())), e.sqlstate()),
+                                    e.sqlstate());
+  } catch (const pqxx::failure& e) {
+    throw shardkit::ShardQueryError(
+        shard, fmt::format("shard {} ({}): {}", shard, name, FirstLine(shardkit::RedactDsn(e.what()))));
+  }
+}
+
+// The transaction's statements stop at the request's deadline.
+void LimitToDeadline(pqxx::transaction_base& tx, Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  tx.exec(fmt::format("SET LOCAL statement_timeout = {}", std::max<long long>(1, left)));
+}
+
+}  // namespace
+
+struct BookstoreService::Target {
+  std::string path;
+  std::map<std::string, std::string> query;
+
+  explicit Target(std::string_view target) {
+    const auto q = target.find('?');
+    path = PercentDecode(target.substr(0, q), false);
+    if (q == std::string_view::npos) return;
+    std::string_view rest = target.substr(q + 1);
+    while (!rest.empty()) {
+      const auto amp = rest.find('&');
+      const std::string_view pair = rest.substr(0, amp);
+      const auto eq = pair.find('=');
+      std::string key = PercentDecode(pair.substr(0, eq), true);
+      std::string value = eq == std::string_view::npos ? std::string() : PercentDecode(pair.substr(eq + 1), true);
+      if (!key.empty()) query[std::move(key)] = std::move(value);
+      rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    }
+  }
+
+  void AllowOnly(std::initializer_list<std::string_view> names) const {
+    for (const auto& [key, value] : query) {
+      if (std::find(names.begin(), names.end(), key) == names.end()) {
+        std::string allowed;
+        for (auto n : names) allowed += (allowed.empty() ? "" : ", ") + std::string(n);
+        throw ApiError(400, fmt::format("unknown query parameter '{}' (this endpoint takes: {})", key,
+                                        allowed.empty() ? "none" : allowed));
+      }
+    }
+  }
+
+  [[nodiscard]] int Int(const std::string& name, int fallback, int min, int max) const {
+    const auto it = query.find(name);
+    if (it == query.end()) return fallback;
+    const auto value = ParseInt<int>(it->second);
+    if (!value || *value < min || *value > max) {
+      throw ApiError(400, fmt::format("{}={} is not an integer from {} to {}", name, it->second, min, max),
+                     {{"parameter", name}});
+    }
+    return *value;
+  }
+};
+
+BookstoreService::BookstoreService(shardkit::ClusterConfig config, ServiceOptions options)
+    : config_(std::move(config)), options_(std::move(options)) {
+  if (options_.lease_owner.empty()) {
+    options_.lease_owner = fmt::format("bookstore-service {}:{}", boost::asio::ip::host_name(), ::getpid());
+  }
+  resolver_ = shardkit::BucketShardResolver::FromConfig(config_);
+  scatter_ = std::make_unique<shardkit::ScatterGather>(*resolver_);
+  ids_ = std::make_unique<OrderIds>(LeaseDatabaseDsn(config_), options_.lease_owner);
+}
+
+BookstoreService::~BookstoreService() { Shutdown(); }
+
+void BookstoreService::SetConnectionSource(std::function<HttpConnectionCounts()> source) {
+  connections_ = std::move(source);
+}
+
+std::string BookstoreService::ShardName(ShardId shard) const {
+  try {
+    return resolver_->ShardName(shard);
+  } catch (const std::exception&) {
+    return fmt::format("shard{}", shard);
+  }
+}
+
+std::string BookstoreService::Shutdown() {
+  if (shut_down_) return "already shut down";
+  shut_down_ = true;
+  const int worker = ids_->Release();
+  // No request runs any more: every lease is back, so closing the idle
+  // connections closes them all.
+  std::string pools;
+  for (ShardId shard : shardkit::FirstShards(resolver_->ShardCount())) {
+    auto& pool = resolver_->Pool(shard);
+    const auto before = pool.Stats();
+    pool.CloseIdle();
+    pools += fmt::format("{}{} closed {} connection{}{}", pools.empty() ? "" : ", ", ShardName(shard), before.idle,
+                         before.idle == 1 ? "" : "s",
+                         before.in_use > 0 ? fmt::format(" ({} still in use)", before.in_use) : "");
+  }
+  scatter_.reset();
+  return fmt::format("worker id {} released; pools drained: {}", worker, pools);
+}
+
+HttpResponse BookstoreService::Handle(const HttpRequest& request) {
+  const auto start = Clock::now();
+  std::string route = "unknown";
+  HttpResponse response;
+  try {
+    response = Dispatch(request, route);
+  } catch (const std::exception& e) {
+    const ErrorAnswer answer = AnswerFor(e, [this](ShardId s) { return ShardName(s); });
+    response = Json(answer.status, answer.body);
+    if (answer.retry_after_seconds) response.set(http::field::retry_after, std::to_string(*answer.retry_after_seconds));
+    if (answer.status == 405 && answer.body.contains("allow")) {
+      response.set(http::field::allow, answer.body["allow"].get<std::string>());
+    }
+  }
+  http_metrics_.Record(route, std::string_view(request.method_string().data(), request.method_string().size()),
+                       static_cast<int>(response.result_int()), Clock::now() - start);
+  return response;
+}
+
+HttpResponse BookstoreService::Dispatch(const HttpRequest& request, std::string& route) {
+  const Target target(std::string_view(request.target().data(), request.target().size()));
+  std::vector<std::string_view> parts;
+  for (std::string_view rest = target.path; !rest.empty();) {
+    const auto slash = rest.find('/');
+    if (slash != 0) parts.push_back(rest.substr(0, slash));
+    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  }
+  const auto method = request.method();
+  // route: the path's template, for metrics; allowed: its method.
+  auto require = [&](http::verb allowed, const char* name) {
+    route = name;
+    if (method != allowed) {
+      throw ApiError(405, fmt::format("{} does not take {}; use {}", name,
+                                      std::string_view(request.method_string().data(), request.method_string().size()),
+                                      std::string_view(http::to_string(allowed).data(), http::to_string(allowed).size())),
+                     {{"allow", std::string(http::to_string(allowed))}});
+    }
+  };
+  if (parts.size() == 3 && parts[0] == "customers" && parts[2] == "orders") {
+    require(http::verb::get, "/customers/{id}/orders");
+    return CustomerOrders(target, std::string(parts[1]));
+  }
+  if (parts.size() == 1 && parts[0] == "orders") {
+    require(http::verb::post, "/orders");
+    return PostOrder(request, target);
+  }
+  if (parts.size() == 2 && parts[0] == "reports" && parts[1] == "top-books") {
+    require(http::verb::get, "/reports/top-books");
+    return TopBooks(target);
+  }
+  if (parts.size() == 2 && parts[0] == "reports" && parts[1] == "category-avg") {
+    require(http::verb::get, "/reports/category-avg");
+    return CategoryAvg(target);
+  }
+  if (parts.size() == 1 && parts[0] == "health") {
+    require(http::verb::get, "/health");
+    return Health(target);
+  }
+  if (parts.size() == 1 && parts[0] == "metrics") {
+    require(http::verb::get, "/metrics");
+    return Metrics(target);
+  }
+  throw ApiError(404, fmt::format("no such resource: {} (endpoints: GET /customers/{{id}}/orders, POST /orders, "
+                                  "GET /reports/top-books, GET /reports/category-avg, GET /health, GET /metrics)",
+                                  target.path));
+}
+
+// ------------------------------------------------------------ the endpoints
+
+HttpResponse BookstoreService::CustomerOrders(const Target& target, const std::string& id_text) {
+  target.AllowOnly({"limit"});
+  const auto id = ParseInt<std::int32_t>(id_text);
+  if (!id) {
+    throw ApiError(400, fmt::format("'{}' is not a customer id (an integer from {} to {})", id_text, INT32_MIN,
+                                    INT32_MAX));
+  }
+  const int limit = target.Int("limit", 20, 1, 500);
+  const auto deadline = Clock::now() + options_.request_timeout;
+  const shardkit::Route route = resolver_->Resolve(CustomerId{*id});
+  const std::string shard_name = ShardName(route.shard);
+
+  json orders = json::array();
+  OnShard(route.shard, shard_name, [&] {
+    auto lease = route.pool.Acquire(deadline);
+    pqxx::read_transaction tx{*lease};
+    LimitToDeadline(tx, deadline);
+    // One row per order, or one row of NULLs for a customer without orders;
+    // no row at all: no such customer.
+    const pqxx::result rows = tx.exec_params(
+        "SELECT o.order_id, to_json(o.ordered_at) #>> '{}', o.status, o.total::text "
+        "FROM customers c LEFT JOIN LATERAL ("
+        "  SELECT order_id, ordered_at, status, total FROM orders"
+        "  WHERE customer_id = c.customer_id ORDER BY ordered_at DESC, order_id DESC LIMIT $2) o ON true "
+        "WHERE c.customer_id = $1",
+        route.customer, limit);
+    if (rows.empty()) {
+      throw ApiError(404, fmt::format("customer {} does not exist (bucket {}, shard {} ({}))", route.customer,
+                                      route.bucket, route.shard, shard_name));
+    }
+    std::vector<std::int64_t> ids;
+    std::map<std::int64_t, std::size_t> position;
+    for (const auto& row : rows) {
+      if (row[0].is_null()) continue;
+      const auto order_id = row[0].as<std::int64_t>();
+      position[order_id] = orders.size();
+      ids.push_back(order_id);
+      orders.push_back({{"order_id", std::to_string(order_id)},
+                        {"ordered_at", row[1].as<std::string>()},
+                        {"status", row[2].as<std::string>()},
+                        {"total", row[3].as<std::string>()},
+                        {"items", json::array()}});
+    }
+    if (!ids.empty()) {
+      for (const auto& item : tx.exec_params(
+               "SELECT order_id, line_no, book_id, quantity, unit_price::text FROM order_items "
+               "WHERE customer_id = $1 AND order_id = ANY($2::bigint[]) ORDER BY order_id, line_no",
+               route.customer, ArrayLiteral(ids))) {
+        orders[position.at(item[0].as<std::int64_t>())]["items"].push_back(
+            {{"line_no", item[1].as<int>()},
+             {"book_id", item[2].as<std::int64_t>()},
+             {"quantity", item[3].as<int>()},
+             {"unit_price", item[4].as<std::string>()}});
+      }
+    }
+    tx.commit();
+  });
+  return Json(200, {{"customer_id", ToInt(route.customer)},
+                    {"bucket", ToInt(route.bucket)},
+                    {"shard", ToInt(route.shard)},
+                    {"shard_name", shard_name},
+                    {"directory_version", route.directory_version},
+                    {"orders", std::move(orders)}});
+}
+
+HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Target& target) {
+  target.AllowOnly({});
+  if (const auto type = request[http::field::content_type];
+      !type.empty() && type.substr(0, 16) != "application/json") {
+    throw ApiError(415, fmt::format("the body must be application/json, not {}", std::string_view(type.data(), type.size())));
+  }
+  json body;
+  try {
+    body = json::parse(request.body());
+  } catch (const json::parse_error& e) {
+    throw ApiError(400, fmt::format("the body is not JSON: {}", e.what()));
+  }
+  if (!body.is_object()) throw ApiError(400, "the body must be a JSON object: {\"customer_id\": ..., \"items\": [...]}");
+  for (const auto& [key, value] : body.items()) {
+    if (key != "customer_id" && key != "items") {
+      throw ApiError(400, fmt::format("unknown field '{}' (an order has customer_id and items)", key));
+    }
+  }
+  const auto& customer_field = body.contains("customer_id") ? body["customer_id"] : json();
+  if (!customer_field.is_number_integer() || customer_field.get<std::int64_t>() < INT32_MIN ||
+      customer_field.get<std::int64_t>() > INT32_MAX) {
+    throw ApiError(400, "customer_id must be an integer from -2147483648 to 2147483647", {{"field", "customer_id"}});
+  }
+  const CustomerId customer{static_cast<std::int32_t>(customer_field.get<std::int64_t>())};
+  const auto& items_field = body.contains("items") ? body["items"] : json();
+  if (!items_field.is_array() || items_field.empty() || items_field.size() > kMaxItems) {
+    throw ApiError(400, fmt::format("items must be an array of 1 to {} {{\"book_id\", \"quantity\"}} objects", kMaxItems),
+                   {{"field", "items"}});
+  }
+  std::vector<std::int64_t> books;
+  std::vector<std::int64_t> quantities;
+  for (std::size_t i = 0; i < items_field.size(); ++i) {
+    const auto& item = items_field[i];
+    const std::string where = fmt::format("items[{}]", i);
+    if (!item.is_object() || item.size() != 2 || !item.contains("book_id") || !item.contains("quantity")) {
+      throw ApiError(400, where + " must be {\"book_id\": <id>, \"quantity\": <count>}", {{"field", where}});
+    }
+    if (!item["book_id"].is_number_integer() || item["book_id"].get<std::int64_t>() <= 0) {
+      throw ApiError(400, where + ".book_id must be a positive integer", {{"field", where + ".book_id"}});
+    }
+    if (!item["quantity"].is_number_integer() || item["quantity"].get<std::int64_t>() < 1 ||
+        item["quantity"].get<std::int64_t>() > kMaxQuantity) {
+      throw ApiError(400, fmt::format("{}.quantity must be an integer from 1 to {}", where, kMaxQuantity),
+                     {{"field", where + ".quantity"}});
+    }
+    books.push_back(item["book_id"].get<std::int64_t>());
+    quantities.push_back(item["quantity"].get<std::int64_t>());
+  }
+
+  const auto deadline = Clock::now() + options_.request_timeout;
+  const shardkit::Route route = resolver_->Resolve(customer);
+  const std::string shard_name = ShardName(route.shard);
+  // Issued before a connection is held; an id that ends up unused is harmless.
+  const std::int64_t order_id = ids_->Next();
+
+  json lines = json::array();
+  std::string ordered_at;
+  std::string total;
+  OnShard(route.shard, shard_name, [&] {
+    auto lease = route.pool.Acquire(deadline);
+    pqxx::work tx{*lease};
+    LimitToDeadline(tx, deadline);
+    if (tx.exec_params("SELECT 1 FROM customers WHERE customer_id = $1 FOR KEY SHARE", customer).empty()) {
+      throw ApiError(422, fmt::format("customer {} does not exist (bucket {}, shard {} ({})); nothing was stored",
+                                      customer, route.bucket, route.shard, shard_name),
+                     {{"field", "customer_id"}});
+    }
+    ordered_at = tx.exec_params1(
+                       "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, status, total) "
+                       "VALUES ($1, $2, $3, now(), 'placed', 0) RETURNING to_json(ordered_at) #>> '{}'",
+                       customer, ToInt(route.bucket), order_id)[0]
+                     .as<std::string>();
+    // Prices come from the shard's copy of books (a reference table).
+    const pqxx::result inserted = tx.exec_params(
+        "INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, unit_price) "
+        "SELECT $1, $2, $3, item.line_no, b.book_id, item.quantity, b.price "
+        "FROM unnest($4::bigint[], $5::integer[]) WITH ORDINALITY AS item(book_id, quantity, line_no) "
+        "JOIN books b ON b.book_id = item.book_id "
+        "RETURNING line_no, book_id, quantity, unit_price::text",
+        customer, ToInt(route.bucket), order_id, ArrayLiteral(books), ArrayLiteral(quantities));
+    if (inserted.size() != books.size()) {
+      std::set<std::int64_t> known;
+      for (const auto& row : inserted) known.insert(row[1].as<std::int64_t>());
+      json unknown = json::array();
+      std::string list;
+      for (const std::int64_t b : std::set<std::int64_t>(books.begin(), books.end())) {
+        if (known.contains(b)) continue;
+        unknown.push_back(b);
+        list += (list.empty() ? "" : ", ") + std::to_string(b);
+      }
+      // Leaving without commit rolls the order back with its items.
+      throw ApiError(422, fmt::format("no such book: {}; nothing was stored", list), {{"unknown_books", unknown}});
+    }
+    total = tx.exec_params1(
+                  "UPDATE orders SET total = (SELECT sum(quantity * unit_price) FROM order_items "
+                  "  WHERE customer_id = $1 AND order_id = $2) "
+                  "WHERE customer_id = $1 AND order_id = $2 RETURNING total::text",
+                  customer, order_id)[0]
+                .as<std::string>();
+    tx.commit();
+    std::vector<std::pair<int, json>> sorted;
+    for (const auto& row : inserted) {
+      sorted.emplace_back(row[0].as<int>(), json{{"line_no", row[0].as<int>()},
+                                                 {"book_id", row[1].as<std::int64_t>()},
+                                                 {"quantity", row[2].as<int>()},
+                                                 {"unit_price", row[3].as<std::string>()}});
+    }
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [line, item] : sorted) lines.push_back(std::move(item));
+  });
+  HttpResponse response = Json(201, {{"order_id", std::to_string(order_id)},
+                                     {"customer_id", ToInt(customer)},
+                                     {"bucket", ToInt(route.bucket)},
+                                     {"shard", ToInt(route.shard)},
+                                     {"shard_name", shard_name},
+                                     {"directory_version", route.directory_version},
+                                     {"ordered_at", ordered_at},
+                                     {"status", "placed"},
+                                     {"total", total},
+                                     {"items", std::move(lines)}});
+  response.set(http::field::location, fmt::format("/customers/{}/orders", customer));
+  return response;
+}
+
+HttpResponse BookstoreService::TopBooks(const Target& target) {
+  target.AllowOnly({"days", "k"});
+  const int days = target.Int("days", 30, 1, 3650);
+  const int k = target.Int("k", 10, 1, 100);
+  const auto deadline = Clock::now() + options_.request_timeout;
+  // One instant for every shard and every phase.
+  const std::string since = IsoTimestamp(std::chrono::system_clock::now() - std::chrono::hours(24) * days);
+
+  shardkit::TopKQuery query;
+  query.from = "order_items i JOIN orders o ON o.customer_id = i.customer_id AND o.order_id = i.order_id";
+  query.key = "i.book_id";
+  query.measure = "i.quantity";
+  query.where = "o.ordered_at >= $1::timestamptz";
+  query.params = {since};
+  query.k = static_cast<std::size_t>(k);
+  query.label = "top-books";
+  shardkit::ScatterOptions options;
+  options.deadline = deadline;
+  options.label = "top-books";
+  const auto top = shardkit::TopKBySum(*scatter_, query, shardkit::TopKMethod::kTput, options);
+
+  // Titles from one shard's copy of books (a reference table).
+  std::vector<std::int64_t> ids;
+  for (const auto& entry : top.items) ids.push_back(std::get<std::int64_t>(entry.key));
+  std::map<std::int64_t, std::pair<std::string, std::string>> titles;
+  if (!ids.empty()) {
+    shardkit::ScatterOptions one;
+    one.deadline = deadline;
+    one.shards = std::vector<ShardId>{ShardId{0}};
+    one.label = "top-books titles";
+    const auto books = scatter_->Run("SELECT book_id, title, category FROM books WHERE book_id = ANY($1::bigint[])",
+                                     {ArrayLiteral(ids)}, one);
+    for (const auto& shard : books.shards) {
+      for (const auto& row : shard.rows) {
+        titles[row[0].as<std::int64_t>()] = {row[1].as<std::string>(), row[2].as<std::string>()};
+      }
+    }
+  }
+  json ranked = json::array();
+  for (std::size_t i = 0; i < top.items.size(); ++i) {
+    const auto book = std::get<std::int64_t>(top.items[i].key);
+    const auto it = titles.find(book);
+    ranked.push_back({{"rank", i + 1},
+                      {"book_id", book},
+                      {"title", it == titles.end() ? json() : json(it->second.first)},
+                      {"category", it == titles.end() ? json() : json(it->second.second)},
+                      {"quantity", top.items[i].value}});
+  }
+  json phases = json::array();
+  for (const auto& p : top.phases) {
+    phases.push_back({{"name", p.name},
+                      {"rows", p.rows},
+                      {"shards_asked", p.shards_asked},
+                      {"elapsed_ms", static_cast<double>(p.elapsed.count()) / 1000.0}});
+  }
+  return Json(200, {{"days", days},
+                    {"since", since},
+                    {"k", k},
+                    {"method", shardkit::TopKMethodName(top.method)},
+                    {"exact", true},  // TPUT is exact (shardkit never stops after phase 2)
+                    {"books", std::move(ranked)},
+                    {"rows_transferred", top.total_rows},
+                    {"phases", std::move(phases)},
+                    {"warnings", top.warnings}});
+}
+
+HttpResponse BookstoreService::CategoryAvg(const Target& target) {
+  target.AllowOnly({"days"});
+  const int days = target.Int("days", 30, 1, 3650);
+  const auto deadline = Clock::now() + options_.request_timeout;
+  const std::string since = IsoTimestamp(std::chrono::system_clock::now() - std::chrono::hours(24) * days);
+  // What each order spent per category: complete on its shard (an order and
+  // its items live together). AVG does not merge; its SUM and COUNT do.
+  shardkit::MergePlan plan{
+      "SELECT category, sum(amount) AS amount_sum, count(amount) AS amount_count FROM ("
+      "  SELECT b.category, sum(i.quantity * i.unit_price) AS amount"
+      "  FROM order_items i"
+      "  JOIN orders o ON o.customer_id = i.customer_id AND o.order_id = i.order_id"
+      "  JOIN books b ON b.book_id = i.book_id"
+      "  WHERE o.ordered_at >= $1::timestamptz"
+      "  GROUP BY i.customer_id, i.order_id, b.category) per_order "
+      "GROUP BY category"};
+  plan.Key("category")
+      .Count("amount_count", "orders")
+      .Avg("amount_sum", "amount_count", "avg_amount")
+      .OrderBy("category");
+  shardkit::ScatterOptions options;
+  options.deadline = deadline;
+  options.label = "category-avg";
+  const shardkit::MergedResult merged = shardkit::ScatterMerge(*scatter_, plan, {since}, options);
+  const auto category = *merged.ColumnIndex("category");
+  const auto orders = *merged.ColumnIndex("orders");
+  const auto avg = *merged.ColumnIndex("avg_amount");
+  json rows = json::array();
+  for (const auto& row : merged.rows) {
+    rows.push_back({{"category", row[category].AsText()},
+                    {"orders", row[orders].AsInt()},
+                    {"avg_amount", row[avg].ToString()}});
+  }
+  return Json(200, {{"days", days},
+                    {"since", since},
+                    {"categories", std::move(rows)},
+                    {"shards", merged.shards},
+                    {"partial_rows", merged.rows_in}});
+}
+
+HttpResponse BookstoreService::Health(const Target& target) {
+  target.AllowOnly({});
+  shardkit::ScatterOptions options;
+  options.deadline = Clock::now() + options_.health_timeout;
+  options.allow_partial = true;
+  options.single_round_trip = true;
+  options.label = "health";
+  std::vector<shardkit::ScatterError::Failure> failures;
+  std::map<ShardId, double> answered_ms;
+  try {
+    const auto result = scatter_->Run("SELECT 1", {}, options);
+    failures = result.failures;
+    for (const auto& s : result.shards) answered_ms[s.shard] = static_cast<double>(s.elapsed.count()) / 1000.0;
+  } catch (const shardkit::ScatterError& e) {
+    failures = e.failures();  // no shard answered
+  }
+  json shards = json::array();
+  std::string unreachable;
+  for (ShardId shard : shardkit::FirstShards(resolver_->ShardCount())) {
+    const auto stats = resolver_->Pool(shard).Stats();
+    json one = {{"shard", ToInt(shard)},
+                {"name", ShardName(shard)},
+                {"buckets", resolver_->Directory()->BucketsOf(shard).size()},
+                {"pool", {{"in_use", stats.in_use}, {"idle", stats.idle}, {"max_size", stats.max_size}}}};
+    if (const auto it = answered_ms.find(shard); it != answered_ms.end()) {
+      one["reachable"] = true;
+      one["elapsed_ms"] = it->second;
+    } else {
+      one["reachable"] = false;
+      for (const auto& f : failures) {
+        if (f.shard != shard) continue;
+        one["error"] = f.cause;
+        if (!f.sqlstate.empty()) one["sqlstate"] = f.sqlstate;
+      }
+      unreachable += fmt::format("{}shard {} ({})", unreachable.empty() ? "" : ", ", shard, ShardName(shard));
+    }
+    shards.push_back(std::move(one));
+  }
+  const bool ids_ok = ids_->Valid();
+  json body = {{"status", unreachable.empty() && ids_ok ? "ok" : "unavailable"},
+               {"directory_version", resolver_->Directory()->Version()},
+               {"shards", std::move(shards)},
+               {"order_ids", {{"worker_id", ids_->WorkerId()}, {"lease_valid", ids_ok}, {"lease_database", ids_->RedactedDsn()}}}};
+  if (!unreachable.empty() || !ids_ok) {
+    body["error"] = !unreachable.empty() ? fmt::format("unreachable: {}", unreachable)
+                                         : "the worker-id lease for order ids is not valid";
+    HttpResponse response = Json(503, body);
+    response.set(http::field::retry_after, "1");
+    return response;
+  }
+  return Json(200, body);
+}
+
+HttpResponse BookstoreService::Metrics(const Target& target) {
+  target.AllowOnly({});
+  PrometheusText out;
+  const auto directory = resolver_->Directory();
+  const int shard_count = resolver_->ShardCount();
+  auto labels = [this](ShardId s, Labels more = {}) {
+    Labels l{{"shard", std::to_string(ToInt(s))}, {"name", ShardName(s)}};
+    l.insert(l.end(), more.begin(), more.end());
+    return l;
+  };
+  std::vector<shardkit::PoolStats> pools;
+  for (ShardId s : shardkit::FirstShards(shard_count)) pools.push_back(resolver_->Pool(s).Stats());
+  const auto pool_counter = [&](const char* name, const char* help, auto field) {
+    out.Family(name, "counter", help);
+    for (ShardId s : shardkit::FirstShards(shard_count)) {
+      out.Sample(name, labels(s), static_cast<double>(field(pools[static_cast<std::size_t>(ToInt(s))])));
+    }
+  };
+  out.Family("shardkit_pool_connections", "gauge", "Connections of each shard's pool, by state.");
+  for (ShardId s : shardkit::FirstShards(shard_count)) {
+    const auto& p = pools[static_cast<std::size_t>(ToInt(s))];
+    out.Sample("shardkit_pool_connections", labels(s, {{"state", "in_use"}}), p.in_use);
+    out.Sample("shardkit_pool_connections", labels(s, {{"state", "idle"}}), p.idle);
+    out.Sample("shardkit_pool_connections", labels(s, {{"state", "connecting"}}), p.connecting);
+  }
+  out.Family("shardkit_pool_max_connections", "gauge", "Each pool's connection bound.");
+  for (ShardId s : shardkit::FirstShards(shard_count)) {
+    out.Sample("shardkit_pool_max_connections", labels(s), pools[static_cast<std::size_t>(ToInt(s))].max_size);
+  }
+  out.Family("shardkit_pool_waiting", "gauge", "Callers waiting for a connection.");
+  for (ShardId s : shardkit::FirstShards(shard_count)) {
+    out.Sample("shardkit_pool_waiting", labels(s), pools[static_cast<std::size_t>(ToInt(s))].waiting);
+  }
+  pool_counter("shardkit_pool_acquired_total", "Leases handed out.", [](const auto& p) { return p.acquired; });
+  pool_counter("shardkit_pool_waited_total", "Leases that had to wait.", [](const auto& p) { return p.waited; });
+  pool_counter("shardkit_pool_timeouts_total", "Acquires that hit their deadline.", [](const auto& p) { return p.timeouts; });
+  pool_counter("shardkit_pool_rejected_total", "Acquires refused: waiter bound reached.",
+               [](const auto& p) { return p.rejected; });
+  pool_counter("shardkit_pool_connects_total", "Connections opened.", [](const auto& p) { return p.connects; });
+  pool_counter("shardkit_pool_connect_failures_total", "Connection attempts that failed.",
+               [](const auto& p) { return p.connect_failures; });
+  pool_counter("shardkit_pool_broken_total", "Connections dropped because they were broken.",
+               [](const auto& p) { return p.broken; });
+  out.Family("shardkit_pool_acquire_wait_seconds", "summary", "Wait for a connection over recent acquisitions.");
+  for (ShardId s : shardkit::FirstShards(shard_count)) {
+    const auto& p = pools[static_cast<std::size_t>(ToInt(s))];
+    out.Sample("shardkit_pool_acquire_wait_seconds", labels(s, {{"quantile", "0.5"}}),
+               static_cast<double>(p.acquire_wait_p50.count()) / 1e6);
+    out.Sample("shardkit_pool_acquire_wait_seconds", labels(s, {{"quantile", "0.99"}}),
+               static_cast<double>(p.acquire_wait_p99.count()) / 1e6);
+    out.Sample("shardkit_pool_acquire_wait_seconds", labels(s, {{"quantile", "1"}}),
+               static_cast<double>(p.acquire_wait_max.count()) / 1e6);
+  }
+
+  const auto scatter = scatter_->Stats();
+  const auto scatter_counter = [&](const char* name, const char* help, std::uint64_t value) {
+    out.Family(name, "counter", help);
+    out.Sample(name, static_cast<double>(value));
+  };
+  out.Family("shardkit_scatter_calls_total", "counter", "Scatter calls, by fan-out.");
+  out.Sample("shardkit_scatter_calls_total", {{"fanout", "cross_shard"}}, static_cast<double>(scatter.scatters));
+  out.Sample("shardkit_scatter_calls_total", {{"fanout", "single_shard"}}, static_cast<double>(scatter.single_shard));
+  scatter_counter("shardkit_scatter_shard_requests_total", "Statements sent to shards by scatters.", scatter.shard_requests);
+  scatter_counter("shardkit_scatter_failed_total", "Scatters that failed.", scatter.failed);
+  scatter_counter("shardkit_scatter_partial_total", "Scatters answered with shards missing.", scatter.partial);
+  scatter_counter("shardkit_scatter_shard_failures_total", "Shards that failed or missed a deadline.",
+                  scatter.shard_failures);
+  scatter_counter("shardkit_scatter_rows_total", "Rows received by scatters.", scatter.rows);
+  scatter_counter("shardkit_scatter_bytes_total", "Payload bytes received by scatters.", scatter.bytes);
+  out.Family("shardkit_scatter_slowest_shard_seconds_total", "counter", "Sum over scatters of the slowest shard's time.");
+  out.Sample("shardkit_scatter_slowest_shard_seconds_total", static_cast<double>(scatter.total_slowest.count()) / 1e6);
+  out.Family("shardkit_scatter_max_fanout", "gauge", "Largest fan-out of any scatter.");
+  out.Sample("shardkit_scatter_max_fanout", static_cast<double>(scatter.max_fanout));
+
+  out.Family("shardkit_directory_version", "gauge", "Version of the bucket directory in use.");
+  out.Sample("shardkit_directory_version", static_cast<double>(directory->Version()));
+  out.Family("shardkit_directory_buckets", "gauge", "Buckets each shard holds.");
+  for (ShardId s : shardkit::FirstShards(shard_count)) {
+    out.Sample("shardkit_directory_buckets", labels(s), static_cast<double>(directory->BucketsOf(s).size()));
+  }
+
+  out.Family("bookstore_order_ids_worker_id", "gauge", "Snowflake worker id leased for order ids.");
+  out.Sample("bookstore_order_ids_worker_id", ids_->WorkerId());
+  out.Family("bookstore_order_ids_lease_valid", "gauge", "1 while the worker-id lease allows issuing ids.");
+  out.Sample("bookstore_order_ids_lease_valid", ids_->Valid() ? 1 : 0);
+
+  http_metrics_.Write(out);
+  if (connections_) {
+    const auto c = connections_();
+    out.Family("bookstore_http_connections", "gauge", "Open HTTP connections, by state.");
+    out.Sample("bookstore_http_connections", {{"state", "idle"}}, c.idle);
+    out.Sample("bookstore_http_connections", {{"state", "reading"}}, c.reading);
+    out.Sample("bookstore_http_connections", {{"state", "handling"}}, c.handling);
+    out.Sample("bookstore_http_connections", {{"state", "writing"}}, c.writing);
+    out.Family("bookstore_http_connections_accepted_total", "counter", "HTTP connections accepted.");
+    out.Sample("bookstore_http_connections_accepted_total", static_cast<double>(c.accepted));
+    out.Family("bookstore_http_connections_refused_total", "counter", "HTTP connections refused (too many).");
+    out.Sample("bookstore_http_connections_refused_total", static_cast<double>(c.refused));
+  }
+  HttpResponse response{http::status::ok, 11};
+  response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+  response.body() = out.Text();
+  return response;
+}
+
+}  // namespace bookstore

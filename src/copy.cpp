@@ -136,8 +136,14 @@ void CopyWriter::Start(pqxx::transaction_base& tx, const std::string& qualified_
     // Drain whatever else came (nothing, for one statement).
     while (PGresult* more = PQgetResult(conn)) PQclear(more);
     if (error.empty()) error = Trimmed(PQerrorMessage(conn));
-    throw Error(fmt::format("COPY into {} refused: {} ({}); check the table and column names", label_, error,
-                            command));
+    // PostgreSQL refuses COPY FROM into a table under row-level security:
+    // the sharded tables of an enrolled shard (ownership.hpp).
+    const bool fenced = error.find("row-level security") != std::string::npos;
+    throw Error(fmt::format("COPY into {} refused: {} ({}); {}", label_, error, command,
+                            fenced ? "on an enrolled shard, run SELECT shardkit_bulk_load_begin() in the transaction "
+                                     "before the COPY and SELECT shardkit_bulk_load_end() before COMMIT (it checks "
+                                     "that every row belongs to a bucket the shard owns)"
+                                   : "check the table and column names"));
   }
   conn_ = conn;
   if (binary_) {

@@ -762,6 +762,8 @@ void MoveRun::Cutover() {
   }
   // Freeze, draining the writers already in the bucket.
   Progress("freezing (draining writers)");
+  // Connected before the freeze: connecting is not part of the stall.
+  auto flip_catalog = impl.ConnectCatalog();
   freeze = impl.ConnectAdmin(record.source);
   const auto freeze_start = Clock::now();
   try {
@@ -799,7 +801,6 @@ void MoveRun::Cutover() {
                       record.move_id, record.bucket);
     }
     // The flip lock: one cutover at a time reads and bumps the version.
-    auto flip_catalog = impl.ConnectCatalog();
     pqxx::work flip{*flip_catalog};
     flip.exec_params("SELECT pg_advisory_xact_lock($1, 0)", kFlipLockKey);
     const BucketDirectory current = DirectoryIn(flip, impl.ShardCount());

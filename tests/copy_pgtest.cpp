@@ -181,6 +181,7 @@ TEST(ShardedCopyTest, EachRowLandsOnTheShardItsBucketMapsTo) {
   for (int s = 0; s < shards; ++s) {
     leases.push_back(resolver->Pool(ShardId{s}).Acquire());
     txs.push_back(std::make_unique<pqxx::work>(leases.back().Connection()));
+    txs.back()->exec("SELECT shardkit_bulk_load_begin()");  // the shards are enrolled (fenced)
     ptrs.push_back(txs.back().get());
   }
   pqxx::connection reference{cluster.ReferenceDsn()};
@@ -206,7 +207,10 @@ TEST(ShardedCopyTest, EachRowLandsOnTheShardItsBucketMapsTo) {
     EXPECT_EQ(total, kCustomers);
     ref.Complete();
     ref_tx.commit();
-    for (auto& tx : txs) tx->commit();
+    for (auto& tx : txs) {
+      tx->exec("SELECT shardkit_bulk_load_end()");
+      tx->commit();
+    }
     txs.clear();
   }
   // Every shard holds exactly the reference's rows of its buckets.
@@ -235,6 +239,7 @@ TEST(ShardedCopyTest, ARowForAShardWithoutATransactionIsRefused) {
   auto resolver = cluster.MakeResolver();
   auto lease = resolver->Pool(ShardId{0}).Acquire();
   pqxx::work tx{lease.Connection()};
+  tx.exec("SELECT shardkit_bulk_load_begin()");  // the shards are enrolled (fenced)
   std::vector<pqxx::transaction_base*> ptrs(static_cast<std::size_t>(resolver->ShardCount()), nullptr);
   ptrs[0] = &tx;
   ShardedCopy copy{resolver->Directory(), ptrs, "customers", {"customer_id", "bucket", "name", "email"}};

@@ -24,6 +24,12 @@
 //   copy.For(customer).Row(customer, shardkit::BucketOf(customer), ...);
 //   copy.Complete();  // every shard's COPY; then commit each transaction
 //
+// The sharded tables of an enrolled shard are under row-level security,
+// which PostgreSQL's COPY FROM refuses: bracket the COPY with
+// `SELECT shardkit_bulk_load_begin()` (first in the transaction) and
+// `SELECT shardkit_bulk_load_end()` (before COMMIT; it refuses rows of
+// buckets the shard does not own), see ownership.hpp.
+//
 // While a COPY is open its transaction must not be used for anything else.
 // A CopyWriter destroyed without Complete() aborts its COPY, which fails the
 // transaction (roll it back). Thread safety: one thread at a time per

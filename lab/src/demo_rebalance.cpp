@@ -162,7 +162,12 @@ std::string Sets(const std::vector<ShardId>& shards) {
 
 }  // namespace
 
-DemoResult RunRebalance(Lab& lab) { return RunRebalance(lab, RebalanceDemoOptions{}); }
+DemoResult RunRebalance(Lab& lab) {
+  RebalanceDemoOptions options;
+  // Progress on stderr, so it does not disturb --json on stdout.
+  options.progress = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
+  return RunRebalance(lab, options);
+}
 
 DemoResult RunRebalance(Lab& lab, const RebalanceDemoOptions& options) {
   DemoResult r;

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "detail/pipelined_statement.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/pool.hpp"
 #include "shardkit/resolver.hpp"
@@ -48,15 +49,20 @@
 //   caller's thread), waits a short grace for them to report why, and
 //   returns; a statement still stuck (e.g. a server that stopped answering)
 //   finishes in the background and its connection is discarded.
-// * One round trip for BEGIN + SET LOCAL (a simple-protocol multi-statement),
-//   one for the statement (extended protocol: parameters are never spliced
-//   into SQL, and a single statement is enforced), one for COMMIT. The pool's
-//   connections have libpqxx's reconnect-and-retry disabled, so a broken
-//   connection cannot silently run the statement outside the transaction.
-//   With single_round_trip only the statement is sent: for cheap statements
-//   on busy machines the two extra round trips cost as much as the statement
-//   (bench/scatter_bench.cpp), and the cancel at the deadline plus the
-//   caller's own wait still bound the caller.
+// * One round trip per shard: BEGIN READ ONLY, SET LOCAL statement_timeout,
+//   the statement and COMMIT go out together in libpq pipeline mode
+//   (detail/pipelined_statement.hpp) and their results are read in order.
+//   The statement uses the extended protocol (parameters are never spliced
+//   into SQL, and a single statement is enforced). libpqxx's blocking
+//   exec() would cost a round trip per step, and for cheap statements the
+//   round trips and their client CPU were most of a scatter's time
+//   (bench/scatter_bench.cpp). A failed step leaves the transaction aborted
+//   and costs one more trip (ROLLBACK) before the connection goes back.
+//   The pool's connections have libpqxx's reconnect-and-retry disabled, so a
+//   broken connection cannot silently run the statement outside the
+//   transaction. With single_round_trip only the statement is sent: the
+//   server does less, but the cancel at the deadline plus the caller's own
+//   wait are then all that bound it, and read_only is not enforced.
 
 namespace shardkit {
 namespace {
@@ -215,45 +221,36 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   values.reserve(task.statement->params.size());
   for (const auto& p : task.statement->params) values.push_back(p ? p->c_str() : nullptr);
 
-  pqxx::nontransaction tx{connection};
-  if (task.pinned != nullptr) {
-    // Inside the session's transaction: the statement alone. A failure
-    // aborts that transaction, so the connection is not reused.
+  if (task.pinned != nullptr && task.simple_protocol) {
+    // A session's BEGIN + setup: several statements in one simple-protocol
+    // string, which pipeline mode does not allow.
+    pqxx::nontransaction tx{connection};
     try {
-      if (task.simple_protocol) return tx.exec(task.statement->sql);
-      return tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
+      return tx.exec(task.statement->sql);
     } catch (...) {
       lease.Discard();
       throw;
     }
   }
-  if (state.single_round_trip) {
-    // The statement alone, in its own implicit transaction; the caller's
-    // cancel at the deadline is what cuts it.
-    return tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
-  }
-  bool committing = false;
+  detail::PipelinedStatement pipelined;
+  pipelined.sql = &task.statement->sql;
+  pipelined.values = &values;
+  // Inside a session's transaction, or alone with single_round_trip: the
+  // statement by itself (the caller's cancel at the deadline cuts it).
+  // Otherwise in a transaction of its own with the timeout.
+  const bool alone = task.pinned != nullptr || state.single_round_trip;
+  pipelined.wrap = alone ? detail::PipelinedStatement::Wrap::kStatementOnly
+                         : detail::PipelinedStatement::Wrap::kTransaction;
+  pipelined.read_only = state.read_only;
+  pipelined.statement_timeout_ms = left.count();
+  bool reusable = true;
   try {
-    // The timeout is a number computed here, not a caller's value; SET takes
-    // no parameters.
-    tx.exec(fmt::format("BEGIN{}; SET LOCAL statement_timeout = {}", state.read_only ? " READ ONLY" : "",
-                        left.count()));
-    pqxx::result rows = tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
-    committing = true;
-    tx.exec("COMMIT");
+    pqxx::result rows = detail::RunPipelined(connection, pipelined, reusable);
+    if (!reusable) lease.Discard();
     return rows;
-  } catch (const pqxx::broken_connection&) {
-    lease.Discard();
-    if (committing && !state.read_only) {
-      throw pqxx::broken_connection("connection lost during COMMIT: whether this shard committed is unknown");
-    }
-    throw;
   } catch (...) {
-    try {
-      tx.exec("ROLLBACK");
-    } catch (...) {
-      lease.Discard();
-    }
+    // In a session a failure aborts its transaction: never reused.
+    if (!reusable || task.pinned != nullptr) lease.Discard();
     throw;
   }
 }
@@ -339,8 +336,9 @@ void RunShard(ScatterState& state, ShardTask& task) {
     task.elapsed = duration_cast<microseconds>(finished - started);
     task.queued = duration_cast<microseconds>(started - state.start);
     --state.remaining;
+    // Only the last one wakes the caller: one wake-up per scatter, not per shard.
+    if (state.remaining == 0) state.finished.notify_all();
   }
-  state.finished.notify_all();
 }
 
 std::string JoinFailures(const std::vector<ScatterError::Failure>& failures, const BucketShardResolver& resolver) {

@@ -56,10 +56,11 @@ struct ScatterOptions {
   // Statements run in a READ ONLY transaction. Set false for writes; note
   // that a scatter is never atomic across shards (each commits on its own).
   bool read_only = true;
-  // Send only the statement (one round trip instead of three: no BEGIN /
-  // SET LOCAL statement_timeout / COMMIT). The deadline is then enforced by a
-  // cancel request at the deadline instead of the server's statement_timeout,
-  // and read_only is not enforced. For cheap, latency-critical reads.
+  // Send only the statement, without BEGIN / SET LOCAL statement_timeout /
+  // COMMIT (all four go out in one round trip anyway; this saves the server
+  // three steps). The deadline is then enforced by a cancel request at the
+  // deadline instead of the server's statement_timeout, and read_only is not
+  // enforced.
   bool single_round_trip = false;
   // A label for statistics and messages, e.g. "best-sellers".
   std::string label;

@@ -2,23 +2,18 @@
 
 #include <fmt/format.h>
 
-#include <optional>
-#include <utility>
 #include <pqxx/connection_base>
 #include <pqxx/except>
+#include <utility>
 
 #include "detail/libpq_handle.hpp"
 
 namespace shardkit::detail {
 namespace {
 
-// The first step that failed, as the server reported it.
-struct StepFailure {
-  std::string message;
-  std::string sqlstate;
-  const std::string* query = nullptr;
-  bool connection_lost = false;
-};
+const std::string kBeginReadOnly = "BEGIN READ ONLY";
+const std::string kBegin = "BEGIN";
+const std::string kCommit = "COMMIT";
 
 // Frees a PGresult unless ownership was passed on.
 struct ResultGuard {
@@ -30,138 +25,189 @@ struct ResultGuard {
 };
 
 std::string ConnectionMessage(PGconn* conn) {
-  const char* text = PQerrorMessage(conn);
+  const char* text = conn == nullptr ? nullptr : PQerrorMessage(conn);
   return text != nullptr && *text != '\0' ? std::string(text) : std::string("the connection was closed");
-}
-
-bool Send(PGconn* conn, const std::string& sql, const std::vector<const char*>* values) {
-  const int count = values == nullptr ? 0 : static_cast<int>(values->size());
-  return PQsendQueryParams(conn, sql.c_str(), count, nullptr, count == 0 ? nullptr : values->data(), nullptr,
-                           nullptr, 0) == 1;
 }
 
 }  // namespace
 
-pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelinedStatement& statement, bool& reusable) {
-  PGconn* conn = LibpqHandle(connection);
-  if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
-    reusable = false;
-    throw pqxx::broken_connection(conn == nullptr ? "the connection is closed" : ConnectionMessage(conn));
+PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const PipelineRequest& request,
+                                       bool nonblocking)
+    : connection_(connection), conn_(LibpqHandle(connection)), request_(request), nonblocking_(nonblocking) {
+  if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
+    throw pqxx::broken_connection(ConnectionMessage(conn_));
   }
-  const bool transaction = statement.wrap == PipelinedStatement::Wrap::kTransaction;
-  // The steps in the order the server runs them; `main` is the statement's.
-  static const std::string kBeginReadOnly = "BEGIN READ ONLY";
-  static const std::string kBegin = "BEGIN";
-  static const std::string kCommit = "COMMIT";
-  std::string timeout;
-  const std::string* steps[4];
-  int count = 0;
+  const bool transaction = request.wrap == PipelineRequest::Wrap::kTransaction;
   if (transaction) {
     // The timeout is a number computed by the caller; SET takes no parameters.
-    timeout = fmt::format("SET LOCAL statement_timeout = {}", statement.statement_timeout_ms);
-    steps[count++] = statement.read_only ? &kBeginReadOnly : &kBegin;
-    steps[count++] = &timeout;
+    timeout_ = fmt::format("SET LOCAL statement_timeout = {}", request.statement_timeout_ms);
+    steps_[count_++] = request.read_only ? &kBeginReadOnly : &kBegin;
+    steps_[count_++] = &timeout_;
   }
-  const int main = count;
-  steps[count++] = statement.sql;
-  if (transaction) steps[count++] = &kCommit;
+  main_ = count_;
+  steps_[count_++] = request.sql;
+  if (transaction) steps_[count_++] = &kCommit;
 
-  if (PQenterPipelineMode(conn) != 1) {
-    // Not idle: something was left pending by an earlier user.
-    reusable = false;
-    throw pqxx::broken_connection(fmt::format("the connection was not idle ({})", ConnectionMessage(conn)));
-  }
-  bool sent = true;
-  for (int i = 0; i < count && sent; ++i) sent = Send(conn, *steps[i], i == main ? statement.values : nullptr);
-  if (!sent || PQpipelineSync(conn) != 1) {
-    reusable = false;
-    throw pqxx::broken_connection(ConnectionMessage(conn));
-  }
-
-  // Each step yields one result (PGRES_PIPELINE_ABORTED once an earlier one
-  // failed) followed by a null; then the Sync's PGRES_PIPELINE_SYNC.
-  std::optional<pqxx::result> rows;
-  std::optional<StepFailure> failure;
-  bool broken = false;
-  for (int i = 0; i < count && !broken; ++i) {
-    ResultGuard result{PQgetResult(conn)};
-    if (result.result == nullptr) {
-      broken = true;
-      if (!failure) failure = StepFailure{ConnectionMessage(conn), {}, steps[i], true};
-      break;
+  if (nonblocking_ && PQsetnonblocking(conn_, 1) != 0) throw pqxx::broken_connection(ConnectionMessage(conn_));
+  // Fails when not idle: something was left pending by an earlier user.
+  if (PQenterPipelineMode(conn_) != 1) throw pqxx::broken_connection(ConnectionMessage(conn_));
+  for (int i = 0; i < count_; ++i) {
+    const auto* values = i == main_ ? request.values : nullptr;
+    const int n = values == nullptr ? 0 : static_cast<int>(values->size());
+    if (PQsendQueryParams(conn_, steps_[i]->c_str(), n, nullptr, n == 0 ? nullptr : values->data(), nullptr,
+                          nullptr, 0) != 1) {
+      throw pqxx::broken_connection(ConnectionMessage(conn_));
     }
-    switch (PQresultStatus(result.result)) {
-      case PGRES_TUPLES_OK:
-      case PGRES_COMMAND_OK:
-      case PGRES_EMPTY_QUERY:
-        if (i == main) rows = AdoptResult(connection, result.Release(), *steps[i]);
-        break;
-      case PGRES_PIPELINE_ABORTED:
-        break;
-      case PGRES_FATAL_ERROR: {
-        if (failure) break;
-        const char* state = PQresultErrorField(result.result, PG_DIAG_SQLSTATE);
-        StepFailure f{PQresultErrorMessage(result.result), state != nullptr ? state : "", steps[i], false};
-        // No SQLSTATE and a closed connection: libpq's own report of the loss.
-        f.connection_lost = f.sqlstate.starts_with("08") || (f.sqlstate.empty() && PQstatus(conn) == CONNECTION_BAD);
-        failure = std::move(f);
-        break;
+  }
+  // Flushes too: in blocking mode everything, else what the socket takes.
+  if (PQpipelineSync(conn_) != 1) throw pqxx::broken_connection(ConnectionMessage(conn_));
+  if (nonblocking_) {
+    const int flushed = PQflush(conn_);
+    if (flushed < 0) throw pqxx::broken_connection(ConnectionMessage(conn_));
+    wants_write_ = flushed == 1;
+  }
+}
+
+void PipelinedStatement::Fail(std::string message, std::string sqlstate, bool connection_lost) {
+  if (!failure_) failure_ = Failure{std::move(message), std::move(sqlstate), step_, connection_lost};
+}
+
+void PipelinedStatement::Take(PGresult* raw) {
+  ResultGuard result{raw};
+  switch (expect_) {
+    case Expect::kResult:
+      if (result.result == nullptr) {
+        Fail(ConnectionMessage(conn_), {}, true);
+        broken_ = true;
+        return;
       }
-      default:
-        // COPY and the like have no place here: nothing says how to end them.
-        if (!failure) {
-          failure = StepFailure{fmt::format("unexpected {} result", PQresStatus(PQresultStatus(result.result))),
-                                {}, steps[i], false};
+      switch (PQresultStatus(result.result)) {
+        case PGRES_TUPLES_OK:
+        case PGRES_COMMAND_OK:
+        case PGRES_EMPTY_QUERY:
+          if (step_ == main_) rows_ = AdoptResult(connection_, result.Release(), *steps_[step_]);
+          break;
+        case PGRES_PIPELINE_ABORTED:  // skipped after an earlier step failed
+          break;
+        case PGRES_FATAL_ERROR: {
+          const char* state = PQresultErrorField(result.result, PG_DIAG_SQLSTATE);
+          std::string sqlstate = state != nullptr ? state : "";
+          // No SQLSTATE and a closed connection: libpq's own report of the loss.
+          const bool lost = sqlstate.starts_with("08") || (sqlstate.empty() && PQstatus(conn_) == CONNECTION_BAD);
+          Fail(PQresultErrorMessage(result.result), std::move(sqlstate), lost);
+          break;
         }
-        broken = true;
-        break;
-    }
-    if (PQstatus(conn) == CONNECTION_BAD) {
-      broken = true;
-      if (!failure) failure = StepFailure{ConnectionMessage(conn), {}, steps[i], true};
-      break;
-    }
-    // The null that ends this step's results.
-    if (!broken) {
-      if (PGresult* extra = PQgetResult(conn); extra != nullptr) {
-        PQclear(extra);
-        broken = true;
-        if (!failure) failure = StepFailure{"more than one result for one statement", {}, steps[i], false};
+        default:
+          // COPY and the like have no place here: nothing says how to end them.
+          Fail(fmt::format("unexpected {} result", PQresStatus(PQresultStatus(result.result))), {}, false);
+          broken_ = true;
+          return;
       }
+      if (PQstatus(conn_) == CONNECTION_BAD) {
+        Fail(ConnectionMessage(conn_), {}, true);
+        broken_ = true;
+        return;
+      }
+      expect_ = Expect::kEndOfStep;
+      return;
+    case Expect::kEndOfStep:
+      if (result.result != nullptr) {
+        Fail("more than one result for one statement", {}, false);
+        broken_ = true;
+        return;
+      }
+      expect_ = ++step_ < count_ ? Expect::kResult : Expect::kSync;
+      return;
+    case Expect::kSync:
+      if (result.result == nullptr || PQresultStatus(result.result) != PGRES_PIPELINE_SYNC) {
+        Fail(ConnectionMessage(conn_), {}, PQstatus(conn_) == CONNECTION_BAD);
+        broken_ = true;
+        return;
+      }
+      expect_ = Expect::kDone;
+      return;
+    case Expect::kDone:
+      return;
+  }
+}
+
+bool PipelinedStatement::Advance() {
+  if (broken_ || expect_ == Expect::kDone) return true;
+  if (wants_write_) {
+    const int flushed = PQflush(conn_);
+    if (flushed < 0) {
+      Fail(ConnectionMessage(conn_), {}, true);
+      broken_ = true;
+      return true;
     }
+    wants_write_ = flushed == 1;
   }
-  if (!broken) {
-    ResultGuard sync{PQgetResult(conn)};
-    broken = sync.result == nullptr || PQresultStatus(sync.result) != PGRES_PIPELINE_SYNC;
+  if (PQconsumeInput(conn_) != 1) {
+    Fail(ConnectionMessage(conn_), {}, true);
+    broken_ = true;
+    return true;
   }
-  if (broken || PQexitPipelineMode(conn) != 1) {
+  while (!broken_ && expect_ != Expect::kDone && PQisBusy(conn_) == 0) Take(PQgetResult(conn_));
+  return broken_ || expect_ == Expect::kDone;
+}
+
+void PipelinedStatement::Wait() {
+  while (!broken_ && expect_ != Expect::kDone) Take(PQgetResult(conn_));
+}
+
+bool RollBack(pqxx::connection_base& connection) noexcept {
+  PGconn* conn = LibpqHandle(connection);
+  if (conn == nullptr) return false;
+  ResultGuard rollback{PQexec(conn, "ROLLBACK")};
+  return rollback.result != nullptr && PQresultStatus(rollback.result) == PGRES_COMMAND_OK &&
+         PQtransactionStatus(conn) == PQTRANS_IDLE;
+}
+
+pqxx::result PipelinedStatement::Finish(bool& reusable, bool* rollback_pending) {
+  const bool transaction = request_.wrap == PipelineRequest::Wrap::kTransaction;
+  if (broken_ || expect_ != Expect::kDone || PQexitPipelineMode(conn_) != 1 ||
+      (nonblocking_ && PQsetnonblocking(conn_, 0) != 0)) {
     reusable = false;
-  } else if (transaction && PQtransactionStatus(conn) != PQTRANS_IDLE) {
+  } else if (transaction && PQtransactionStatus(conn_) != PQTRANS_IDLE) {
     // A failed step left the transaction aborted: end it, so that the
-    // connection can go back to the pool (only on failure: one more trip).
-    ResultGuard rollback{failure ? PQexec(conn, "ROLLBACK") : nullptr};
-    if (rollback.result == nullptr || PQresultStatus(rollback.result) != PGRES_COMMAND_OK ||
-        PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    // connection can go back to the pool.
+    if (!failure_) {
+      reusable = false;
+    } else if (rollback_pending != nullptr) {
+      *rollback_pending = true;
+    } else if (!RollBack(connection_)) {
       reusable = false;
     }
   }
 
-  if (failure) {
-    if (failure->connection_lost) {
+  if (failure_) {
+    if (failure_->connection_lost) {
       reusable = false;
-      if (transaction && failure->query == steps[count - 1] && !statement.read_only) {
+      if (transaction && failure_->step == count_ - 1 && !request_.read_only) {
         throw pqxx::broken_connection("connection lost during COMMIT: whether this shard committed is unknown");
       }
-      throw pqxx::broken_connection(failure->message);
+      throw pqxx::broken_connection(failure_->message);
     }
-    throw pqxx::sql_error(failure->message, *failure->query,
-                          failure->sqlstate.empty() ? nullptr : failure->sqlstate.c_str());
+    throw pqxx::sql_error(failure_->message, *steps_[failure_->step],
+                          failure_->sqlstate.empty() ? nullptr : failure_->sqlstate.c_str());
   }
-  if (!rows) {
+  if (!rows_) {
     reusable = false;
-    throw pqxx::broken_connection(ConnectionMessage(conn));
+    throw pqxx::broken_connection(ConnectionMessage(conn_));
   }
-  return std::move(*rows);
+  return std::move(*rows_);
+}
+
+pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request, bool& reusable) {
+  std::optional<PipelinedStatement> call;
+  try {
+    call.emplace(connection, request, /*nonblocking=*/false);
+  } catch (...) {
+    reusable = false;
+    throw;
+  }
+  call->Wait();
+  return call->Finish(reusable);
 }
 
 }  // namespace shardkit::detail

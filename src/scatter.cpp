@@ -6,8 +6,10 @@
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <cerrno>
 #include <condition_variable>
 #include <mutex>
+#include <poll.h>
 #include <pqxx/except>
 #include <pqxx/nontransaction>
 #include <pqxx/prepared_statement>
@@ -191,6 +193,29 @@ std::size_t PayloadBytes(const pqxx::result& rows) {
   return bytes;
 }
 
+// What goes out for a task. Inside a session's transaction, or alone with
+// single_round_trip: the statement by itself (the caller's cancel at the
+// deadline cuts it). Otherwise in a transaction of its own with the timeout.
+detail::PipelineRequest Request(const ScatterState& state, const ShardTask& task,
+                                const std::vector<const char*>& values, milliseconds left) {
+  detail::PipelineRequest request;
+  request.sql = &task.statement->sql;
+  request.values = &values;
+  const bool alone = task.pinned != nullptr || state.single_round_trip;
+  request.wrap = alone ? detail::PipelineRequest::Wrap::kStatementOnly : detail::PipelineRequest::Wrap::kTransaction;
+  request.read_only = state.read_only;
+  request.statement_timeout_ms = left.count();
+  return request;
+}
+
+// Parameters as C strings: a null pointer is sent as SQL NULL.
+std::vector<const char*> ParameterValues(const ShardTask& task) {
+  std::vector<const char*> values;
+  values.reserve(task.statement->params.size());
+  for (const auto& p : task.statement->params) values.push_back(p ? p->c_str() : nullptr);
+  return values;
+}
+
 // Runs the statement on an acquired connection: BEGIN + SET LOCAL, the
 // statement, COMMIT. Throws on failure; the lease is marked for discard when
 // its session can no longer be trusted.
@@ -216,11 +241,7 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   const auto left = std::chrono::ceil<milliseconds>(state.deadline - Clock::now());
   if (left.count() <= 0) throw DeadlineMissed("the deadline passed before the statement could start");
 
-  // Parameters as C strings: a null pointer is sent as SQL NULL.
-  std::vector<const char*> values;
-  values.reserve(task.statement->params.size());
-  for (const auto& p : task.statement->params) values.push_back(p ? p->c_str() : nullptr);
-
+  const auto values = ParameterValues(task);
   if (task.pinned != nullptr && task.simple_protocol) {
     // A session's BEGIN + setup: several statements in one simple-protocol
     // string, which pipeline mode does not allow.
@@ -232,20 +253,10 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
       throw;
     }
   }
-  detail::PipelinedStatement pipelined;
-  pipelined.sql = &task.statement->sql;
-  pipelined.values = &values;
-  // Inside a session's transaction, or alone with single_round_trip: the
-  // statement by itself (the caller's cancel at the deadline cuts it).
-  // Otherwise in a transaction of its own with the timeout.
-  const bool alone = task.pinned != nullptr || state.single_round_trip;
-  pipelined.wrap = alone ? detail::PipelinedStatement::Wrap::kStatementOnly
-                         : detail::PipelinedStatement::Wrap::kTransaction;
-  pipelined.read_only = state.read_only;
-  pipelined.statement_timeout_ms = left.count();
+  const auto request = Request(state, task, values, left);
   bool reusable = true;
   try {
-    pqxx::result rows = detail::RunPipelined(connection, pipelined, reusable);
+    pqxx::result rows = detail::RunPipelined(connection, request, reusable);
     if (!reusable) lease.Discard();
     return rows;
   } catch (...) {
@@ -291,12 +302,42 @@ std::string SqlStateOf(const std::exception& error) {
   return {};
 }
 
+// The cause and SQLSTATE of a failed task.
+void Describe(ShardTask& task, const std::exception& error, Clock::time_point started, std::string& cause,
+              std::string& sqlstate) {
+  bool cancelled = false;
+  {
+    std::lock_guard lock(task.cancel_mutex);
+    cancelled = task.cancel_requested;
+  }
+  cause = DescribeFailure(task, error, cancelled, Clock::now() - started);
+  sqlstate = SqlStateOf(error);
+}
+
+// Publishes a task's outcome to the caller.
+void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, std::optional<pqxx::result> rows,
+              std::string cause, std::string sqlstate) {
+  const std::size_t bytes = rows ? PayloadBytes(*rows) : 0;
+  const auto finished = Clock::now();
+  std::lock_guard lock(state.mutex);
+  task.phase = Phase::kDone;
+  task.done = true;
+  task.rows = std::move(rows);
+  task.cause = std::move(cause);
+  task.sqlstate = std::move(sqlstate);
+  task.bytes = bytes;
+  task.elapsed = duration_cast<microseconds>(finished - started);
+  task.queued = duration_cast<microseconds>(started - state.start);
+  --state.remaining;
+  // Only the last one wakes the caller: one wake-up per scatter, not per shard.
+  if (state.remaining == 0) state.finished.notify_all();
+}
+
 void RunShard(ScatterState& state, ShardTask& task) {
   const auto started = Clock::now();
   std::optional<pqxx::result> rows;
   std::string cause;
   std::string sqlstate;
-  std::size_t bytes = 0;
   if (state.abandoned.load() || started >= state.deadline) {
     cause = fmt::format("not started before the deadline ({} ms): every worker thread was busy; give the "
                         "scatter a later deadline or more threads",
@@ -312,32 +353,138 @@ void RunShard(ScatterState& state, ShardTask& task) {
         task.phase = Phase::kExecuting;
         rows = ExecuteOn(state, task, lease);
       }
-      bytes = PayloadBytes(*rows);
     } catch (const std::exception& error) {
-      bool cancelled = false;
-      {
-        std::lock_guard lock(task.cancel_mutex);
-        cancelled = task.cancel_requested;
-      }
-      cause = DescribeFailure(task, error, cancelled, Clock::now() - started);
-      sqlstate = SqlStateOf(error);
+      Describe(task, error, started, cause, sqlstate);
       rows.reset();
     }
   }
-  const auto finished = Clock::now();
+  Complete(state, task, started, std::move(rows), std::move(cause), std::move(sqlstate));
+}
+
+// A statement driven from the caller's thread on a connection that was
+// idle when the scatter began: no worker thread, no wake-ups, the sockets
+// of all such shards polled together (non-blocking libpq).
+struct InlineCall {
+  ShardTask* task = nullptr;
+  std::shared_ptr<ConnectionPool::Lease> lease;  // shared: a ROLLBACK may finish it on a worker
+  std::vector<const char*> values;
+  std::unique_ptr<detail::PipelinedStatement> call;
+  Clock::time_point started;
+  bool open = false;  // sent, not yet finished
+};
+
+// Ends an inline call's hold on its connection: as Deactivate above, a
+// connection a cancel may still be travelling to is never reused.
+void Deactivate(InlineCall& c) {
+  std::lock_guard lock(c.task->cancel_mutex);
+  c.task->active.reset();
+  if (c.task->cancel_requested) c.lease->Discard();
+}
+
+void StartInline(ScatterState& state, InlineCall& c) {
+  ShardTask& task = *c.task;
+  c.started = state.start;
+  task.phase = Phase::kExecuting;
   {
-    std::lock_guard lock(state.mutex);
-    task.phase = Phase::kDone;
-    task.done = true;
-    task.rows = std::move(rows);
-    task.cause = std::move(cause);
-    task.sqlstate = std::move(sqlstate);
-    task.bytes = bytes;
-    task.elapsed = duration_cast<microseconds>(finished - started);
-    task.queued = duration_cast<microseconds>(started - state.start);
-    --state.remaining;
-    // Only the last one wakes the caller: one wake-up per scatter, not per shard.
-    if (state.remaining == 0) state.finished.notify_all();
+    std::lock_guard lock(task.cancel_mutex);
+    task.active = c.lease->Canceller();
+  }
+  const auto left = std::chrono::ceil<milliseconds>(state.deadline - Clock::now());
+  try {
+    if (left.count() <= 0) throw DeadlineMissed("the deadline passed before the statement could start");
+    c.values = ParameterValues(task);
+    c.call = std::make_unique<detail::PipelinedStatement>(c.lease->Connection(), Request(state, task, c.values, left),
+                                                          /*nonblocking=*/true);
+    c.open = true;
+  } catch (const std::exception& error) {
+    if (c.call || dynamic_cast<const DeadlineMissed*>(&error) == nullptr) c.lease->Discard();
+    c.call.reset();
+    std::string cause;
+    std::string sqlstate;
+    Describe(task, error, c.started, cause, sqlstate);
+    Deactivate(c);
+    c.lease.reset();
+    Complete(state, task, c.started, std::nullopt, std::move(cause), std::move(sqlstate));
+  }
+}
+
+void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& workers) {
+  ShardTask& task = *c.task;
+  c.open = false;
+  std::optional<pqxx::result> rows;
+  std::string cause;
+  std::string sqlstate;
+  bool reusable = true;
+  bool rollback = false;
+  try {
+    rows = c.call->Finish(reusable, &rollback);
+  } catch (const std::exception& error) {
+    Describe(task, error, c.started, cause, sqlstate);
+  }
+  c.call.reset();
+  if (!reusable) c.lease->Discard();
+  Deactivate(c);
+  if (rollback) {
+    // The failed transaction is ended on a worker: the caller never blocks
+    // on a round trip outside its poll.
+    boost::asio::post(workers, [lease = std::move(c.lease)] {
+      if (!detail::RollBack(lease->Connection())) lease->Discard();
+      lease->Release();
+    });
+  }
+  c.lease.reset();
+  Complete(state, task, c.started, std::move(rows), std::move(cause), std::move(sqlstate));
+}
+
+// Drives the inline calls until each has finished or deadline + grace has
+// passed; at the deadline it has the unfinished ones cancelled, after the
+// grace it gives up on them (their connections are closed; the servers
+// stop the statements at their statement_timeout or on the cancel).
+void DriveInline(ScatterState& state, std::vector<InlineCall>& calls, boost::asio::thread_pool& workers,
+                 boost::asio::thread_pool& canceller) {
+  for (auto& c : calls) StartInline(state, c);
+  std::vector<pollfd> fds;
+  std::vector<InlineCall*> polled;
+  bool cancelled = false;
+  for (;;) {
+    fds.clear();
+    polled.clear();
+    for (auto& c : calls) {
+      if (!c.open) continue;
+      fds.push_back({c.call->Socket(), static_cast<short>(POLLIN | (c.call->WantsWrite() ? POLLOUT : 0)), 0});
+      polled.push_back(&c);
+    }
+    if (fds.empty()) return;
+    const auto now = Clock::now();
+    if (!cancelled && now >= state.deadline) {
+      cancelled = true;
+      for (InlineCall* c : polled) boost::asio::post(canceller, [task = c->task] { task->Cancel(); });
+    }
+    const auto limit = cancelled ? state.deadline + kCancelGrace : state.deadline;
+    if (now >= limit) {
+      for (InlineCall* c : polled) {
+        c->open = false;
+        c->call.reset();
+        // Not done: reported as no answer within the deadline. The task keeps
+        // its cancel handle, so the caller's cancels still reach the server.
+        c->lease->Discard();
+        c->lease.reset();
+      }
+      return;
+    }
+    const auto wait = std::chrono::ceil<milliseconds>(limit - now).count();
+    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(wait, 60'000)));
+    if (ready < 0 && errno != EINTR) {
+      // Cannot wait on the sockets: finish the calls on their own (blocking).
+      for (InlineCall* c : polled) {
+        c->call->Wait();
+        FinishInline(state, *c, workers);
+      }
+      return;
+    }
+    for (std::size_t i = 0; i < fds.size() && ready > 0; ++i) {
+      if (fds[i].revents != 0 && polled[i]->call->Advance()) FinishInline(state, *polled[i], workers);
+    }
   }
 }
 
@@ -525,9 +672,22 @@ ScatterResult ScatterGather::Impl::Execute(
   // worker that waits for a pool either (that worker may be waiting for
   // this very session's connection): they have threads of their own.
   auto& executor = session ? session_workers : workers;
+  // Shards with a connection idle right now are driven from this thread;
+  // the others (connecting, or waiting for a busy pool) go to the workers
+  // first, so that they start at once.
+  std::vector<InlineCall> inline_calls;
   for (std::size_t i = 0; i < state->tasks.size(); ++i) {
+    if (!session) {
+      if (auto lease = state->tasks[i]->pool->TryAcquireIdle()) {
+        InlineCall& c = inline_calls.emplace_back();
+        c.task = state->tasks[i].get();
+        c.lease = std::make_shared<ConnectionPool::Lease>(std::move(*lease));
+        continue;
+      }
+    }
     boost::asio::post(executor, [state, i] { RunShard(*state, *state->tasks[i]); });
   }
+  if (!inline_calls.empty()) DriveInline(*state, inline_calls, workers, canceller);
 
   std::unique_lock lock(state->mutex);
   const auto all_done = [&] { return state->remaining == 0; };

@@ -47,7 +47,10 @@ PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const 
   main_ = count_;
   steps_[count_++] = request.sql;
   if (transaction) steps_[count_++] = &kCommit;
+}
 
+void PipelinedStatement::Send() {
+  const PipelineRequest& request = request_;
   if (nonblocking_ && PQsetnonblocking(conn_, 1) != 0) throw pqxx::broken_connection(ConnectionMessage(conn_));
   // Fails when not idle: something was left pending by an earlier user.
   if (PQenterPipelineMode(conn_) != 1) throw pqxx::broken_connection(ConnectionMessage(conn_));
@@ -202,6 +205,7 @@ pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelineReque
   std::optional<PipelinedStatement> call;
   try {
     call.emplace(connection, request, /*nonblocking=*/false);
+    call->Send();
   } catch (...) {
     reusable = false;
     throw;

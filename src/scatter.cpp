@@ -381,6 +381,20 @@ void Deactivate(InlineCall& c) {
   if (c.task->cancel_requested) c.lease->Discard();
 }
 
+// A call that could not be sent.
+void FailInline(ScatterState& state, InlineCall& c, const std::exception& error, bool discard) {
+  c.open = false;
+  if (discard) c.lease->Discard();
+  c.call.reset();
+  std::string cause;
+  std::string sqlstate;
+  Describe(*c.task, error, c.started, cause, sqlstate);
+  Deactivate(c);
+  c.lease.reset();
+  Complete(state, *c.task, c.started, std::nullopt, std::move(cause), std::move(sqlstate));
+}
+
+// Prepares a call (sends nothing yet).
 void StartInline(ScatterState& state, InlineCall& c) {
   ShardTask& task = *c.task;
   c.started = state.start;
@@ -397,14 +411,15 @@ void StartInline(ScatterState& state, InlineCall& c) {
                                                           /*nonblocking=*/true);
     c.open = true;
   } catch (const std::exception& error) {
-    if (c.call || dynamic_cast<const DeadlineMissed*>(&error) == nullptr) c.lease->Discard();
-    c.call.reset();
-    std::string cause;
-    std::string sqlstate;
-    Describe(task, error, c.started, cause, sqlstate);
-    Deactivate(c);
-    c.lease.reset();
-    Complete(state, task, c.started, std::nullopt, std::move(cause), std::move(sqlstate));
+    FailInline(state, c, error, dynamic_cast<const DeadlineMissed*>(&error) == nullptr);
+  }
+}
+
+void SendInline(ScatterState& state, InlineCall& c) {
+  try {
+    c.call->Send();
+  } catch (const std::exception& error) {
+    FailInline(state, c, error, true);
   }
 }
 
@@ -440,50 +455,49 @@ void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& 
 // passed; at the deadline it has the unfinished ones cancelled, after the
 // grace it gives up on them (their connections are closed; the servers
 // stop the statements at their statement_timeout or on the cancel).
+//
+// The calls are read in shard order, waiting on one socket at a time, as a
+// plain libpq loop would: the answers arrive at about the same time, the
+// scatter waits for the last one anyway, and a poll over every socket after
+// each answer costs more client CPU than it saves (bench/scatter_bench.cpp).
 void DriveInline(ScatterState& state, std::vector<InlineCall>& calls, boost::asio::thread_pool& workers,
                  boost::asio::thread_pool& canceller) {
   for (auto& c : calls) StartInline(state, c);
-  std::vector<pollfd> fds;
-  std::vector<InlineCall*> polled;
+  // Back to back, after all the bookkeeping: the servers start at about the
+  // same time, and this thread is not preempted by the first ones between
+  // its sends.
+  for (auto& c : calls) {
+    if (c.open) SendInline(state, c);
+  }
   bool cancelled = false;
-  for (;;) {
-    fds.clear();
-    polled.clear();
-    for (auto& c : calls) {
-      if (!c.open) continue;
-      fds.push_back({c.call->Socket(), static_cast<short>(POLLIN | (c.call->WantsWrite() ? POLLOUT : 0)), 0});
-      polled.push_back(&c);
-    }
-    if (fds.empty()) return;
-    const auto now = Clock::now();
-    if (!cancelled && now >= state.deadline) {
-      cancelled = true;
-      for (InlineCall* c : polled) boost::asio::post(canceller, [task = c->task] { task->Cancel(); });
-    }
-    const auto limit = cancelled ? state.deadline + kCancelGrace : state.deadline;
-    if (now >= limit) {
-      for (InlineCall* c : polled) {
-        c->open = false;
-        c->call.reset();
-        // Not done: reported as no answer within the deadline. The task keeps
-        // its cancel handle, so the caller's cancels still reach the server.
-        c->lease->Discard();
-        c->lease.reset();
+  for (auto& c : calls) {
+    while (c.open) {
+      pollfd fd{c.call->Socket(), static_cast<short>(POLLIN | (c.call->WantsWrite() ? POLLOUT : 0)), 0};
+      const auto now = Clock::now();
+      if (!cancelled && now >= state.deadline) {
+        cancelled = true;
+        for (auto& other : calls) {
+          if (other.open) boost::asio::post(canceller, [task = other.task] { task->Cancel(); });
+        }
       }
-      return;
-    }
-    const auto wait = std::chrono::ceil<milliseconds>(limit - now).count();
-    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(wait, 60'000)));
-    if (ready < 0 && errno != EINTR) {
-      // Cannot wait on the sockets: finish the calls on their own (blocking).
-      for (InlineCall* c : polled) {
-        c->call->Wait();
-        FinishInline(state, *c, workers);
+      const auto limit = cancelled ? state.deadline + kCancelGrace : state.deadline;
+      if (now >= limit) {
+        for (auto& other : calls) {
+          if (!other.open) continue;
+          // Not done: reported as no answer within the deadline. The task
+          // keeps its cancel handle, so the caller's cancels still reach
+          // the server.
+          other.open = false;
+          other.call.reset();
+          other.lease->Discard();
+          other.lease.reset();
+        }
+        return;
       }
-      return;
-    }
-    for (std::size_t i = 0; i < fds.size() && ready > 0; ++i) {
-      if (fds[i].revents != 0 && polled[i]->call->Advance()) FinishInline(state, *polled[i], workers);
+      const auto wait = std::chrono::ceil<milliseconds>(limit - now).count();
+      const int ready = ::poll(&fd, 1, static_cast<int>(std::min<long long>(wait, 60'000)));
+      if (ready < 0 && errno != EINTR) c.call->Wait();  // cannot wait on the socket: block on libpq itself
+      if (ready != 0 && c.call->Advance()) FinishInline(state, c, workers);
     }
   }
 }

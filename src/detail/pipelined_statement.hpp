@@ -13,6 +13,7 @@
 // Non-blocking, many connections driven from one thread (poll Socket() for
 // input, and for output while WantsWrite()):
 //   detail::PipelinedStatement call{lease.Connection(), request, /*nonblocking=*/true};
+//   call.Send();
 //   while (!call.Advance()) wait_for(call.Socket(), call.WantsWrite());
 //   rows = call.Finish(reusable);
 #pragma once
@@ -51,10 +52,15 @@ struct PipelineRequest {
 // the outcome is unknown).
 class PipelinedStatement {
  public:
+  // Prepares the steps; sends nothing yet. Throws pqxx::broken_connection
+  // for a closed connection.
+  PipelinedStatement(pqxx::connection_base& connection, const PipelineRequest& request, bool nonblocking);
   // Enters pipeline mode and sends every step and the Sync (in non-blocking
   // mode whatever the socket takes now; Advance() sends the rest). Throws
   // pqxx::broken_connection if that fails: discard the connection then.
-  PipelinedStatement(pqxx::connection_base& connection, const PipelineRequest& request, bool nonblocking);
+  // Apart from the constructor so that a caller driving many connections
+  // can prepare them all, then send back to back.
+  void Send();
   PipelinedStatement(const PipelinedStatement&) = delete;
   PipelinedStatement& operator=(const PipelinedStatement&) = delete;
 

@@ -23,14 +23,24 @@
 
 // How the fan-out works and why:
 //
-// * Every selected shard's statement is posted to a thread pool; libpqxx is
-//   blocking, so each statement occupies one worker thread from acquisition
-//   to COMMIT. The caller only waits on a condition variable, which is how it
-//   keeps control of the deadline whatever a shard does.
+// * Shards whose pool has a connection idle right away (the steady state)
+//   are driven from the caller's thread: their pipelines are sent back to
+//   back and read with non-blocking libpq, each socket polled with the
+//   deadline as timeout. A thread per shard cost a wake-up and a context
+//   switch or two per request, which at width 32 doubled the client CPU of
+//   a cheap scatter (bench/scatter_bench.cpp). Every other shard's statement
+//   (a connection to open, or a busy pool to wait for) is posted to a
+//   thread pool first, so that it starts at once; it occupies one worker
+//   thread from acquisition to COMMIT, and the caller then waits on a
+//   condition variable, which is how it keeps control of the deadline
+//   whatever a shard does.
 // * Deadlock: each shard's statement acquires exactly one connection (from
 //   its own shard's pool), runs, and returns it; it never waits for a second
-//   connection while holding one. Without hold-and-wait there is no cycle, so
-//   two scatters over pools of size 1 cannot deadlock; the worst they do is
+//   connection while holding one. The caller's own (inline) statements take
+//   only connections that are idle, never wait for one, and are finished
+//   and given back before the caller waits for its workers. Without
+//   hold-and-wait there is no cycle, so two scatters over pools of size 1
+//   cannot deadlock; the worst they do is
 //   queue behind each other, bounded by the deadline. This was preferred to
 //   acquiring every pool in ascending shard order (which also avoids cycles)
 //   because ordered acquisition holds shard 0's connection idle while it waits
@@ -50,7 +60,9 @@
 //   still running (PQcancel opens a connection and may block, so not on the
 //   caller's thread), waits a short grace for them to report why, and
 //   returns; a statement still stuck (e.g. a server that stopped answering)
-//   finishes in the background and its connection is discarded.
+//   finishes in the background and its connection is discarded (an inline
+//   one's connection is closed at once; its server stops the statement on
+//   the cancel or at its statement_timeout).
 // * One round trip per shard: BEGIN READ ONLY, SET LOCAL statement_timeout,
 //   the statement and COMMIT go out together in libpq pipeline mode
 //   (detail/pipelined_statement.hpp) and their results are read in order.

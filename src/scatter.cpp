@@ -8,6 +8,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <cerrno>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <poll.h>
 #include <pqxx/except>
@@ -380,7 +381,8 @@ struct InlineCall {
   ShardTask* task = nullptr;
   std::shared_ptr<ConnectionPool::Lease> lease;  // shared: a ROLLBACK may finish it on a worker
   std::vector<const char*> values;
-  std::unique_ptr<detail::PipelinedStatement> call;
+  const std::vector<const char*>* shared_values = nullptr;  // this call's, or an earlier call's for the same statement
+  std::optional<detail::PipelinedStatement> call;
   Clock::time_point started;
   bool open = false;  // sent, not yet finished
 };
@@ -407,7 +409,7 @@ void FailInline(ScatterState& state, InlineCall& c, const std::exception& error,
 }
 
 // Prepares a call (sends nothing yet).
-void StartInline(ScatterState& state, InlineCall& c) {
+void StartInline(ScatterState& state, InlineCall& c, const InlineCall* previous) {
   ShardTask& task = *c.task;
   c.started = state.start;
   task.phase = Phase::kExecuting;
@@ -418,9 +420,14 @@ void StartInline(ScatterState& state, InlineCall& c) {
   const auto left = std::chrono::ceil<milliseconds>(state.deadline - Clock::now());
   try {
     if (left.count() <= 0) throw DeadlineMissed("the deadline passed before the statement could start");
-    c.values = ParameterValues(task);
-    c.call = std::make_unique<detail::PipelinedStatement>(c.lease->Connection(), Request(state, task, c.values, left),
-                                                          /*nonblocking=*/true);
+    // Run() sends one statement everywhere: its parameters are converted once.
+    if (previous != nullptr && previous->shared_values != nullptr && previous->task->statement == task.statement) {
+      c.shared_values = previous->shared_values;
+    } else {
+      c.values = ParameterValues(task);
+      c.shared_values = &c.values;
+    }
+    c.call.emplace(c.lease->Connection(), Request(state, task, *c.shared_values, left), /*nonblocking=*/true);
     c.open = true;
   } catch (const std::exception& error) {
     FailInline(state, c, error, dynamic_cast<const DeadlineMissed*>(&error) == nullptr);
@@ -472,9 +479,13 @@ void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& 
 // plain libpq loop would: the answers arrive at about the same time, the
 // scatter waits for the last one anyway, and a poll over every socket after
 // each answer costs more client CPU than it saves (bench/scatter_bench.cpp).
-void DriveInline(ScatterState& state, std::vector<InlineCall>& calls, boost::asio::thread_pool& workers,
+void DriveInline(ScatterState& state, std::deque<InlineCall>& calls, boost::asio::thread_pool& workers,
                  boost::asio::thread_pool& canceller) {
-  for (auto& c : calls) StartInline(state, c);
+  const InlineCall* previous = nullptr;
+  for (auto& c : calls) {
+    StartInline(state, c, previous);
+    previous = &c;
+  }
   // Back to back, after all the bookkeeping: the servers start at about the
   // same time, and this thread is not preempted by the first ones between
   // its sends.
@@ -701,7 +712,7 @@ ScatterResult ScatterGather::Impl::Execute(
   // Shards with a connection idle right now are driven from this thread;
   // the others (connecting, or waiting for a busy pool) go to the workers
   // first, so that they start at once.
-  std::vector<InlineCall> inline_calls;
+  std::deque<InlineCall> inline_calls;  // stays put: calls point at each other's parameters
   for (std::size_t i = 0; i < state->tasks.size(); ++i) {
     if (!session) {
       if (auto lease = state->tasks[i]->pool->TryAcquireIdle()) {

@@ -5,6 +5,7 @@
 #include <pqxx/pqxx>
 #include <vector>
 
+#include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit {
@@ -123,8 +124,20 @@ BucketDirectory BucketDirectory::WithShardAdded() const {
 }
 
 BucketDirectory LoadDirectory(pqxx::connection_base& connection, int shard_count) {
-  pqxx::read_transaction tx{connection};
-  const pqxx::result rows = tx.exec("SELECT bucket, shard, version FROM shard_directory ORDER BY bucket");
+  pqxx::result rows;
+  try {
+    pqxx::read_transaction tx{connection};
+    rows = tx.exec("SELECT bucket, shard, version FROM shard_directory ORDER BY bucket");
+  } catch (const pqxx::undefined_table&) {
+    throw CatalogError(fmt::format("database {} has no shard_directory table: run `shardctl migrate` first",
+                                   connection.dbname()));
+  } catch (const pqxx::sql_error& e) {
+    throw CatalogError(fmt::format("reading the directory from database {} failed (SQLSTATE {}): {}",
+                                   connection.dbname(), e.sqlstate(), RedactDsn(e.what())));
+  } catch (const pqxx::failure& e) {
+    throw CatalogError(fmt::format("reading the directory from database {} failed: {}; check that the server is up",
+                                   connection.dbname(), RedactDsn(e.what())));
+  }
   if (rows.empty()) {
     throw DirectoryError("table shard_directory is empty: fill it with one row per bucket (0-63) or "
                          "use directory.source = \"config\"");

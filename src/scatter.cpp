@@ -834,7 +834,7 @@ ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
     try {
       held[i] = resolver.Pool(st.shards[i]).TryAcquire();
     } catch (const std::exception& e) {
-      failures.push_back({st.shards[i], RedactDsn(Trim(e.what()))});
+      failures.push_back({st.shards[i], RedactDsn(Trim(e.what())), SqlStateOf(e)});
       break;
     }
     if (!held[i]) {
@@ -848,16 +848,17 @@ ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
       try {
         held[i] = resolver.Pool(st.shards[i]).Acquire(st.deadline);
       } catch (const std::exception& e) {
-        failures.push_back({st.shards[i], RedactDsn(Trim(e.what()))});
+        failures.push_back({st.shards[i], RedactDsn(Trim(e.what())), SqlStateOf(e)});
         break;
       }
     }
   }
   if (!failures.empty()) {
     held.clear();  // gives back everything
-    throw ScatterError(fmt::format("scatter session{} could not get a connection on every shard after {} ms: {}",
-                                   st.label, Millis(Clock::now() - start), JoinFailures(failures, resolver)),
-                       std::move(failures));
+    // The message first: the failures are moved into the exception after.
+    std::string message = fmt::format("scatter session{} could not get a connection on every shard after {} ms: {}",
+                                      st.label, Millis(Clock::now() - start), JoinFailures(failures, resolver));
+    throw ScatterError(std::move(message), std::move(failures));
   }
   for (auto& lease : held) st.leases.push_back(std::move(*lease));
 

@@ -219,13 +219,20 @@ void WorkerLease::Release() {
   const std::int64_t now_ms = detail::RealtimeNanos() / 1'000'000;
   const std::int64_t issued_until = std::max(now_ms, IssuedUntilUnixMs());
   Connect();
-  pqxx::work tx{connection_->connection, "release_worker_id"};
-  tx.exec_params(fmt::format("UPDATE {} SET owner = NULL, lease_until = greatest(clock_timestamp(), "
-                             "to_timestamp($4::double precision / 1000)) "
-                             "WHERE id_space = $1 AND worker_id = $2 AND claim_version = $3",
-                             tx.quote_name(options_.table)),
-                 options_.id_space, worker_id_, claim_version_, static_cast<long long>(issued_until));
-  tx.commit();
+  try {
+    pqxx::work tx{connection_->connection, "release_worker_id"};
+    tx.exec_params(fmt::format("UPDATE {} SET owner = NULL, lease_until = greatest(clock_timestamp(), "
+                               "to_timestamp($4::double precision / 1000)) "
+                               "WHERE id_space = $1 AND worker_id = $2 AND claim_version = $3",
+                               tx.quote_name(options_.table)),
+                   options_.id_space, worker_id_, claim_version_, static_cast<long long>(issued_until));
+    tx.commit();
+  } catch (const std::exception& e) {
+    if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) connection_.reset();
+    throw IdGeneratorError(fmt::format("worker-id lease: releasing {} failed ({}); no ID is issued with it any more "
+                                       "and the id expires by itself at the end of its lease",
+                                       Describe(), RedactDsn(e.what())));
+  }
 }
 
 std::optional<std::string> WorkerLease::LastRenewError() const {

@@ -91,6 +91,17 @@ TEST(BucketShardResolver, MixedVersionsInTheTableAreRefused) {
   EXPECT_THROW((void)shardkit::BucketShardResolver::FromConfig(cluster.Config()), shardkit::DirectoryError);
 }
 
+TEST(BucketShardResolver, ADatabaseWithoutTheDirectoryTableSaysToMigrate) {
+  ScratchCluster cluster{"resolver_notable_pgtest"};
+  pqxx::connection c{cluster.ShardDsn(0)};  // a shard holds data, not the directory
+  try {
+    (void)shardkit::LoadDirectory(c, 2);
+    FAIL() << "no error for a database without shard_directory";
+  } catch (const shardkit::CatalogError& e) {
+    EXPECT_NE(std::string(e.what()).find("shardctl migrate"), std::string::npos) << e.what();
+  }
+}
+
 TEST(BucketShardResolver, AnUnreachableCatalogIsNamedWithoutItsPassword) {
   ScratchCluster cluster{"resolver_nocat_pgtest"};
   auto config = cluster.Config();

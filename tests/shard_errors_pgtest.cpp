@@ -101,6 +101,14 @@ TEST(ShardErrors, AnUnreachableShardSays08006) {
     EXPECT_EQ(FailureOf(e.failures(), ShardId{1})->sqlstate, "08006");
     EXPECT_EQ(FailureOf(e.failures(), ShardId{0}), nullptr);
   }
+  try {
+    ScatterSession session{scatter};
+    FAIL() << "a scatter session opened over an unreachable shard";
+  } catch (const ScatterError& e) {
+    ASSERT_NE(FailureOf(e.failures(), ShardId{1}), nullptr);
+    EXPECT_EQ(FailureOf(e.failures(), ShardId{1})->sqlstate, "08006");
+    EXPECT_NE(std::string(e.what()).find("shard 1"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ShardErrors, ErrorsWithoutACodeSayNothing) {

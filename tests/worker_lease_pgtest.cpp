@@ -247,5 +247,22 @@ TEST_F(WorkerLeasePg, MissingTableAndUnreachableServerAreClearErrors) {
   EXPECT_THROW((void)WorkerLease::Claim(Dsn(), bad), ConfigError);
 }
 
+TEST_F(WorkerLeasePg, AReleaseThatCannotBeWrittenIsALibraryError) {
+  Query("CREATE TABLE release_probe (LIKE shardkit_worker_ids INCLUDING ALL)");
+  WorkerLeaseOptions o = Short("release_probe", 2);
+  o.table = "release_probe";
+  auto lease = WorkerLease::Claim(Dsn(), o);
+  ASSERT_TRUE(lease->Valid());
+  Query("DROP TABLE release_probe");
+  try {
+    lease->Release();
+    FAIL() << "release into a dropped table did not fail";
+  } catch (const IdGeneratorError& e) {
+    EXPECT_NE(std::string(e.what()).find("releasing"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(lease->Valid());  // it stopped issuing before it tried to write
+  EXPECT_NO_THROW(lease->Release());  // idempotent: nothing left to do
+}
+
 }  // namespace
 }  // namespace shardkit

@@ -71,6 +71,8 @@ class BucketDirectory {
 };
 
 // Reads the shard_directory table (sql/) through an open connection.
+// CatalogError if it cannot be read (no table, server gone), DirectoryError
+// if what it holds is not a valid directory.
 [[nodiscard]] BucketDirectory LoadDirectory(pqxx::connection_base& connection, int shard_count);
 // Replaces the shard_directory table's rows with `directory`, in one transaction.
 // Refuses (DirectoryError) if the stored version is not lower than the new one.

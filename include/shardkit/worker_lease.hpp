@@ -108,7 +108,9 @@ class WorkerLease {
   // the database could not be reached (the lease stays valid until its
   // deadline; retry).
   void Renew();
-  // Stops issuing and frees the id for another process. Idempotent.
+  // Stops issuing and frees the id for another process. Idempotent. Throws
+  // IdGeneratorError if the release cannot be written (the id then frees
+  // itself when its lease runs out).
   void Release();
 
   // IDs with this worker id must be in later milliseconds than this.

@@ -248,6 +248,8 @@ bool BarePipelines(const std::vector<PGconn*>& conns, const char* sql, const cha
 // (3) Client CPU per shard request: the scatter (worker threads, pool,
 // deadline, results as pqxx::result) vs the bare libpq loop above over the
 // very connections the scatter used, back to back in every iteration.
+// Arg 1: 0 = kCheap, 1 = kWaiting (5 ms of server work: how close the bare
+// loop itself gets to the slowest shard alone, i.e. what the servers allow).
 void BM_ScatterCpuVsBareLibpq(benchmark::State& state) {
   auto config = Config();
   if (!config) {
@@ -259,9 +261,10 @@ void BM_ScatterCpuVsBareLibpq(benchmark::State& state) {
   shardkit::ScatterGather scatter{*resolver, width};
   const shardkit::SqlParams params{"42"};
   const char* const values[] = {"42"};
+  const char* sql = state.range(1) == 0 ? kCheap : kWaiting;
   // One after another: every pool ends up with exactly one connection, which
   // both sides then use.
-  for (int i = 0; i < 5; ++i) (void)scatter.Run(kCheap, params);
+  for (int i = 0; i < 5; ++i) (void)scatter.Run(sql, params);
 
   const double clock_read = ClockReadSeconds();
   std::vector<double> scatter_cpu;
@@ -279,7 +282,7 @@ void BM_ScatterCpuVsBareLibpq(benchmark::State& state) {
         const auto t0 = Clock::now();
         bool answered = false;
         {
-          const auto result = scatter.Run(kCheap, params);
+          const auto result = scatter.Run(sql, params);
           answered = static_cast<int>(result.shards.size()) == width;
         }  // the rows are freed inside the measurement, as the bare loop's are
         const auto t1 = Clock::now();
@@ -295,7 +298,7 @@ void BM_ScatterCpuVsBareLibpq(benchmark::State& state) {
         }
         const double cpu0 = ProcessCpuSeconds();
         const auto t0 = Clock::now();
-        const bool ok = BarePipelines(conns, kCheap, values, 1);
+        const bool ok = BarePipelines(conns, sql, values, 1);
         const auto t1 = Clock::now();
         bare_cpu.push_back((ProcessCpuSeconds() - cpu0 - clock_read) / width);
         bare_wall.push_back(Seconds(t1 - t0));
@@ -315,13 +318,17 @@ void BM_ScatterCpuVsBareLibpq(benchmark::State& state) {
   state.counters["bare_us"] = Median(bare_wall) * 1e6;
 }
 BENCHMARK(BM_ScatterCpuVsBareLibpq)
-    ->Arg(2)
-    ->Arg(8)
-    ->Arg(32)
-    ->ArgName("width")
+    ->ArgsProduct({{2, 8, 32}, {0}})
+    ->ArgNames({"width", "sleep5ms"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(300);
+BENCHMARK(BM_ScatterCpuVsBareLibpq)
+    ->ArgsProduct({{32}, {1}})
+    ->ArgNames({"width", "sleep5ms"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(40);
 
 }  // namespace
 

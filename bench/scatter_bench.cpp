@@ -1,6 +1,10 @@
 // Scatter-gather: (1) a statement of a few ms on 2 shards in parallel vs the
 // same statements one after another; (2) fan-out width 2, 8 and 32 for a
-// cheap statement: scatter time vs the slowest single shard's time.
+// cheap statement and for one with 5 ms of server work: scatter time vs the
+// slowest single shard's time; (3) client CPU per shard request of a
+// scatter vs a bare libpq loop that sends the same pipelines (BEGIN READ
+// ONLY, SET LOCAL statement_timeout, statement, COMMIT, Sync) over the same
+// pooled connections from one thread.
 //
 // Needs the local cluster (lab/cluster start); reads $SHARDKIT_CONFIG, else
 // ./.cluster/shardkit.toml, else ./shardkit.toml. Touches no table.
@@ -15,9 +19,12 @@
 // Every iteration times the baseline and the scatter back to back and the
 // figures are medians, so that load from other processes hits both alike.
 #include <benchmark/benchmark.h>
+#include <libpq-fe.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -26,7 +33,9 @@
 #include <string>
 #include <vector>
 
+#include "detail/libpq_handle.hpp"
 #include "shardkit/config.hpp"
+#include "shardkit/pool.hpp"
 #include "shardkit/resolver.hpp"
 #include "shardkit/scatter.hpp"
 
@@ -75,10 +84,29 @@ double Median(std::vector<double> values) {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// CPU time of the whole process (every thread: the scatter's workers too).
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
 shardkit::ScatterOptions Only(shardkit::ShardId shard) {
   shardkit::ScatterOptions options;
   options.shards = std::vector<shardkit::ShardId>{shard};
   return options;
+}
+
+// What reading the process CPU clock itself costs (it sums every thread's
+// time, and the scatter has a hundred idle threads): subtracted from both
+// sides, so that the ratio compares the requests, not the clock.
+double ClockReadSeconds() {
+  std::vector<double> deltas;
+  for (int i = 0; i < 201; ++i) {
+    const double a = ProcessCpuSeconds();
+    deltas.push_back(ProcessCpuSeconds() - a);
+  }
+  return Median(deltas);
 }
 
 // (1) 2 shards in parallel vs one after another, same code path each time.
@@ -131,7 +159,9 @@ void BM_FanOutWidth(benchmark::State& state) {
   const char* sql = state.range(2) == 0 ? kCheap : kWaiting;
   for (int i = 0; i < 5; ++i) (void)scatter.Run(sql, params, all);  // connect every pool
 
+  const double clock_read = ClockReadSeconds();
   std::vector<double> scatter_times;
+  std::vector<double> scatter_cpu;  // per shard request
   std::vector<std::vector<double>> alone(static_cast<std::size_t>(width));  // per shard, per iteration
   std::vector<double> in_scatter_slowest;
   for (auto _ : state) {
@@ -142,9 +172,11 @@ void BM_FanOutWidth(benchmark::State& state) {
       (void)scatter.Run(sql, params, one);
       alone[static_cast<std::size_t>(s)].push_back(Seconds(Clock::now() - t0));
     }
+    const double cpu0 = ProcessCpuSeconds();
     const auto t0 = Clock::now();
     auto result = scatter.Run(sql, params, all);
     const auto t1 = Clock::now();
+    scatter_cpu.push_back((ProcessCpuSeconds() - cpu0 - clock_read) / width);
     if (static_cast<int>(result.shards.size()) != width) state.SkipWithError("a shard did not answer");
     scatter_times.push_back(Seconds(t1 - t0));
     in_scatter_slowest.push_back(std::chrono::duration<double>(result.slowest_elapsed).count());
@@ -162,6 +194,7 @@ void BM_FanOutWidth(benchmark::State& state) {
   state.counters["slowest_alone_us"] = slowest_alone * 1e6;
   state.counters["typical_alone_us"] = Median(shard_medians) * 1e6;
   state.counters["in_scatter_slowest_us"] = Median(in_scatter_slowest) * 1e6;
+  state.counters["cpu_us_per_request"] = Median(scatter_cpu) * 1e6;
   // The goal's figure: scatter time / the slowest single shard's time.
   state.counters["over_slowest_alone"] = wall / slowest_alone;
   // The fan-out's own overhead: wall time / the slowest shard's time inside
@@ -177,6 +210,122 @@ BENCHMARK(BM_FanOutWidth)
 BENCHMARK(BM_FanOutWidth)
     ->ArgsProduct({{2, 8, 32}, {0}, {1}})
     ->ArgNames({"width", "single_rt", "sleep5ms"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(40);
+
+// One pipeline per connection, written with nothing but libpq: what a
+// shard request costs the client at the least. Sends every connection's
+// pipeline first, then reads them all in order, from one thread.
+bool BarePipelines(const std::vector<PGconn*>& conns, const char* sql, const char* const* values, int count) {
+  bool ok = true;
+  char timeout[64];
+  for (PGconn* conn : conns) {
+    std::snprintf(timeout, sizeof timeout, "SET LOCAL statement_timeout = %d", 30000);
+    ok &= PQenterPipelineMode(conn) == 1;
+    ok &= PQsendQueryParams(conn, "BEGIN READ ONLY", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+    ok &= PQsendQueryParams(conn, timeout, 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+    ok &= PQsendQueryParams(conn, sql, count, nullptr, values, nullptr, nullptr, 0) == 1;
+    ok &= PQsendQueryParams(conn, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+    ok &= PQpipelineSync(conn) == 1;
+  }
+  for (PGconn* conn : conns) {
+    for (int step = 0; step < 4; ++step) {
+      PGresult* result = PQgetResult(conn);
+      const auto status = PQresultStatus(result);
+      ok &= status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+      PQclear(result);
+      while (PGresult* end = PQgetResult(conn)) PQclear(end);
+    }
+    PGresult* sync = PQgetResult(conn);
+    ok &= PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+    PQclear(sync);
+    ok &= PQexitPipelineMode(conn) == 1;
+  }
+  return ok;
+}
+
+// (3) Client CPU per shard request: the scatter (worker threads, pool,
+// deadline, results as pqxx::result) vs the bare libpq loop above over the
+// very connections the scatter used, back to back in every iteration.
+// Arg 1: 0 = kCheap, 1 = kWaiting (5 ms of server work: how close the bare
+// loop itself gets to the slowest shard alone, i.e. what the servers allow).
+void BM_ScatterCpuVsBareLibpq(benchmark::State& state) {
+  auto config = Config();
+  if (!config) {
+    state.SkipWithError("no cluster configuration: run lab/cluster start and set SHARDKIT_CONFIG");
+    return;
+  }
+  const int width = static_cast<int>(state.range(0));
+  auto resolver = Resolver(*config, width);
+  shardkit::ScatterGather scatter{*resolver, width};
+  const shardkit::SqlParams params{"42"};
+  const char* const values[] = {"42"};
+  const char* sql = state.range(1) == 0 ? kCheap : kWaiting;
+  // One after another: every pool ends up with exactly one connection, which
+  // both sides then use.
+  for (int i = 0; i < 5; ++i) (void)scatter.Run(sql, params);
+
+  const double clock_read = ClockReadSeconds();
+  std::vector<double> scatter_cpu;
+  std::vector<double> bare_cpu;
+  std::vector<double> scatter_wall;
+  std::vector<double> bare_wall;
+  bool bare_first = false;
+  for (auto _ : state) {
+    // Alternate which goes first, so that neither always finds the servers
+    // (and the caches) as the other left them.
+    bare_first = !bare_first;
+    for (int side = 0; side < 2; ++side) {
+      if ((side == 0) != bare_first) {
+        const double cpu0 = ProcessCpuSeconds();
+        const auto t0 = Clock::now();
+        bool answered = false;
+        {
+          const auto result = scatter.Run(sql, params);
+          answered = static_cast<int>(result.shards.size()) == width;
+        }  // the rows are freed inside the measurement, as the bare loop's are
+        const auto t1 = Clock::now();
+        scatter_cpu.push_back((ProcessCpuSeconds() - cpu0 - clock_read) / width);
+        scatter_wall.push_back(Seconds(t1 - t0));
+        if (!answered) state.SkipWithError("a shard did not answer");
+      } else {
+        std::vector<shardkit::ConnectionPool::Lease> leases;
+        std::vector<PGconn*> conns;
+        for (const shardkit::ShardId s : shardkit::FirstShards(width)) {
+          leases.push_back(resolver->Pool(s).Acquire());
+          conns.push_back(shardkit::detail::LibpqHandle(leases.back().Connection()));
+        }
+        const double cpu0 = ProcessCpuSeconds();
+        const auto t0 = Clock::now();
+        const bool ok = BarePipelines(conns, sql, values, 1);
+        const auto t1 = Clock::now();
+        bare_cpu.push_back((ProcessCpuSeconds() - cpu0 - clock_read) / width);
+        bare_wall.push_back(Seconds(t1 - t0));
+        if (!ok) state.SkipWithError("the bare libpq loop failed");
+        state.SetIterationTime(Seconds(t1 - t0));
+      }
+    }
+  }
+  std::size_t fresh = 0;
+  for (const shardkit::ShardId s : shardkit::FirstShards(width)) fresh += resolver->Pool(s).Stats().connects;
+  state.counters["connections"] = static_cast<double>(fresh);  // = width: the same connections throughout
+  state.counters["clock_read_us"] = clock_read * 1e6;
+  state.counters["scatter_cpu_us_per_request"] = Median(scatter_cpu) * 1e6;
+  state.counters["bare_cpu_us_per_request"] = Median(bare_cpu) * 1e6;
+  state.counters["cpu_scatter_over_bare"] = Median(scatter_cpu) / Median(bare_cpu);
+  state.counters["scatter_us"] = Median(scatter_wall) * 1e6;
+  state.counters["bare_us"] = Median(bare_wall) * 1e6;
+}
+BENCHMARK(BM_ScatterCpuVsBareLibpq)
+    ->ArgsProduct({{2, 8, 32}, {0}})
+    ->ArgNames({"width", "sleep5ms"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(300);
+BENCHMARK(BM_ScatterCpuVsBareLibpq)
+    ->ArgsProduct({{32}, {1}})
+    ->ArgNames({"width", "sleep5ms"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(40);

@@ -275,6 +275,11 @@ BEGIN
   IF coalesce(current_setting('shardkit.buckets', true), '') IN ('', 'all') THEN
     RETURN wanted;
   END IF;
+  -- A database that is not enrolled knows no ownership (and has no fence
+  -- nor visibility policies): whatever the caller's directory says.
+  IF NOT EXISTS (SELECT 1 FROM shardkit_shard_identity) THEN
+    RETURN wanted;
+  END IF;
   SELECT coalesce(bit_or(1::bigint << bucket), 0) INTO readable
   FROM shardkit_bucket_ownership WHERE state IN ('owned', 'retired');
   IF wanted & ~readable = 0 THEN

@@ -561,6 +561,13 @@ std::optional<ConnectionPool::Lease> ConnectionPool::TryAcquire() {
   return Lease(slot, fresh);
 }
 
+std::optional<ConnectionPool::Lease> ConnectionPool::TryAcquireIdle() noexcept {
+  PoolSlot* slot = core_->TakeIdle();
+  if (slot == nullptr) return std::nullopt;
+  core_->Record(*slot, false, Clock::duration::zero());
+  return Lease(slot, false);
+}
+
 PoolStats ConnectionPool::Stats() const { return core_->Stats(); }
 ShardId ConnectionPool::Shard() const noexcept { return core_->shard; }
 const std::string& ConnectionPool::RedactedDsn() const noexcept { return core_->redacted_dsn; }

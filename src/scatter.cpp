@@ -6,14 +6,18 @@
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <cerrno>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
+#include <poll.h>
 #include <pqxx/except>
 #include <pqxx/nontransaction>
 #include <pqxx/prepared_statement>
 #include <stdexcept>
 #include <string>
 
+#include "detail/pipelined_statement.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/directory_watcher.hpp"
 #include "shardkit/ownership.hpp"
@@ -22,14 +26,24 @@
 
 // How the fan-out works and why:
 //
-// * Every selected shard's statement is posted to a thread pool; libpqxx is
-//   blocking, so each statement occupies one worker thread from acquisition
-//   to COMMIT. The caller only waits on a condition variable, which is how it
-//   keeps control of the deadline whatever a shard does.
+// * Shards whose pool has a connection idle right away (the steady state)
+//   are driven from the caller's thread: their pipelines are sent back to
+//   back and read with non-blocking libpq, each socket polled with the
+//   deadline as timeout. A thread per shard cost a wake-up and a context
+//   switch or two per request, which at width 32 doubled the client CPU of
+//   a cheap scatter (bench/scatter_bench.cpp). Every other shard's statement
+//   (a connection to open, or a busy pool to wait for) is posted to a
+//   thread pool first, so that it starts at once; it occupies one worker
+//   thread from acquisition to COMMIT, and the caller then waits on a
+//   condition variable, which is how it keeps control of the deadline
+//   whatever a shard does.
 // * Deadlock: each shard's statement acquires exactly one connection (from
 //   its own shard's pool), runs, and returns it; it never waits for a second
-//   connection while holding one. Without hold-and-wait there is no cycle, so
-//   two scatters over pools of size 1 cannot deadlock; the worst they do is
+//   connection while holding one. The caller's own (inline) statements take
+//   only connections that are idle, never wait for one, and are finished
+//   and given back before the caller waits for its workers. Without
+//   hold-and-wait there is no cycle, so two scatters over pools of size 1
+//   cannot deadlock; the worst they do is
 //   queue behind each other, bounded by the deadline. This was preferred to
 //   acquiring every pool in ascending shard order (which also avoids cycles)
 //   because ordered acquisition holds shard 0's connection idle while it waits
@@ -49,22 +63,29 @@
 //   still running (PQcancel opens a connection and may block, so not on the
 //   caller's thread), waits a short grace for them to report why, and
 //   returns; a statement still stuck (e.g. a server that stopped answering)
-//   finishes in the background and its connection is discarded.
-// * One round trip for BEGIN + SET LOCAL (a simple-protocol multi-statement),
-//   one for the statement (extended protocol: parameters are never spliced
-//   into SQL, and a single statement is enforced), one for COMMIT. The pool's
-//   connections have libpqxx's reconnect-and-retry disabled, so a broken
-//   connection cannot silently run the statement outside the transaction.
-//   The BEGIN round trip also sets shardkit.buckets, the buckets the
-//   scatter's directory snapshot assigns to this shard (ownership.hpp): rows
-//   a bucket move has copied to its target, or not yet deleted from its
-//   source, are seen on one shard only, and a shard that cannot serve a
-//   bucket any more refuses (SK003), so the scatter is run again with a
-//   refreshed directory (FollowDirectory) instead of answering short.
-//   With single_round_trip only the statement is sent: for cheap statements
-//   on busy machines the two extra round trips cost as much as the statement
-//   (bench/scatter_bench.cpp), and the cancel at the deadline plus the
-//   caller's own wait still bound the caller.
+//   finishes in the background and its connection is discarded (an inline
+//   one's connection is closed at once; its server stops the statement on
+//   the cancel or at its statement_timeout).
+// * One round trip per shard: BEGIN READ ONLY, SET LOCAL statement_timeout,
+//   the statement and COMMIT go out together in libpq pipeline mode
+//   (detail/pipelined_statement.hpp) and their results are read in order.
+//   The statement uses the extended protocol (parameters are never spliced
+//   into SQL, and a single statement is enforced). libpqxx's blocking
+//   exec() would cost a round trip per step, and for cheap statements the
+//   round trips and their client CPU were most of a scatter's time
+//   (bench/scatter_bench.cpp). A failed step leaves the transaction aborted
+//   and costs one more trip (ROLLBACK) before the connection goes back.
+//   The pool's connections have libpqxx's reconnect-and-retry disabled, so a
+//   broken connection cannot silently run the statement outside the
+//   transaction. The pipeline also carries the buckets the scatter's
+//   directory snapshot assigns to the shard (shardkit.buckets, ownership.hpp)
+//   and their check: rows a bucket move has copied to its target, or not yet
+//   deleted from its source, are seen on one shard only, and a shard that
+//   cannot serve a bucket any more refuses (SK003), so the scatter runs again
+//   with a refreshed directory (FollowDirectory) instead of answering short.
+//   With single_round_trip only the statement is sent: the
+//   server does less, but the cancel at the deadline plus the caller's own
+//   wait are then all that bound it, and read_only is not enforced.
 
 namespace shardkit {
 namespace {
@@ -135,7 +156,9 @@ struct ShardTask {
   ConnectionPool::Lease* pinned = nullptr;
   bool simple_protocol = false;
   std::string where;  // "shard 1 (shard1)"
-  std::string buckets;  // shardkit.buckets for this shard; empty: not set
+  // The buckets the scatter's directory gives this shard, as the statement
+  // that sets shardkit.buckets and checks it (ownership.hpp); empty: none.
+  std::string bucket_setup;
 
   std::atomic<Phase> phase{Phase::kQueued};
 
@@ -197,6 +220,30 @@ std::size_t PayloadBytes(const pqxx::result& rows) {
   return bytes;
 }
 
+// What goes out for a task. Inside a session's transaction, or alone with
+// single_round_trip: the statement by itself (the caller's cancel at the
+// deadline cuts it). Otherwise in a transaction of its own with the timeout.
+detail::PipelineRequest Request(const ScatterState& state, const ShardTask& task,
+                                const std::vector<const char*>& values, milliseconds left) {
+  detail::PipelineRequest request;
+  request.sql = &task.statement->sql;
+  request.values = &values;
+  const bool alone = task.pinned != nullptr || state.single_round_trip;
+  request.wrap = alone ? detail::PipelineRequest::Wrap::kStatementOnly : detail::PipelineRequest::Wrap::kTransaction;
+  request.read_only = state.read_only;
+  request.statement_timeout_ms = left.count();
+  if (!task.bucket_setup.empty()) request.setup = &task.bucket_setup;
+  return request;
+}
+
+// Parameters as C strings: a null pointer is sent as SQL NULL.
+std::vector<const char*> ParameterValues(const ShardTask& task) {
+  std::vector<const char*> values;
+  values.reserve(task.statement->params.size());
+  for (const auto& p : task.statement->params) values.push_back(p ? p->c_str() : nullptr);
+  return values;
+}
+
 // Runs the statement on an acquired connection: BEGIN + SET LOCAL, the
 // statement, COMMIT. Throws on failure; the lease is marked for discard when
 // its session can no longer be trusted.
@@ -222,54 +269,27 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   const auto left = std::chrono::ceil<milliseconds>(state.deadline - Clock::now());
   if (left.count() <= 0) throw DeadlineMissed("the deadline passed before the statement could start");
 
-  // Parameters as C strings: a null pointer is sent as SQL NULL.
-  std::vector<const char*> values;
-  values.reserve(task.statement->params.size());
-  for (const auto& p : task.statement->params) values.push_back(p ? p->c_str() : nullptr);
-
-  pqxx::nontransaction tx{connection};
-  if (task.pinned != nullptr) {
-    // Inside the session's transaction: the statement alone. A failure
-    // aborts that transaction, so the connection is not reused.
+  const auto values = ParameterValues(task);
+  if (task.pinned != nullptr && task.simple_protocol) {
+    // A session's BEGIN + setup: several statements in one simple-protocol
+    // string, which pipeline mode does not allow.
+    pqxx::nontransaction tx{connection};
     try {
-      if (task.simple_protocol) return tx.exec(task.statement->sql);
-      return tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
+      return tx.exec(task.statement->sql);
     } catch (...) {
       lease.Discard();
       throw;
     }
   }
-  if (state.single_round_trip) {
-    // The statement alone, in its own implicit transaction; the caller's
-    // cancel at the deadline is what cuts it.
-    return tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
-  }
-  bool committing = false;
+  const auto request = Request(state, task, values, left);
+  bool reusable = true;
   try {
-    // The timeout is a number computed here, not a caller's value; SET takes
-    // no parameters.
-    // The bucket mask is a number computed here as well.
-    tx.exec(fmt::format("BEGIN{}; SET LOCAL statement_timeout = {}{}", state.read_only ? " READ ONLY" : "",
-                        left.count(),
-                        task.buckets.empty() ? std::string()
-                                             : "; SET LOCAL shardkit.buckets = '" + task.buckets +
-                                                   "'; SELECT shardkit_check_buckets()"));
-    pqxx::result rows = tx.exec_params(task.statement->sql, pqxx::prepare::make_dynamic_params(values));
-    committing = true;
-    tx.exec("COMMIT");
+    pqxx::result rows = detail::RunPipelined(connection, request, reusable);
+    if (!reusable) lease.Discard();
     return rows;
-  } catch (const pqxx::broken_connection&) {
-    lease.Discard();
-    if (committing && !state.read_only) {
-      throw pqxx::broken_connection("connection lost during COMMIT: whether this shard committed is unknown");
-    }
-    throw;
   } catch (...) {
-    try {
-      tx.exec("ROLLBACK");
-    } catch (...) {
-      lease.Discard();
-    }
+    // In a session a failure aborts its transaction: never reused.
+    if (!reusable || task.pinned != nullptr) lease.Discard();
     throw;
   }
 }
@@ -317,13 +337,45 @@ std::string SqlStateOf(const std::exception& error) {
   return {};
 }
 
+// The cause and SQLSTATE of a failed task.
+void Describe(ShardTask& task, const std::exception& error, Clock::time_point started, std::string& cause,
+              std::string& sqlstate) {
+  bool cancelled = false;
+  {
+    std::lock_guard lock(task.cancel_mutex);
+    cancelled = task.cancel_requested;
+  }
+  cause = DescribeFailure(task, error, cancelled, Clock::now() - started);
+  sqlstate = SqlStateOf(error);
+  if (const auto refusal = ParseFenceRefusal(error)) {
+    task.stale_directory = refusal->kind == BucketRefused::Kind::kNotReadable;
+  }
+}
+
+// Publishes a task's outcome to the caller.
+void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, std::optional<pqxx::result> rows,
+              std::string cause, std::string sqlstate) {
+  const std::size_t bytes = rows ? PayloadBytes(*rows) : 0;
+  const auto finished = Clock::now();
+  std::lock_guard lock(state.mutex);
+  task.phase = Phase::kDone;
+  task.done = true;
+  task.rows = std::move(rows);
+  task.cause = std::move(cause);
+  task.sqlstate = std::move(sqlstate);
+  task.bytes = bytes;
+  task.elapsed = duration_cast<microseconds>(finished - started);
+  task.queued = duration_cast<microseconds>(started - state.start);
+  --state.remaining;
+  // Only the last one wakes the caller: one wake-up per scatter, not per shard.
+  if (state.remaining == 0) state.finished.notify_all();
+}
+
 void RunShard(ScatterState& state, ShardTask& task) {
   const auto started = Clock::now();
   std::optional<pqxx::result> rows;
   std::string cause;
   std::string sqlstate;
-  bool stale_directory = false;
-  std::size_t bytes = 0;
   if (state.abandoned.load() || started >= state.deadline) {
     cause = fmt::format("not started before the deadline ({} ms): every worker thread was busy; give the "
                         "scatter a later deadline or more threads",
@@ -339,36 +391,163 @@ void RunShard(ScatterState& state, ShardTask& task) {
         task.phase = Phase::kExecuting;
         rows = ExecuteOn(state, task, lease);
       }
-      bytes = PayloadBytes(*rows);
     } catch (const std::exception& error) {
-      bool cancelled = false;
-      {
-        std::lock_guard lock(task.cancel_mutex);
-        cancelled = task.cancel_requested;
-      }
-      cause = DescribeFailure(task, error, cancelled, Clock::now() - started);
-      sqlstate = SqlStateOf(error);
-      if (const auto refusal = ParseFenceRefusal(error)) {
-        stale_directory = refusal->kind == BucketRefused::Kind::kNotReadable;
-      }
+      Describe(task, error, started, cause, sqlstate);
       rows.reset();
     }
   }
-  const auto finished = Clock::now();
+  Complete(state, task, started, std::move(rows), std::move(cause), std::move(sqlstate));
+}
+
+// A statement driven from the caller's thread on a connection that was
+// idle when the scatter began: no worker thread, no wake-ups, the sockets
+// of all such shards polled together (non-blocking libpq).
+struct InlineCall {
+  ShardTask* task = nullptr;
+  std::shared_ptr<ConnectionPool::Lease> lease;  // shared: a ROLLBACK may finish it on a worker
+  std::vector<const char*> values;
+  const std::vector<const char*>* shared_values = nullptr;  // this call's, or an earlier call's for the same statement
+  std::optional<detail::PipelinedStatement> call;
+  Clock::time_point started;
+  bool open = false;  // sent, not yet finished
+};
+
+// Ends an inline call's hold on its connection: as Deactivate above, a
+// connection a cancel may still be travelling to is never reused.
+void Deactivate(InlineCall& c) {
+  std::lock_guard lock(c.task->cancel_mutex);
+  c.task->active.reset();
+  if (c.task->cancel_requested) c.lease->Discard();
+}
+
+// A call that could not be sent.
+void FailInline(ScatterState& state, InlineCall& c, const std::exception& error, bool discard) {
+  c.open = false;
+  if (discard) c.lease->Discard();
+  c.call.reset();
+  std::string cause;
+  std::string sqlstate;
+  Describe(*c.task, error, c.started, cause, sqlstate);
+  Deactivate(c);
+  c.lease.reset();
+  Complete(state, *c.task, c.started, std::nullopt, std::move(cause), std::move(sqlstate));
+}
+
+// Prepares a call (sends nothing yet).
+void StartInline(ScatterState& state, InlineCall& c, const InlineCall* previous) {
+  ShardTask& task = *c.task;
+  c.started = state.start;
+  task.phase = Phase::kExecuting;
   {
-    std::lock_guard lock(state.mutex);
-    task.phase = Phase::kDone;
-    task.done = true;
-    task.rows = std::move(rows);
-    task.cause = std::move(cause);
-    task.sqlstate = std::move(sqlstate);
-    task.stale_directory = stale_directory;
-    task.bytes = bytes;
-    task.elapsed = duration_cast<microseconds>(finished - started);
-    task.queued = duration_cast<microseconds>(started - state.start);
-    --state.remaining;
+    std::lock_guard lock(task.cancel_mutex);
+    task.active = c.lease->Canceller();
   }
-  state.finished.notify_all();
+  const auto left = std::chrono::ceil<milliseconds>(state.deadline - Clock::now());
+  try {
+    if (left.count() <= 0) throw DeadlineMissed("the deadline passed before the statement could start");
+    // Run() sends one statement everywhere: its parameters are converted once.
+    if (previous != nullptr && previous->shared_values != nullptr && previous->task->statement == task.statement) {
+      c.shared_values = previous->shared_values;
+    } else {
+      c.values = ParameterValues(task);
+      c.shared_values = &c.values;
+    }
+    c.call.emplace(c.lease->Connection(), Request(state, task, *c.shared_values, left), /*nonblocking=*/true);
+    c.open = true;
+  } catch (const std::exception& error) {
+    FailInline(state, c, error, dynamic_cast<const DeadlineMissed*>(&error) == nullptr);
+  }
+}
+
+void SendInline(ScatterState& state, InlineCall& c) {
+  try {
+    c.call->Send();
+  } catch (const std::exception& error) {
+    FailInline(state, c, error, true);
+  }
+}
+
+void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& workers) {
+  ShardTask& task = *c.task;
+  c.open = false;
+  std::optional<pqxx::result> rows;
+  std::string cause;
+  std::string sqlstate;
+  bool reusable = true;
+  bool rollback = false;
+  try {
+    rows = c.call->Finish(reusable, &rollback);
+  } catch (const std::exception& error) {
+    Describe(task, error, c.started, cause, sqlstate);
+  }
+  c.call.reset();
+  if (!reusable) c.lease->Discard();
+  Deactivate(c);
+  if (rollback) {
+    // The failed transaction is ended on a worker: the caller never blocks
+    // on a round trip outside its poll.
+    boost::asio::post(workers, [lease = std::move(c.lease)] {
+      if (!detail::RollBack(lease->Connection())) lease->Discard();
+      lease->Release();
+    });
+  }
+  c.lease.reset();
+  Complete(state, task, c.started, std::move(rows), std::move(cause), std::move(sqlstate));
+}
+
+// Drives the inline calls until each has finished or deadline + grace has
+// passed; at the deadline it has the unfinished ones cancelled, after the
+// grace it gives up on them (their connections are closed; the servers
+// stop the statements at their statement_timeout or on the cancel).
+//
+// The calls are read in shard order, waiting on one socket at a time, as a
+// plain libpq loop would: the answers arrive at about the same time, the
+// scatter waits for the last one anyway, and a poll over every socket after
+// each answer costs more client CPU than it saves (bench/scatter_bench.cpp).
+void DriveInline(ScatterState& state, std::deque<InlineCall>& calls, boost::asio::thread_pool& workers,
+                 boost::asio::thread_pool& canceller) {
+  const InlineCall* previous = nullptr;
+  for (auto& c : calls) {
+    StartInline(state, c, previous);
+    previous = &c;
+  }
+  // Back to back, after all the bookkeeping: the servers start at about the
+  // same time, and this thread is not preempted by the first ones between
+  // its sends.
+  for (auto& c : calls) {
+    if (c.open) SendInline(state, c);
+  }
+  bool cancelled = false;
+  for (auto& c : calls) {
+    while (c.open) {
+      pollfd fd{c.call->Socket(), static_cast<short>(POLLIN | (c.call->WantsWrite() ? POLLOUT : 0)), 0};
+      const auto now = Clock::now();
+      if (!cancelled && now >= state.deadline) {
+        cancelled = true;
+        for (auto& other : calls) {
+          if (other.open) boost::asio::post(canceller, [task = other.task] { task->Cancel(); });
+        }
+      }
+      const auto limit = cancelled ? state.deadline + kCancelGrace : state.deadline;
+      if (now >= limit) {
+        for (auto& other : calls) {
+          if (!other.open) continue;
+          // Not done: reported as no answer within the deadline. The task
+          // keeps its cancel handle, so the caller's cancels still reach
+          // the server.
+          other.open = false;
+          other.call.reset();
+          other.lease->Discard();
+          other.lease.reset();
+        }
+        return;
+      }
+      const auto wait = std::chrono::ceil<milliseconds>(limit - now).count();
+      const int ready = ::poll(&fd, 1, static_cast<int>(std::min<long long>(wait, 60'000)));
+      if (ready < 0 && errno != EINTR) c.call->Wait();  // cannot wait on the socket: block on libpq itself
+      if (ready != 0 && c.call->Advance()) FinishInline(state, c, workers);
+    }
+  }
 }
 
 std::string JoinFailures(const std::vector<ScatterError::Failure>& failures, const BucketShardResolver& resolver) {
@@ -576,8 +755,11 @@ ScatterResult ScatterGather::Impl::Execute(
     task->statement = std::move(statement);
     task->simple_protocol = simple_protocol;
     if (session) task->pinned = &SessionLease(*session, shard, label);
-    if (options.directory_buckets && !options.single_round_trip) {
-      task->buckets = BucketSet::Of(*directory, shard).Setting();
+    if (options.directory_buckets && !options.single_round_trip && session == nullptr) {
+      // A number computed here (SET takes no parameters); set_config runs
+      // before the check: a target list is evaluated in order.
+      task->bucket_setup = fmt::format("SELECT set_config('shardkit.buckets', '{}', true), shardkit_check_buckets()",
+                                       BucketSet::Of(*directory, shard).Setting());
     }
     state->tasks.push_back(std::move(task));
   }
@@ -585,9 +767,22 @@ ScatterResult ScatterGather::Impl::Execute(
   // worker that waits for a pool either (that worker may be waiting for
   // this very session's connection): they have threads of their own.
   auto& executor = session ? session_workers : workers;
+  // Shards with a connection idle right now are driven from this thread;
+  // the others (connecting, or waiting for a busy pool) go to the workers
+  // first, so that they start at once.
+  std::deque<InlineCall> inline_calls;  // stays put: calls point at each other's parameters
   for (std::size_t i = 0; i < state->tasks.size(); ++i) {
+    if (!session) {
+      if (auto lease = state->tasks[i]->pool->TryAcquireIdle()) {
+        InlineCall& c = inline_calls.emplace_back();
+        c.task = state->tasks[i].get();
+        c.lease = std::make_shared<ConnectionPool::Lease>(std::move(*lease));
+        continue;
+      }
+    }
     boost::asio::post(executor, [state, i] { RunShard(*state, *state->tasks[i]); });
   }
+  if (!inline_calls.empty()) DriveInline(*state, inline_calls, workers, canceller);
 
   std::unique_lock lock(state->mutex);
   const auto all_done = [&] { return state->remaining == 0; };

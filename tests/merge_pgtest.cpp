@@ -1361,7 +1361,7 @@ TEST_F(MergePg, RandomDataAndShapesMatchTheReference) {
   RecordProperty("seed", std::to_string(seed));
   RecordProperty("cases", coverage.cases);
   if (failures == 0 && datasets * queries >= 600) {
-    // The generator must actually reach the shapes the issue lists.
+    // The generator must actually reach each of these shapes, or the run proved little.
     EXPECT_GT(coverage.group_on_one_shard_only, 0);
     EXPECT_GT(coverage.shard_without_rows, 0);
     EXPECT_GT(coverage.all_shards_empty, 0);

@@ -163,6 +163,9 @@ class ConnectionPool {
   // below max_size (connecting for options.connect_timeout at most), or
   // nothing. Throws ShardUnavailable if connecting fails.
   [[nodiscard]] std::optional<Lease> TryAcquire();
+  // An idle connection right away, or nothing: never connects, never waits
+  // (the same check of a connection idle for long as Acquire's).
+  [[nodiscard]] std::optional<Lease> TryAcquireIdle() noexcept;
 
   [[nodiscard]] PoolStats Stats() const;
   [[nodiscard]] ShardId Shard() const noexcept;

@@ -1,8 +1,12 @@
 // shardkit/scatter.hpp — run one statement on many shards in parallel.
 //
-// Each shard's statement runs on a connection from that shard's pool, on its
-// own worker thread, all at once, so the total time is the slowest shard's,
-// not the sum. Every scatter has a deadline that bounds connection
+// Each shard's statement runs on a connection from that shard's pool, all at
+// once, so the total time is the slowest shard's, not the sum: shards whose
+// pool has a connection idle are driven from the caller's thread
+// (non-blocking), the others (a connection to open, or a busy pool to wait
+// for) on worker threads. Each shard costs one round trip: the
+// transaction's BEGIN, its timeout, the statement and COMMIT go out
+// together (libpq pipeline mode). Every scatter has a deadline that bounds connection
 // acquisition and execution alike: each statement runs with a server-side
 // statement_timeout set to the time left, is cancelled when the deadline
 // passes, and the caller gets control back by the deadline (plus a short
@@ -57,10 +61,11 @@ struct ScatterOptions {
   // Statements run in a READ ONLY transaction. Set false for writes; note
   // that a scatter is never atomic across shards (each commits on its own).
   bool read_only = true;
-  // Send only the statement (one round trip instead of three: no BEGIN /
-  // SET LOCAL statement_timeout / COMMIT). The deadline is then enforced by a
-  // cancel request at the deadline instead of the server's statement_timeout,
-  // and read_only is not enforced. For cheap, latency-critical reads.
+  // Send only the statement, without BEGIN / SET LOCAL statement_timeout /
+  // COMMIT (all four go out in one round trip anyway; this saves the server
+  // three steps). The deadline is then enforced by a cancel request at the
+  // deadline instead of the server's statement_timeout, and read_only is not
+  // enforced.
   bool single_round_trip = false;
   // A label for statistics and messages, e.g. "best-sellers".
   std::string label;
@@ -117,9 +122,10 @@ struct ScatterStats {
 // the worker threads and the shards' pools.
 class ScatterGather {
  public:
-  // threads: how many statements may run at once (default: the shard count).
-  // Statements beyond that wait for a free worker (their wait counts against
-  // the deadline). Destroy the ScatterGather before the resolver: its
+  // threads: how many statements may run at once on worker threads
+  // (default: the shard count); statements on connections that were idle
+  // run on the caller's thread and need none. Statements beyond that wait
+  // for a free worker (their wait counts against the deadline). Destroy the ScatterGather before the resolver: its
   // destructor waits for statements still running past a deadline (cut by
   // their statement_timeout or the cancel sent at the deadline).
   explicit ScatterGather(BucketShardResolver& resolver, std::optional<int> threads = {});

@@ -7,6 +7,10 @@
 
 #include <libpq-fe.h>
 
+#include <string>
+
+#include <pqxx/result>
+
 namespace pqxx {
 class connection_base;
 }
@@ -14,5 +18,10 @@ class connection_base;
 namespace shardkit::detail {
 
 [[nodiscard]] PGconn* LibpqHandle(const pqxx::connection_base& connection) noexcept;
+
+// Wraps a result read from that handle as a pqxx::result (which takes
+// ownership), with the connection's client encoding, as libpqxx itself
+// would. No status check: the caller has looked at PQresultStatus.
+[[nodiscard]] pqxx::result AdoptResult(pqxx::connection_base& connection, PGresult* result, const std::string& query);
 
 }  // namespace shardkit::detail

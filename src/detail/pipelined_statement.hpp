@@ -1,0 +1,127 @@
+// One statement on a pooled connection in one round trip: libpq pipeline
+// mode sends the transaction's BEGIN [READ ONLY] and SET LOCAL
+// statement_timeout, the statement (extended protocol, text parameters, so a
+// single statement is enforced and values are never spliced into SQL), the
+// COMMIT and a Sync together, and reads the results back in order. The
+// server runs them one after another as if sent one by one; after a failing
+// step it skips the rest up to the Sync.
+//
+// Blocking, on a thread of its own:
+//   bool reusable = true;
+//   pqxx::result rows = detail::RunPipelined(lease.Connection(), request, reusable);
+//   if (!reusable) lease.Discard();
+// Non-blocking, many connections driven from one thread (poll Socket() for
+// input, and for output while WantsWrite()):
+//   detail::PipelinedStatement call{lease.Connection(), request, /*nonblocking=*/true};
+//   call.Send();
+//   while (!call.Advance()) wait_for(call.Socket(), call.WantsWrite());
+//   rows = call.Finish(reusable);
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pqxx/result>
+
+namespace pqxx {
+class connection_base;
+}
+
+namespace shardkit::detail {
+
+struct PipelineRequest {
+  enum class Wrap {
+    kTransaction,    // BEGIN [READ ONLY]; SET LOCAL statement_timeout; statement; COMMIT
+    kStatementOnly,  // the statement alone (its own implicit transaction, or an open one's)
+  };
+  const std::string* sql = nullptr;
+  const std::vector<const char*>* values = nullptr;  // text parameters; a null pointer is NULL
+  Wrap wrap = Wrap::kTransaction;
+  bool read_only = true;               // kTransaction only
+  long long statement_timeout_ms = 0;  // kTransaction only; at least 1
+  // kTransaction only: one more statement without parameters after the
+  // timeout (the scatter's bucket setting and its check); null: none.
+  const std::string* setup = nullptr;
+};
+
+// Failures are thrown as libpqxx throws them for the same steps sent one
+// by one, so callers map them the same way: pqxx::sql_error carrying the
+// first failing step's SQLSTATE (the server skipped the later ones),
+// pqxx::broken_connection when the connection is lost or the server reports
+// a class 08 error (for a lost COMMIT of a writing transaction it says that
+// the outcome is unknown).
+class PipelinedStatement {
+ public:
+  // Prepares the steps; sends nothing yet. Throws pqxx::broken_connection
+  // for a closed connection.
+  PipelinedStatement(pqxx::connection_base& connection, const PipelineRequest& request, bool nonblocking);
+  // Enters pipeline mode and sends every step and the Sync (in non-blocking
+  // mode whatever the socket takes now; Advance() sends the rest). Throws
+  // pqxx::broken_connection if that fails: discard the connection then.
+  // Apart from the constructor so that a caller driving many connections
+  // can prepare them all, then send back to back.
+  void Send();
+  PipelinedStatement(const PipelinedStatement&) = delete;
+  PipelinedStatement& operator=(const PipelinedStatement&) = delete;
+
+  [[nodiscard]] int Socket() const noexcept { return PQsocket(conn_); }
+  // Output is still queued: wait for the socket to be writable too.
+  [[nodiscard]] bool WantsWrite() const noexcept { return wants_write_; }
+  // Non-blocking: sends what is queued, reads what has arrived; true once
+  // every result and the Sync are in (or the connection failed).
+  bool Advance();
+  // Blocking: reads until every result and the Sync are in.
+  void Wait();
+
+  // After Advance() returned true or Wait(): the connection goes back out
+  // of pipeline mode, to blocking mode, with nothing pending, and a
+  // transaction this call began and that failed is rolled back (one more
+  // round trip, on failure only). Returns the statement's rows or throws.
+  // `reusable` is set to false when the connection could not be left clean:
+  // the caller must then discard it, as it must a connection whose call it
+  // gives up on before the end. With `rollback_pending`, a failed
+  // transaction is not rolled back here (no blocking round trip): it is set
+  // to true and the caller must RollBack() before reusing the connection.
+  [[nodiscard]] pqxx::result Finish(bool& reusable, bool* rollback_pending = nullptr);
+
+ private:
+  // Takes one PQgetResult() outcome (null included) in pipeline order.
+  void Take(PGresult* result);
+  void Fail(std::string message, std::string sqlstate, bool connection_lost);
+
+  enum class Expect { kResult, kEndOfStep, kSync, kDone };
+  struct Failure {
+    std::string message;
+    std::string sqlstate;
+    int step = 0;
+    bool connection_lost = false;
+  };
+
+  pqxx::connection_base& connection_;
+  PGconn* conn_;
+  PipelineRequest request_;
+  bool nonblocking_;
+  std::string timeout_;
+  const std::string* steps_[5] = {};
+  int count_ = 0;
+  int main_ = 0;  // the statement's step
+  int step_ = 0;
+  Expect expect_ = Expect::kResult;
+  bool broken_ = false;
+  bool wants_write_ = false;
+  std::optional<pqxx::result> rows_;
+  std::optional<Failure> failure_;
+};
+
+// Ends an aborted transaction (blocking); false if the connection is not
+// idle afterwards.
+[[nodiscard]] bool RollBack(pqxx::connection_base& connection) noexcept;
+
+// Sends and reads a request on a blocking connection (a thread per call).
+[[nodiscard]] pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request,
+                                        bool& reusable);
+
+}  // namespace shardkit::detail

@@ -152,6 +152,15 @@ void RoutedTransactions::RunErased(CustomerId customer,
     }
     ConnectionPool::Lease& lease = *acquired;
     const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0 && last_refusal) {
+      // The deadline passed during the back-off: still the refusal.
+      finish(false, false);
+      throw BucketRefused(last_refusal->kind(), last_refusal->shard(), last_refusal->bucket(),
+                          last_refusal->new_owner(), last_refusal->state(),
+                          fmt::format("{} (still refused at the deadline, after {} attempts in {} ms)",
+                                      last_refusal->what(), outcome.attempts - 1,
+                                      std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()));
+    }
     if (left.count() <= 0) {
       finish(false, false);
       throw PoolTimeout(shard, fmt::format("{} for customer {} (bucket {}): the deadline passed after {} attempt(s){}",

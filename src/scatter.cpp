@@ -926,10 +926,23 @@ ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
   std::string begin = fmt::format("BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL statement_timeout = {}",
                                   std::max<long long>(1, left.count()));
   for (const auto& sql : options.setup) begin += "; " + sql;
-  begin += "; SET TRANSACTION READ ONLY";
-  auto statement = std::make_shared<const Statement>(Statement{begin, {}});
   std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements;
-  for (ShardId s : st.shards) statements.emplace_back(s, statement);
+  if (options.directory_buckets) {
+    // As a scatter's: each shard sees the buckets one directory snapshot
+    // gives it, for the whole transaction (see ScatterOptions).
+    const auto directory = resolver.Directory();
+    for (ShardId s : st.shards) {
+      statements.emplace_back(
+          s, std::make_shared<const Statement>(Statement{
+                 fmt::format("{}; SET LOCAL shardkit.buckets = '{}'; SELECT shardkit_check_buckets(); SET "
+                             "TRANSACTION READ ONLY",
+                             begin, BucketSet::Of(*directory, s).Setting()),
+                 {}}));
+    }
+  } else {
+    auto statement = std::make_shared<const Statement>(Statement{begin + "; SET TRANSACTION READ ONLY", {}});
+    for (ShardId s : st.shards) statements.emplace_back(s, statement);
+  }
   ScatterOptions o;
   o.deadline = st.deadline;
   o.label = options.label.empty() ? "session begin" : options.label + " begin";

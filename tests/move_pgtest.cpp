@@ -286,6 +286,11 @@ TEST_F(Move, ScattersDuringEveryPhaseEqualTheReference) {
     auto fresh = cluster_->MakeResolver();  // the catalog's directory now
     ScatterGather fresh_scatter{*fresh};
     EXPECT_EQ(merged(fresh_scatter.Run(sql)), expected);
+    {
+      // A session (top-k runs its phases in one) counts each bucket once too.
+      ScatterSession session{fresh_scatter};
+      EXPECT_EQ(merged(session.Run(sql)), expected);
+    }
     try {
       EXPECT_EQ(merged(stale_scatter.Run(sql)), expected);
     } catch (const ScatterError& e) {

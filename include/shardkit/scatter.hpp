@@ -180,6 +180,10 @@ struct SessionOptions {
   // text without parameters, written by the application.
   std::vector<std::string> setup;
   std::string label;
+  // As ScatterOptions::directory_buckets, for the session's whole
+  // transaction: a shard that cannot serve a bucket any more makes the
+  // session fail to open (ScatterError, stale_directory): open it again.
+  bool directory_buckets = true;
 };
 
 // Several fan-outs over the same connections, each shard in one REPEATABLE

@@ -32,6 +32,21 @@ void ValidateQueue(const JobQueueOptions& o) {
   }
 }
 
+// The grants as two parallel SQL arrays (partition[], version[]) for unnest().
+struct GrantArrays {
+  std::string partitions;
+  std::string versions;
+};
+GrantArrays ToArrays(const std::vector<PartitionGrant>& grants) {
+  std::vector<int> parts;
+  std::vector<std::int64_t> versions;
+  for (const auto& g : grants) {
+    parts.push_back(g.partition);
+    versions.push_back(g.version);
+  }
+  return {detail::PgArrayOf(parts), detail::PgArrayOf(versions)};
+}
+
 void AtomicMax(std::atomic<std::int64_t>& target, std::int64_t value) {
   std::int64_t seen = target.load(std::memory_order_relaxed);
   while (seen < value && !target.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
@@ -149,12 +164,7 @@ void JobWorker::Adopt(const std::vector<PartitionGrant>& grants, bool sweep, Job
   }
   std::set<int> failed;
   for (const auto& [shard, list] : by_shard) {
-    std::vector<int> parts;
-    std::vector<std::int64_t> versions;
-    for (const auto& g : list) {
-      parts.push_back(g.partition);
-      versions.push_back(g.version);
-    }
+    const GrantArrays arrays = ToArrays(list);
     try {
       auto lease = resolver_.Pool(shard).Acquire(Clock::now() + options_.acquire_timeout);
       pqxx::nontransaction tx{*lease};
@@ -176,7 +186,7 @@ UPDATE shardkit_jobs AS j
   FROM stale
  WHERE j.customer_id = stale.customer_id AND j.job_id = stale.job_id
 RETURNING j.partition)",
-                                               queue_.Name(), detail::PgArrayOf(parts), detail::PgArrayOf(versions));
+                                               queue_.Name(), arrays.partitions, arrays.versions);
       for (const auto& row : rows) {
         const int p = row[0].as<int>();
         if (p >= 0 && p < queue_.PartitionCount()) counters_[static_cast<std::size_t>(p)].adopted += 1;
@@ -195,12 +205,7 @@ RETURNING j.partition)",
 
 std::vector<Job> JobWorker::Take(ShardId shard, const std::vector<PartitionGrant>& grants, JobRound& round) {
   std::vector<Job> jobs;
-  std::vector<int> parts;
-  std::vector<std::int64_t> versions;
-  for (const auto& g : grants) {
-    parts.push_back(g.partition);
-    versions.push_back(g.version);
-  }
+  const GrantArrays arrays = ToArrays(grants);
   try {
     auto lease = resolver_.Pool(shard).Acquire(Clock::now() + options_.acquire_timeout);
     pqxx::nontransaction tx{*lease};
@@ -233,7 +238,7 @@ UPDATE shardkit_jobs AS j
  WHERE j.customer_id = locked.customer_id AND j.job_id = locked.job_id
 RETURNING j.customer_id, j.bucket, j.job_id, j.partition, j.kind, j.payload, j.stream_key, j.seq, j.attempts,
           j.fence, (extract(epoch FROM j.created) * 1000000)::bigint)",
-                                             queue_.Name(), detail::PgArrayOf(parts), detail::PgArrayOf(versions),
+                                             queue_.Name(), arrays.partitions, arrays.versions,
                                              options_.batch_size, leases_->Owner());
     jobs.reserve(rows.size());
     for (const auto& row : rows) {

@@ -18,6 +18,7 @@
 
 #include "shardkit/errors.hpp"
 #include "shardkit/resolver.hpp"
+#include "support/short_leases.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -44,15 +45,8 @@ class JobQueuePg : public ::testing::Test {
   static const std::string& Catalog() { return cluster_->CatalogDsn(); }
 
   static PartitionLeaseOptions Leases(std::string group, std::string owner, bool background) {
-    PartitionLeaseOptions o;
-    o.group = std::move(group);
-    o.owner = std::move(owner);
-    o.lease_duration = 1500ms;
-    o.safety_margin = 500ms;
-    o.renew_interval = 300ms;
-    o.claim_interval = 20ms;
+    PartitionLeaseOptions o = test::ShortPartitionLeases(std::move(group), std::move(owner));
     o.handoff_pause = 10ms;
-    o.join_grace = 0ms;
     o.run_in_background = background;
     return o;
   }

@@ -20,6 +20,7 @@
 
 #include "shardkit/errors.hpp"
 #include "support/temporary_server.hpp"
+#include "support/short_leases.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -36,19 +37,8 @@ class PartitionLeasePg : public ::testing::Test {
   // The lease tables live in the catalog (the scratch catalog database).
   static const std::string& Catalog() { return cluster_->CatalogDsn(); }
 
-  // Short leases, ticked by the test itself.
   static PartitionLeaseOptions Manual(std::string group, std::string owner) {
-    PartitionLeaseOptions o;
-    o.group = std::move(group);
-    o.owner = std::move(owner);
-    o.lease_duration = 1500ms;
-    o.safety_margin = 500ms;
-    o.renew_interval = 300ms;
-    o.claim_interval = 20ms;
-    o.handoff_pause = 0ms;
-    o.join_grace = 0ms;
-    o.run_in_background = false;
-    return o;
+    return test::ShortPartitionLeases(std::move(group), std::move(owner));
   }
 
   static pqxx::result Query(const std::string& sql) {

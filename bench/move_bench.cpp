@@ -8,8 +8,11 @@
 //    plain COPY's).
 //  - BM_MoveUnderLoad: writer threads place orders in every bucket of the
 //    source shard while buckets move away one by one: each move's stall
-//    (freeze -> unfrozen), and the other buckets' write p99 during the
-//    moves vs before them (other_p99_ratio).
+//    (freeze requested -> directory flipped; where it went, step by step,
+//    is printed on stderr), the slowest write to a moving bucket as its
+//    writer saw it (moving_write_max_ms, refusals and retries included),
+//    and the other buckets' write p99 during the moves vs before them
+//    (other_p99_ratio).
 //  - BM_FenceOverhead: one order with three items in a transaction, on an
 //    enrolled (fenced, row-level security on) shard vs an unenrolled one,
 //    interleaved (fence_ratio = fenced / unfenced, medians).
@@ -147,12 +150,13 @@ void BM_MoveUnderLoad(benchmark::State& state) {
   for (int c = 1; customers.size() < 400; ++c) {
     if (resolver->ShardFor(CustomerId{c}) == ShardId{0}) customers.emplace_back(CustomerId{c});
   }
-  std::vector<double> stalls, before_p99, during_p99;
+  std::vector<double> stalls, before_p99, during_p99, moving_max;
   for (auto _ : state) {
     std::atomic<bool> stop{false};
     std::atomic<bool> moving{false};
     std::mutex mutex;
     std::vector<double> before, during;  // other buckets' write latency
+    std::vector<double> moving_writes;   // the moving buckets' writes during the moves (retries included)
     std::atomic<std::int64_t> next_id{1'000'000'000};
     std::vector<std::thread> writers;
     for (int w = 0; w < 4; ++w) {
@@ -178,8 +182,11 @@ void BM_MoveUnderLoad(benchmark::State& state) {
           } catch (const std::exception&) {
             continue;
           }
-          if (!other) continue;
           std::lock_guard lock(mutex);
+          if (!other) {
+            if (moving) moving_writes.push_back(Millis(Clock::now() - start));
+            continue;
+          }
           (moving ? during : before).push_back(Millis(Clock::now() - start));
         }
       });
@@ -187,9 +194,17 @@ void BM_MoveUnderLoad(benchmark::State& state) {
     std::this_thread::sleep_for(std::chrono::seconds(3));  // the "before" window
     moving = true;
     shardkit::BucketMover mover{cluster.Config(), QuickMoves()};
-    for (int b = 0; b < moves; ++b) stalls.push_back(mover.Move(BucketId{b}, ShardId{2}).stall_ms.value_or(0));
+    for (int b = 0; b < moves; ++b) {
+      const auto moved = mover.Move(BucketId{b}, ShardId{2});
+      stalls.push_back(moved.stall_ms.value_or(0));
+      // Where the stall went, step by step (the journal's 'flipped' event).
+      for (const auto& e : mover.Events(moved.move_id)) {
+        if (e.state == shardkit::MoveState::kFlipped) fmt::print(stderr, "bucket {}: {}\n", b, e.detail);
+      }
+    }
     stop = true;
     for (auto& t : writers) t.join();
+    moving_max.push_back(moving_writes.empty() ? 0 : *std::max_element(moving_writes.begin(), moving_writes.end()));
     before_p99.push_back(Quantile(before, 0.99));
     during_p99.push_back(Quantile(during, 0.99));
     state.PauseTiming();
@@ -199,6 +214,8 @@ void BM_MoveUnderLoad(benchmark::State& state) {
   const double b = Quantile(before_p99, 0.5), d = Quantile(during_p99, 0.5);
   state.counters["stall_median_ms"] = Quantile(stalls, 0.5);
   state.counters["stall_max_ms"] = stalls.empty() ? 0 : *std::max_element(stalls.begin(), stalls.end());
+  // The stall as a writer of a moving bucket sees it: its slowest write.
+  state.counters["moving_write_max_ms"] = Quantile(moving_max, 0.5);
   state.counters["other_p99_before_ms"] = b;
   state.counters["other_p99_during_ms"] = d;
   state.counters["other_p99_ratio"] = b > 0 ? d / b : 0;

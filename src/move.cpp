@@ -34,15 +34,22 @@
 // session advisory lock on the source, under lock_timeout = drain_timeout;
 // writers hold the shared form until their transactions end, so getting it
 // means they are all gone, and new ones are refused (SK002) from the moment
-// the request waits. A second marker, written after the freeze, arrives
-// after everything the bucket's writers committed: the barrier. Then, with
-// the catalog's flip lock held (21325, serialising flips of parallel moves):
-// the source retires the bucket (naming the target: a stale router's write
-// is refused with the new owner), the target owns it, the freeze is
-// released, and the catalog's directory is compare-and-set to the next
-// version together with the journal's 'flipped'. Retiring before owning
-// means that no instant has two owners; a mover dying between the two leaves
-// no owner until `move resume`, never two.
+// the request waits. A second marker, written after the freeze (in the same
+// round trip as the lock), arrives after everything the bucket's writers
+// committed: the barrier. Then, with the catalog's flip lock held (21325,
+// serialising flips of parallel moves): the source retires the bucket
+// (naming the target: a stale router's write is refused with the new
+// owner), the target owns it, the catalog's directory is compare-and-set to
+// the next version together with the journal's 'flipped', and the freeze is
+// released. Retiring before owning means that no instant has two owners; a
+// mover dying between the two leaves no owner until `move resume`, never two.
+//
+// The stall (freeze -> flip) is a handful of round trips plus logical
+// replication's apply latency for the barrier. Every commit of the mover's
+// admin sessions is flushed at once (synchronous_commit = local): a
+// walsender sends only flushed WAL, so with synchronous_commit = off (the
+// lab's setting) the barrier would wait for the WAL writer, up to
+// wal_writer_delay (200 ms by default), which was most of the stall.
 
 namespace shardkit {
 namespace {
@@ -251,7 +258,14 @@ struct BucketMover::Impl {
   std::unique_ptr<pqxx::connection> ConnectAdmin(ShardId s) const {
     const std::string dsn = WithConnectTimeout(Shard(s).AdminDsn(), options.connect_timeout);
     try {
-      return std::make_unique<pqxx::connection>(dsn);
+      auto c = std::make_unique<pqxx::connection>(dsn);
+      // The mover's commits (the markers above all) are flushed at once:
+      // a walsender sends only flushed WAL, so under synchronous_commit =
+      // off a marker would wait for the WAL writer (wal_writer_delay, 200 ms
+      // by default) before the target could see it, with the bucket frozen.
+      pqxx::nontransaction tx{*c};
+      tx.exec("SET synchronous_commit = local");
+      return c;
     } catch (const std::exception& e) {
       throw ShardUnavailable(s, fmt::format("{} is unreachable ({}): {}", ShardLabel(s), RedactDsn(dsn),
                                             FirstLine(e.what())));
@@ -328,22 +342,23 @@ struct MoveRun {
 
   // Records `state` (and its detail) in the journal, then the test hook.
   void Journal(MoveState state, const std::string& detail, pqxx::transaction_base* in = nullptr) {
+    // The row and its event in one statement: one round trip (some are on
+    // the cutover's path, while the bucket is frozen).
     auto write = [&](pqxx::transaction_base& tx) {
       tx.exec_params(
-          "UPDATE shardkit_moves SET state = $2, updated_at = clock_timestamp(), rows_copied = $3, copy_ms = $4, "
-          "stall_ms = $5, rows_deleted = $6, directory_version = $7, error = nullif($8, ''), "
-          "finished_at = CASE WHEN $2 IN ('done', 'aborted') THEN clock_timestamp() END WHERE move_id = $1",
+          "WITH m AS (UPDATE shardkit_moves SET state = $2, updated_at = clock_timestamp(), rows_copied = $3, "
+          "copy_ms = $4, stall_ms = $5, rows_deleted = $6, directory_version = $7, error = nullif($8, ''), "
+          "finished_at = CASE WHEN $2 IN ('done', 'aborted') THEN clock_timestamp() END WHERE move_id = $1 "
+          "RETURNING move_id) "
+          "INSERT INTO shardkit_move_events (move_id, state, detail) SELECT move_id, $2, $9 FROM m",
           record.move_id, std::string(MoveStateName(state)), record.rows_copied, record.copy_ms, record.stall_ms,
-          record.rows_deleted, record.directory_version, record.error);
-      tx.exec_params("INSERT INTO shardkit_move_events (move_id, state, detail) VALUES ($1, $2, $3)", record.move_id,
-                     std::string(MoveStateName(state)), detail);
+          record.rows_deleted, record.directory_version, record.error, detail);
     };
     if (in != nullptr) {
       write(*in);
     } else {
-      pqxx::work tx{*catalog};
+      pqxx::nontransaction tx{*catalog};
       write(tx);
-      tx.commit();
     }
     record.state = state;
     Progress(std::string(MoveStateName(state)));
@@ -760,17 +775,39 @@ void MoveRun::Cutover() {
                                 Where(), impl.options.catchup_timeout.count(), Lag().value_or(-1)),
                     record.move_id, record.bucket);
   }
-  // Freeze, draining the writers already in the bucket.
+  // Freeze, draining the writers already in the bucket. Everything that
+  // can be is ready before: the connections, the lock timeout, the flip's
+  // catalog transaction (BEGIN takes no snapshot), the statements.
   Progress("freezing (draining writers)");
-  // Connected before the freeze: connecting is not part of the stall.
   auto flip_catalog = impl.ConnectCatalog();
   freeze = impl.ConnectAdmin(record.source);
-  const auto freeze_start = Clock::now();
-  try {
+  (void)Target();
+  {
     pqxx::nontransaction tx{*freeze};
     tx.exec(fmt::format("SET lock_timeout = {}", std::max<long long>(1, impl.options.drain_timeout.count())));
-    tx.exec_params("SELECT pg_advisory_lock($1, $2)", kFenceLockKey, ToInt(record.bucket));
-    tx.exec("SET lock_timeout = 0");
+  }
+  auto flip = std::make_unique<pqxx::work>(*flip_catalog);
+  // Where the stall goes, step by step (journaled with 'flipped').
+  const auto freeze_start = Clock::now();
+  std::string laps;
+  auto last_lap = freeze_start;
+  auto lap = [&](const char* what) {
+    const auto now = Clock::now();
+    laps += fmt::format("{}{} {:.1f}", laps.empty() ? "" : ", ", what, Ms(now - last_lap));
+    last_lap = now;
+  };
+  int barrier = 0;
+  try {
+    // One round trip: the exclusive lock (granted once the writers holding
+    // the shared one are gone; new ones are refused from the moment it is
+    // requested), then the barrier marker, committed after all of them.
+    pqxx::nontransaction tx{*freeze};
+    barrier = tx.exec(fmt::format("SELECT pg_advisory_lock({0}, {1}); "
+                                  "INSERT INTO shardkit_move_markers (move_id, bucket, marker) "
+                                  "SELECT {2}, {1}, coalesce(max(marker), 0) + 1 FROM shardkit_move_markers "
+                                  "WHERE move_id = {2} RETURNING marker",
+                                  kFenceLockKey, ToInt(record.bucket), record.move_id))[0][0]
+                  .as<int>();
   } catch (const pqxx::sql_error& e) {
     freeze.reset();
     if (e.sqlstate() == "55P03") {
@@ -781,6 +818,7 @@ void MoveRun::Cutover() {
     }
     throw;
   }
+  lap("freeze+marker");
   auto unfreeze = [&] {
     if (!freeze) return;
     try {
@@ -793,17 +831,17 @@ void MoveRun::Cutover() {
   };
   try {
     Progress("frozen: waiting for the barrier");
-    const int barrier = WriteMarker(*freeze);
     if (!AwaitMarker(barrier, Clock::now() + impl.options.barrier_timeout, false)) {
       throw MoveError(fmt::format("{}: the target did not receive the barrier within {} ms of the freeze; unfrozen "
                                   "and aborted",
                                   Where(), impl.options.barrier_timeout.count()),
                       record.move_id, record.bucket);
     }
+    lap("barrier");
     // The flip lock: one cutover at a time reads and bumps the version.
-    pqxx::work flip{*flip_catalog};
-    flip.exec_params("SELECT pg_advisory_xact_lock($1, 0)", kFlipLockKey);
-    const BucketDirectory current = DirectoryIn(flip, impl.ShardCount());
+    flip->exec_params("SELECT pg_advisory_xact_lock($1, 0)", kFlipLockKey);
+    const BucketDirectory current = DirectoryIn(*flip, impl.ShardCount());
+    lap("flip lock");
     if (current.ShardOf(record.bucket) != record.source) {
       throw MoveError(fmt::format("{}: the catalog's directory (version {}) no longer places the bucket on the source; "
                                   "unfrozen and aborted",
@@ -823,19 +861,29 @@ void MoveRun::Cutover() {
       }
     }
     record.directory_version = version;
+    lap("retire");
     // From here on there is no way back: only forward (resume).
     try {
       Journal(MoveState::kRetired, fmt::format("frozen, barrier passed; retired on the source for version {}", version));
       AfterStep();
       MakeTargetOwner();
-      unfreeze();
+      lap("owned");
+      // The stall ends when the directory says where the bucket is now
+      // (routers refused by the source refresh it and go there): counted up
+      // to the flip's COMMIT here, to its reply after it.
       record.stall_ms = Ms(Clock::now() - freeze_start);
-      if (!CompareAndSetDirectory(flip, current.Version(), current.WithBucketMoved(record.bucket, record.target))) {
+      if (!CompareAndSetDirectory(*flip, current.Version(), current.WithBucketMoved(record.bucket, record.target))) {
         throw NoAbort("the catalog's directory changed during the flip");
       }
-      Journal(MoveState::kFlipped,
-              fmt::format("directory version {}; writes stalled {:.1f} ms", version, *record.stall_ms), &flip);
-      flip.commit();
+      lap("flip");
+      Journal(MoveState::kFlipped, fmt::format("directory version {}; writes stalled {:.1f} ms ({})", version,
+                                               Ms(Clock::now() - freeze_start), laps),
+              flip.get());
+      flip->commit();
+      record.stall_ms = Ms(Clock::now() - freeze_start);  // journaled with the next step
+      flip.reset();
+      // The source refuses the bucket as retired from now on.
+      unfreeze();
     } catch (const HookThrew&) {
       throw;
     } catch (const std::exception& e) {
@@ -849,7 +897,7 @@ void MoveRun::Cutover() {
 }
 
 void MoveRun::MakeTargetOwner() {
-  pqxx::work tx{Target()};
+  pqxx::nontransaction tx{Target()};
   const auto owned = tx.exec_params(
       "UPDATE shardkit_bucket_ownership SET state = 'owned', directory_version = $2, new_owner = NULL, "
       "updated_at = clock_timestamp() WHERE bucket = $1 AND move_id = $3 AND state IN ('incoming', 'owned')",
@@ -858,7 +906,6 @@ void MoveRun::MakeTargetOwner() {
     throw MoveError(fmt::format("{}: the target has no 'incoming' row for the bucket to make 'owned'", Where()),
                     record.move_id, record.bucket);
   }
-  tx.commit();
   Journal(MoveState::kOwned, "the target owns the bucket");
   AfterStep();
 }

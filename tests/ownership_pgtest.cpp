@@ -226,6 +226,62 @@ TEST_F(Fence, AFrozenBucketRefusesNewWritersAtOnceAndTheFreezeDrainsOldOnes) {
   EXPECT_FALSE(Refusal(Shard0(), InsertCustomer(CustomerIn(bucket, 9000))));
 }
 
+// The fence checks a bucket once per transaction (sql/013): the admission
+// must end with the transaction on the same session...
+TEST_F(Fence, AnAdmissionEndsWithItsTransaction) {
+  const int bucket = 17;
+  pqxx::connection writer{Shard0()};
+  {
+    pqxx::work tx{writer};
+    tx.exec(InsertCustomer(CustomerIn(bucket)));
+    tx.commit();
+  }
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 WHERE bucket = 17");
+  try {
+    pqxx::work tx{writer};
+    tx.exec(InsertCustomer(CustomerIn(bucket, 50000)));
+    tx.commit();
+    ADD_FAILURE() << "the next transaction of the session wrote a retired bucket";
+  } catch (const std::exception& e) {
+    const auto refusal = ParseFenceRefusal(e);
+    ASSERT_TRUE(refusal) << e.what();
+    EXPECT_EQ(refusal->kind, BucketRefused::Kind::kNotOwned);
+    EXPECT_EQ(refusal->state, "retired");
+  }
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL WHERE bucket = 17");
+}
+
+// ...and with a rolled-back savepoint, which releases the bucket's lock:
+// a freeze is then granted, and the transaction's next write of the bucket
+// is refused.
+TEST_F(Fence, ARolledBackSavepointForgetsTheBucketWithItsLock) {
+  const int bucket = 19;
+  pqxx::connection writer{Shard0()};
+  pqxx::nontransaction tx{writer};
+  tx.exec("BEGIN");
+  tx.exec("SAVEPOINT s");
+  tx.exec(InsertCustomer(CustomerIn(bucket)));
+  tx.exec("ROLLBACK TO SAVEPOINT s");
+  pqxx::connection mover{Shard0()};
+  {
+    pqxx::nontransaction freeze{mover};
+    freeze.exec("SET lock_timeout = '20s'");
+    freeze.exec("SELECT pg_advisory_lock(21323, 19)");  // nobody holds the bucket any more
+  }
+  try {
+    tx.exec(InsertCustomer(CustomerIn(bucket, 60000)));
+    ADD_FAILURE() << "a write after the rolled-back savepoint passed a freeze";
+  } catch (const std::exception& e) {
+    const auto refusal = ParseFenceRefusal(e);
+    ASSERT_TRUE(refusal) << e.what();
+    EXPECT_EQ(refusal->kind, BucketRefused::Kind::kFrozen);
+    EXPECT_EQ(refusal->bucket, BucketId{bucket});
+  }
+  tx.exec("ROLLBACK");
+  pqxx::nontransaction unfreeze{mover};
+  unfreeze.exec("SELECT pg_advisory_unlock(21323, 19)");
+}
+
 TEST_F(Fence, AFreezeThatCannotDrainTimesOut) {
   pqxx::connection writer{Shard0()};
   pqxx::work writing{writer};

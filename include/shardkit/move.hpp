@@ -7,10 +7,11 @@
 // bucket on the source (waiting for the writers already in it, bounded by
 // drain_timeout), waits for a marker written after the freeze to arrive on
 // the target, retires the bucket on the source (naming the new owner), makes
-// it owned on the target, unfreezes, flips the catalog's directory
-// (compare-and-set, NOTIFY), drops the replication objects and, after a grace
+// it owned on the target, flips the catalog's directory (compare-and-set,
+// NOTIFY), unfreezes, drops the replication objects and, after a grace
 // period in which routers learn the new directory, deletes the old rows in
-// batches. Writes to the bucket stall only between freeze and unfreeze;
+// batches. Writes to the bucket stall only between freeze and flip (the
+// journal's 'flipped' event says where that time went, step by step);
 // routed transactions (routed.hpp) retry them on the new owner.
 //
 // Every step is recorded in the catalog's journal (shardkit_moves,
@@ -85,7 +86,7 @@ struct MoveRecord {
   std::optional<std::int64_t> directory_version;  // the flip's
   std::int64_t rows_copied = 0;
   std::optional<double> copy_ms;
-  std::optional<double> stall_ms;  // freeze requested -> unfrozen
+  std::optional<double> stall_ms;  // freeze requested -> directory flipped (the catalog says the target owns it)
   std::int64_t rows_deleted = 0;
   std::string error;  // why it was aborted or stopped
 };

@@ -101,8 +101,10 @@ std::string ArrayLiteral(const std::vector<std::int64_t>& values) {
 
 // Runs `work` on one shard, turning libpqxx's exceptions into shardkit's,
 // with the SQLSTATE as a field, so that AnswerFor() maps them to a status.
+// `shard` and `name` are read when an error is caught: work may change them
+// (a routed transaction that followed its bucket to another shard).
 template <class Work>
-auto OnShard(ShardId shard, const std::string& name, Work&& work) -> decltype(work()) {
+auto OnShard(const ShardId& shard, const std::string& name, Work&& work) -> decltype(work()) {
   try {
     return work();
   } catch (const pqxx::in_doubt_error& e) {
@@ -183,6 +185,10 @@ BookstoreService::BookstoreService(shardkit::ClusterConfig config, ServiceOption
     options_.lease_owner = fmt::format("bookstore-service {}:{}", boost::asio::ip::host_name(), ::getpid());
   }
   resolver_ = shardkit::BucketShardResolver::FromConfig(config_);
+  if (config_.directory_source == shardkit::DirectorySource::kCatalog && config_.catalog_dsn) {
+    watcher_ = std::make_unique<shardkit::DirectoryWatcher>(*resolver_, *config_.catalog_dsn);
+  }
+  routed_ = std::make_unique<shardkit::RoutedTransactions>(*resolver_, watcher_.get());
   scatter_ = std::make_unique<shardkit::ScatterGather>(*resolver_);
   ids_ = std::make_unique<OrderIds>(LeaseDatabaseDsn(config_), options_.lease_owner);
 }
@@ -404,72 +410,80 @@ HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Targe
   }
 
   const auto deadline = Clock::now() + options_.request_timeout;
-  const shardkit::Route route = resolver_->Resolve(customer);
-  const std::string shard_name = ShardName(route.shard);
   // Issued before a connection is held; an id that ends up unused is harmless.
   const std::int64_t order_id = ids_->Next();
 
+  // Where the transaction runs: the customer's shard now; a bucket move
+  // between two attempts sends it to the new owner (the fence refused the
+  // earlier attempt before it wrote anything).
+  shardkit::RoutedContext at{};
+  at.shard = resolver_->ShardFor(customer);
+  std::string shard_name = ShardName(at.shard);
   json lines = json::array();
   std::string ordered_at;
   std::string total;
-  OnShard(route.shard, shard_name, [&] {
-    auto lease = route.pool.Acquire(deadline);
-    pqxx::work tx{*lease};
-    LimitToDeadline(tx, deadline);
-    if (tx.exec_params("SELECT 1 FROM customers WHERE customer_id = $1 FOR KEY SHARE", customer).empty()) {
-      throw ApiError(422, fmt::format("customer {} does not exist (bucket {}, shard {} ({})); nothing was stored",
-                                      customer, route.bucket, route.shard, shard_name),
-                     {{"field", "customer_id"}});
-    }
-    ordered_at = tx.exec_params1(
-                       "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, status, total) "
-                       "VALUES ($1, $2, $3, now(), 'placed', 0) RETURNING to_json(ordered_at) #>> '{}'",
-                       customer, ToInt(route.bucket), order_id)[0]
-                     .as<std::string>();
-    // Prices come from the shard's copy of books (a reference table).
-    const pqxx::result inserted = tx.exec_params(
-        "INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, unit_price) "
-        "SELECT $1, $2, $3, item.line_no, b.book_id, item.quantity, b.price "
-        "FROM unnest($4::bigint[], $5::integer[]) WITH ORDINALITY AS item(book_id, quantity, line_no) "
-        "JOIN books b ON b.book_id = item.book_id "
-        "RETURNING line_no, book_id, quantity, unit_price::text",
-        customer, ToInt(route.bucket), order_id, ArrayLiteral(books), ArrayLiteral(quantities));
-    if (inserted.size() != books.size()) {
-      std::set<std::int64_t> known;
-      for (const auto& row : inserted) known.insert(row[1].as<std::int64_t>());
-      json unknown = json::array();
-      std::string list;
-      for (const std::int64_t b : std::set<std::int64_t>(books.begin(), books.end())) {
-        if (known.contains(b)) continue;
-        unknown.push_back(b);
-        list += (list.empty() ? "" : ", ") + std::to_string(b);
+  shardkit::RoutedOptions routing;
+  routing.deadline = deadline;
+  routing.label = "place order";
+  OnShard(at.shard, shard_name, [&] {
+    routed_->Run(customer, [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& attempt) {
+      at = attempt;
+      shard_name = ShardName(at.shard);
+      lines = json::array();
+      if (tx.exec_params("SELECT 1 FROM customers WHERE customer_id = $1 FOR KEY SHARE", customer).empty()) {
+        throw ApiError(422, fmt::format("customer {} does not exist (bucket {}, shard {} ({})); nothing was stored",
+                                        customer, at.bucket, at.shard, shard_name),
+                       {{"field", "customer_id"}});
       }
-      // Leaving without commit rolls the order back with its items.
-      throw ApiError(422, fmt::format("no such book: {}; nothing was stored", list), {{"unknown_books", unknown}});
-    }
-    total = tx.exec_params1(
-                  "UPDATE orders SET total = (SELECT sum(quantity * unit_price) FROM order_items "
-                  "  WHERE customer_id = $1 AND order_id = $2) "
-                  "WHERE customer_id = $1 AND order_id = $2 RETURNING total::text",
-                  customer, order_id)[0]
-                .as<std::string>();
-    tx.commit();
-    std::vector<std::pair<int, json>> sorted;
-    for (const auto& row : inserted) {
-      sorted.emplace_back(row[0].as<int>(), json{{"line_no", row[0].as<int>()},
-                                                 {"book_id", row[1].as<std::int64_t>()},
-                                                 {"quantity", row[2].as<int>()},
-                                                 {"unit_price", row[3].as<std::string>()}});
-    }
-    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (auto& [line, item] : sorted) lines.push_back(std::move(item));
+      ordered_at = tx.exec_params1(
+                         "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, status, total) "
+                         "VALUES ($1, $2, $3, now(), 'placed', 0) RETURNING to_json(ordered_at) #>> '{}'",
+                         customer, ToInt(at.bucket), order_id)[0]
+                       .as<std::string>();
+      // Prices come from the shard's copy of books (a reference table).
+      const pqxx::result inserted = tx.exec_params(
+          "INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, unit_price) "
+          "SELECT $1, $2, $3, item.line_no, b.book_id, item.quantity, b.price "
+          "FROM unnest($4::bigint[], $5::integer[]) WITH ORDINALITY AS item(book_id, quantity, line_no) "
+          "JOIN books b ON b.book_id = item.book_id "
+          "RETURNING line_no, book_id, quantity, unit_price::text",
+          customer, ToInt(at.bucket), order_id, ArrayLiteral(books), ArrayLiteral(quantities));
+      if (inserted.size() != books.size()) {
+        std::set<std::int64_t> known;
+        for (const auto& row : inserted) known.insert(row[1].as<std::int64_t>());
+        json unknown = json::array();
+        std::string list;
+        for (const std::int64_t b : std::set<std::int64_t>(books.begin(), books.end())) {
+          if (known.contains(b)) continue;
+          unknown.push_back(b);
+          list += (list.empty() ? "" : ", ") + std::to_string(b);
+        }
+        // Throwing rolls the order back with its items.
+        throw ApiError(422, fmt::format("no such book: {}; nothing was stored", list), {{"unknown_books", unknown}});
+      }
+      total = tx.exec_params1(
+                    "UPDATE orders SET total = (SELECT sum(quantity * unit_price) FROM order_items "
+                    "  WHERE customer_id = $1 AND order_id = $2) "
+                    "WHERE customer_id = $1 AND order_id = $2 RETURNING total::text",
+                    customer, order_id)[0]
+                  .as<std::string>();
+      std::vector<std::pair<int, json>> sorted;
+      for (const auto& row : inserted) {
+        sorted.emplace_back(row[0].as<int>(), json{{"line_no", row[0].as<int>()},
+                                                   {"book_id", row[1].as<std::int64_t>()},
+                                                   {"quantity", row[2].as<int>()},
+                                                   {"unit_price", row[3].as<std::string>()}});
+      }
+      std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (auto& [line, item] : sorted) lines.push_back(std::move(item));
+    }, routing);
   });
   HttpResponse response = Json(201, {{"order_id", std::to_string(order_id)},
                                      {"customer_id", ToInt(customer)},
-                                     {"bucket", ToInt(route.bucket)},
-                                     {"shard", ToInt(route.shard)},
+                                     {"bucket", ToInt(at.bucket)},
+                                     {"shard", ToInt(at.shard)},
                                      {"shard_name", shard_name},
-                                     {"directory_version", route.directory_version},
+                                     {"directory_version", at.directory_version},
                                      {"ordered_at", ordered_at},
                                      {"status", "placed"},
                                      {"total", total},

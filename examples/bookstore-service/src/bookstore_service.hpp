@@ -19,7 +19,9 @@
 #include <string>
 
 #include <shardkit/config.hpp>
+#include <shardkit/directory_watcher.hpp>
 #include <shardkit/resolver.hpp>
+#include <shardkit/routed.hpp>
 #include <shardkit/scatter.hpp>
 
 #include "http_server.hpp"
@@ -70,6 +72,13 @@ class BookstoreService {
   shardkit::ClusterConfig config_;
   ServiceOptions options_;
   std::unique_ptr<shardkit::BucketShardResolver> resolver_;  // the pools: destroyed last
+  // Follows the catalog's directory (directory.source = "catalog"), so that
+  // writes refused by a shard's fence during a bucket move go to the new
+  // owner at once; null with a directory from the config.
+  std::unique_ptr<shardkit::DirectoryWatcher> watcher_;
+  // Writes: one customer's transaction, retried on the new owner after a
+  // fence refusal, within the request's deadline.
+  std::unique_ptr<shardkit::RoutedTransactions> routed_;
   std::unique_ptr<shardkit::ScatterGather> scatter_;
   std::unique_ptr<OrderIds> ids_;
   HttpMetrics http_metrics_;

@@ -40,7 +40,12 @@ ErrorAnswer AnswerFor(const std::exception& error, const std::function<std::stri
     int status = 500;
     if (dynamic_cast<const shardkit::PoolTimeout*>(&error) != nullptr ||
         dynamic_cast<const shardkit::PoolExhausted*>(&error) != nullptr ||
-        dynamic_cast<const shardkit::ShardUnavailable*>(&error) != nullptr) {
+        dynamic_cast<const shardkit::ShardUnavailable*>(&error) != nullptr ||
+        // A bucket still refused at the deadline (frozen for a move's
+        // cutover, moved): nothing was written; later it goes through.
+        dynamic_cast<const shardkit::BucketRefused*>(&error) != nullptr ||
+        // The connection was lost during COMMIT (as 08007 before).
+        dynamic_cast<const shardkit::OutcomeUnknown*>(&error) != nullptr) {
       status = 503;
     }
     if (const auto by_code = StatusForSqlState(shard->sqlstate())) status = *by_code;

@@ -42,6 +42,14 @@ TEST(AnswerFor, ShardErrorsNameTheShardAndUseTheirSqlState) {
   EXPECT_EQ(AnswerFor(shardkit::ShardQueryError(shardkit::ShardId{0}, "duplicate", "23505"), Name).status, 409);
   EXPECT_EQ(AnswerFor(shardkit::ShardQueryError(shardkit::ShardId{0}, "no table", "42P01"), Name).status, 500);
   EXPECT_EQ(AnswerFor(shardkit::PoolTimeout(shardkit::ShardId{2}, "busy"), Name).status, 503);
+  // A bucket still refused at the deadline (a move's cutover), a COMMIT
+  // whose outcome is unknown: try later.
+  EXPECT_EQ(AnswerFor(shardkit::BucketRefused(shardkit::BucketRefused::Kind::kFrozen, shardkit::ShardId{0},
+                                              shardkit::BucketId{7}, shardkit::ShardId{2}, "owned", "frozen"),
+                      Name)
+                .status,
+            503);
+  EXPECT_EQ(AnswerFor(shardkit::OutcomeUnknown(shardkit::ShardId{1}, "lost during COMMIT"), Name).status, 503);
   EXPECT_EQ(AnswerFor(shardkit::PoolExhausted(shardkit::ShardId{2}, "busy"), Name).body["shard_name"], "shard2");
 }
 

@@ -204,6 +204,13 @@ class Cluster {
   }
 
   [[nodiscard]] ScatterGather& Scatter() { return *scatter_; }
+  // The scratch databases are not migrated: no bucket functions, so each
+  // shard answers for all of its rows (no move runs here).
+  [[nodiscard]] static ScatterOptions Options() {
+    ScatterOptions o;
+    o.directory_buckets = false;
+    return o;
+  }
   [[nodiscard]] BucketShardResolver& Resolver() { return *resolver_; }
   [[nodiscard]] Scenario& Shape(const std::string& shape) { return scenarios_.at(shape); }
   [[nodiscard]] const std::string& ReferenceDsn() const { return *config_.reference_dsn; }
@@ -336,10 +343,10 @@ void BM_BestSellers(benchmark::State& state, const std::string& shape, TopKMetho
   std::vector<double> phase_ms;
   for (auto _ : state) {
     if (shortcut) {
-      SqlTopKSource source(cluster->Scatter(), s.query);
+      SqlTopKSource source(cluster->Scatter(), s.query, cluster->Options());
       last = AsResult(lab::PerShardShortcutTopK(source, kTop));
     } else {
-      last = TopKBySum(cluster->Scatter(), s.query, method);
+      last = TopKBySum(cluster->Scatter(), s.query, method, cluster->Options());
     }
     total_ms += static_cast<double>(last.elapsed.count()) / 1000.0;
     phase_ms.resize(last.phases.size());
@@ -371,6 +378,59 @@ void BM_BestSellers(benchmark::State& state, const std::string& shape, TopKMetho
     state.counters["candidates"] = static_cast<double>(last.candidates);
   }
   Summary()[shape + " / " + (shortcut ? lab::kShortcutName : TopKMethodName(method))] = f;
+}
+
+// TPUT (or auto) and all partials alternately, one after the other in every
+// iteration (which goes first alternates too), so that both see the same
+// load on a shared machine: medians of each and the median of the
+// per-iteration ratios.
+void BM_BestSellersPaired(benchmark::State& state, const std::string& shape, TopKMethod method) {
+  Cluster* cluster = Cluster::Get();
+  if (cluster == nullptr) {
+    state.SkipWithError("no cluster: run lab/cluster start");
+    return;
+  }
+  Scenario& s = cluster->Shape(shape);
+  std::vector<double> mine, all, ratio;
+  TopKResult<I64> last_mine, last_all;
+  bool first_mine = true;
+  for (auto _ : state) {
+    const auto run = [&](TopKMethod m) { return TopKBySum(cluster->Scatter(), s.query, m, cluster->Options()); };
+    if (first_mine) {
+      last_mine = run(method);
+      last_all = run(TopKMethod::kAllPartials);
+    } else {
+      last_all = run(TopKMethod::kAllPartials);
+      last_mine = run(method);
+    }
+    first_mine = !first_mine;
+    mine.push_back(static_cast<double>(last_mine.elapsed.count()) / 1000.0);
+    all.push_back(static_cast<double>(last_all.elapsed.count()) / 1000.0);
+    ratio.push_back(mine.back() / all.back());
+  }
+  if (last_mine.items != s.reference || last_all.items != s.reference) {
+    state.SkipWithError("an exact method differs from the reference server");
+    return;
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  state.counters["ms"] = median(mine);
+  state.counters["all_partials_ms"] = median(all);
+  state.counters["ratio"] = median(ratio);
+  state.counters["rows"] = static_cast<double>(last_mine.total_rows);
+  state.counters["all_partials_rows"] = static_cast<double>(last_all.total_rows);
+  Figures f;
+  f.rows = last_mine.total_rows;
+  f.bytes = last_mine.total_bytes;
+  f.mean_ms = median(mine);
+  f.matches_reference = true;
+  f.extra = fmt::format("paired with all partials ({} rows, {} bytes): medians {:.2f} / {:.2f} ms, median ratio {:.3f} "
+                        "over {} iterations",
+                        last_all.total_rows, last_all.total_bytes, median(mine), median(all), median(ratio),
+                        ratio.size());
+  Summary()[shape + " / " + TopKMethodName(method) + " vs all partials, paired"] = f;
 }
 
 // The same question asked of the one unsharded server (for scale only).
@@ -476,6 +536,11 @@ void Register() {
                                 std::pair{"auto", TopKMethod::kAuto}}) {
       benchmark::RegisterBenchmark(("best_sellers/" + s + "/" + name).c_str(), BM_BestSellers, s, method, false)
           ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    }
+    for (auto [name, method] : {std::pair{"tput_vs_all_partials", TopKMethod::kTput},
+                                std::pair{"auto_vs_all_partials", TopKMethod::kAuto}}) {
+      benchmark::RegisterBenchmark(("best_sellers/" + s + "/" + name).c_str(), BM_BestSellersPaired, s, method)
+          ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(4.0);
     }
   }
   for (const char* shape : {"zipf", "flat", "one-shard-holds"}) {

@@ -41,13 +41,21 @@ PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const 
   if (transaction) {
     // The timeout is a number computed by the caller; SET takes no parameters.
     timeout_ = fmt::format("SET LOCAL statement_timeout = {}", request.statement_timeout_ms);
-    steps_[count_++] = request.read_only ? &kBeginReadOnly : &kBegin;
-    steps_[count_++] = &timeout_;
-    if (request.setup != nullptr) steps_[count_++] = request.setup;
+    steps_.push_back(request.read_only ? &kBeginReadOnly : &kBegin);
+    steps_.push_back(&timeout_);
+    if (request.setup != nullptr) steps_.push_back(request.setup);
   }
-  main_ = count_;
-  steps_[count_++] = request.sql;
-  if (transaction) steps_[count_++] = &kCommit;
+  main_ = static_cast<int>(steps_.size());
+  steps_.push_back(request.sql);
+  returned_ = main_;
+  if (request.then != nullptr) {
+    for (const auto& sql : *request.then) {
+      returned_ = static_cast<int>(steps_.size());
+      steps_.push_back(&sql);
+    }
+  }
+  if (transaction) steps_.push_back(&kCommit);
+  count_ = static_cast<int>(steps_.size());
 }
 
 void PipelinedStatement::Send() {
@@ -89,7 +97,7 @@ void PipelinedStatement::Take(PGresult* raw) {
         case PGRES_TUPLES_OK:
         case PGRES_COMMAND_OK:
         case PGRES_EMPTY_QUERY:
-          if (step_ == main_) rows_ = AdoptResult(connection_, result.Release(), *steps_[step_]);
+          if (step_ == returned_) rows_ = AdoptResult(connection_, result.Release(), *steps_[step_]);
           break;
         case PGRES_PIPELINE_ABORTED:  // skipped after an earlier step failed
           break;

@@ -155,6 +155,9 @@ struct ShardTask {
   // statement is sent as a simple-protocol string (BEGIN + setup).
   ConnectionPool::Lease* pinned = nullptr;
   bool simple_protocol = false;
+  // In a session: a statement without parameters sent right after the
+  // statement in the same round trip, whose rows are returned; empty: none.
+  std::vector<std::string> then;
   std::string where;  // "shard 1 (shard1)"
   // The buckets the scatter's directory gives this shard, as the statement
   // that sets shardkit.buckets and checks it (ownership.hpp); empty: none.
@@ -233,6 +236,7 @@ detail::PipelineRequest Request(const ScatterState& state, const ShardTask& task
   request.read_only = state.read_only;
   request.statement_timeout_ms = left.count();
   if (!task.bucket_setup.empty()) request.setup = &task.bucket_setup;
+  if (!task.then.empty()) request.then = &task.then;
   return request;
 }
 
@@ -620,7 +624,7 @@ struct ScatterGather::Impl {
 
   ScatterResult Execute(std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements,
                         const ScatterOptions& options, const std::shared_ptr<ScatterSession::State>& session = {},
-                        bool simple_protocol = false);
+                        bool simple_protocol = false, const std::vector<std::string>& then = {});
   void Record(const ScatterResult* result, std::size_t fanout, std::size_t failures, microseconds slowest,
               bool threw);
 
@@ -722,7 +726,8 @@ void ScatterGather::Impl::Record(const ScatterResult* result, std::size_t fanout
 
 ScatterResult ScatterGather::Impl::Execute(
     std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements, const ScatterOptions& options,
-    const std::shared_ptr<ScatterSession::State>& session, bool simple_protocol) {
+    const std::shared_ptr<ScatterSession::State>& session, bool simple_protocol,
+    const std::vector<std::string>& then) {
   const auto start = Clock::now();
   const auto deadline = std::min(options.deadline.value_or(start + kDefaultTimeout), start + kMaxTimeout);
   const std::string label = options.label.empty() ? std::string() : fmt::format(" '{}'", options.label);
@@ -754,6 +759,7 @@ ScatterResult ScatterGather::Impl::Execute(
     task->pool = &resolver.Pool(shard);
     task->statement = std::move(statement);
     task->simple_protocol = simple_protocol;
+    if (session) task->then = then;
     if (session) task->pinned = &SessionLease(*session, shard, label);
     if (options.directory_buckets && !options.single_round_trip && session == nullptr) {
       // A number computed here (SET takes no parameters); set_config runs
@@ -969,6 +975,11 @@ ScatterResult ScatterSession::Run(const std::string& sql, const SqlParams& param
 }
 
 ScatterResult ScatterSession::RunPerShard(const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements) {
+  return RunPerShardThen(statements, {});
+}
+
+ScatterResult ScatterSession::RunPerShardThen(const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements,
+                                              const std::vector<std::string>& then) {
   State& st = *state_;
   if (st.finished || st.failure) {
     throw Error(fmt::format("scatter session{} is {}; open a new session", st.label,
@@ -983,7 +994,7 @@ ScatterResult ScatterSession::RunPerShard(const std::vector<std::pair<ShardId, S
   o.deadline = st.deadline;
   o.label = st.label.empty() ? "session" : st.label.substr(2, st.label.size() - 3);
   try {
-    return st.impl->Execute(std::move(copies), o, state_);
+    return st.impl->Execute(std::move(copies), o, state_, /*simple_protocol=*/false, then);
   } catch (const ScatterError& e) {
     st.failure = e.what();
     throw;

@@ -83,6 +83,7 @@ TopKReply<Measure> Phase(TopKResult<Measure>& result, int shard_count, std::stri
                             reply.shards.size(), shard_count));
   }
   for (const auto& rows : reply.shards) stats.rows += rows.size();
+  stats.rows += reply.unused_rows;
   stats.bytes = reply.bytes;
   stats.shards_asked = reply.shards_asked;
   result.total_rows += stats.rows;
@@ -226,6 +227,7 @@ static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::siz
   Ledger<Measure> ledger(m);
 
   // Phase 1: local top k. A key missing from a shard's list counts 0 there.
+  source.WantStatistics(may_switch);
   auto p1 = Phase(result, m, "1 local top-k", [&] { return source.LocalTopK(k, true); });
   for (std::size_t s = 0; s < shards; ++s) {
     if (s < p1.min_partial.size() && p1.min_partial[s]) RequireNonNegative(*p1.min_partial[s], static_cast<int>(s), nullptr);

@@ -48,6 +48,8 @@ constexpr int kTies = 31;
 constexpr int kSeedLike = 41;
 constexpr int kTextKeys = 51;
 constexpr int kNegative = 61;
+constexpr int kManyTies = 71;  // thousands of partials tied at phase 2's threshold
+constexpr int kOneShardOnly = 81;  // every row on shard 0; the others have none
 constexpr int kEmpty = 99;     // no rows
 
 class TopKPg : public ::testing::Test {
@@ -170,6 +172,16 @@ class TopKPg : public ::testing::Test {
       if (item % 30 == 0) s.item.reset();
       sales.push_back(std::move(s));
     }
+    // 6,000 items sell 1 on every shard, five sell 10 on every shard: with
+    // k = 10 the threshold is 1, so phase 2 reads every shard's cursor to
+    // the end, over several fetches.
+    for (I64 item = 1; item <= 6000; ++item) {
+      for (int s = 0; s < shards; ++s) add(kManyTies, customer_on(s), item, item <= 5 ? 10 : 1);
+    }
+    // Rows on shard 0 only.
+    for (I64 item = 1; item <= 100; ++item) {
+      add(kOneShardOnly, customer_on(0), item, std::uniform_int_distribution<I64>(1, 9)(rng));
+    }
     // A refund: a negative quantity.
     for (I64 item = 1; item <= 50; ++item) add(kNegative, any_customer(), item, item == 17 ? -5 : 3);
     return sales;
@@ -287,6 +299,58 @@ TEST_F(TopKPg, TputAndAllPartialsEqualTheReferenceOnEveryDistribution) {
     }
   }
   EXPECT_EQ(compared, 13 * 4);
+}
+
+TEST_F(TopKPg, TiesAtTheThresholdAnEmptyShardAndKBeyondTheKeys) {
+  ASSERT_GE(cluster_->ShardCount(), 2);
+  for (int dataset : {kManyTies, kOneShardOnly}) {
+    for (std::size_t k : {1U, 10U, 500U, 10000U}) {
+      const auto q = Query(dataset, k);
+      const Rows expected = Reference(q);
+      for (TopKMethod method : {TopKMethod::kTput, TopKMethod::kAuto, TopKMethod::kAllPartials}) {
+        const auto result = TopKBySum(*scatter_, q, method);
+        EXPECT_EQ(AsRows(result), expected) << TopKMethodName(method) << " dataset " << dataset << " k " << k
+                                            << "\n got: " << Show(AsRows(result)) << "\n ref: " << Show(expected);
+        EXPECT_TRUE(result.warnings.empty()) << result.warnings.front();
+      }
+    }
+  }
+  // Phase 2 on the ties: every shard sends all but its top 10 (threshold 1).
+  const auto ties = TopKBySum(*scatter_, Query(kManyTies, 10), TopKMethod::kTput);
+  ASSERT_EQ(ties.phases.size(), 3U);
+  EXPECT_EQ(*ties.tau1, cluster_->ShardCount());  // items 6-10 sell 1 per shard
+  EXPECT_GE(ties.phases[1].rows, static_cast<std::size_t>(cluster_->ShardCount()) * (6000 - 10));
+}
+
+// AtLeast and Partials without a phase 1 before them read the shards'
+// current data (a plain scatter each), and agree with AllPartials.
+TEST_F(TopKPg, SourceCallsWithoutPhase1AgreeWithAllPartials) {
+  const auto q = Query(kUniform, 5);
+  SqlTopKSource source(*scatter_, q);
+  const auto all = source.AllPartials();
+  const int m = source.ShardCount();
+  const TopKThreshold<I64> threshold{40, m};
+  std::vector<std::vector<TopKKey>> exclude(static_cast<std::size_t>(m));
+  exclude[0] = {TopKKey{I64{13}}};
+  const auto at_least = source.AtLeast(threshold, exclude);
+  std::vector<std::vector<TopKKey>> keys(static_cast<std::size_t>(m));
+  for (int s = 0; s < m; ++s) {
+    std::set<std::pair<TopKKey, I64>> want, got;
+    for (const auto& e : all.shards[static_cast<std::size_t>(s)]) {
+      if (threshold.Admits(e.value) && !(s == 0 && e.key == TopKKey{I64{13}})) want.emplace(e.key, e.value);
+      if (keys[static_cast<std::size_t>(s)].size() < 7) keys[static_cast<std::size_t>(s)].push_back(e.key);
+    }
+    for (const auto& e : at_least.shards[static_cast<std::size_t>(s)]) got.emplace(e.key, e.value);
+    EXPECT_EQ(got, want) << "shard " << s;
+    EXPECT_FALSE(want.empty()) << "shard " << s << ": lower the threshold, or this proves little";
+  }
+  const auto partials = source.Partials(keys);
+  for (int s = 0; s < m; ++s) {
+    std::map<TopKKey, I64> from_all;
+    for (const auto& e : all.shards[static_cast<std::size_t>(s)]) from_all[e.key] = e.value;
+    ASSERT_EQ(partials.shards[static_cast<std::size_t>(s)].size(), keys[static_cast<std::size_t>(s)].size());
+    for (const auto& e : partials.shards[static_cast<std::size_t>(s)]) EXPECT_EQ(e.value, from_all.at(e.key));
+  }
 }
 
 TEST_F(TopKPg, TextKeysInTheCCollationWithNullKeys) {

@@ -228,6 +228,16 @@ class ScatterSession {
   // the session: this call throws ScatterError and so does every later one.
   [[nodiscard]] ScatterResult Run(const std::string& sql, const SqlParams& params = {});
   [[nodiscard]] ScatterResult RunPerShard(const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements);
+  // As RunPerShard, with the statements of `then` (SQL without parameters)
+  // sent right after each shard's statement in the same round trip; the
+  // rows returned are the last one's. E.g. a cursor declared with
+  // parameters and its first rows:
+  //   session.RunPerShardThen({{ShardId{0}, {"DECLARE c NO SCROLL CURSOR FOR SELECT ...", params}}},
+  //                           {"FETCH FORWARD 10 FROM c"});
+  //   session.Run("FETCH FORWARD 100 FROM c");   // later fan-outs go on reading it
+  [[nodiscard]] ScatterResult RunPerShardThen(
+      const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements,
+      const std::vector<std::string>& then);
 
   // Ends every shard's transaction and gives the connections back. The
   // caller does not wait for the COMMITs: they run on the scatter's

@@ -45,6 +45,11 @@ struct PipelineRequest {
   // kTransaction only: one more statement without parameters after the
   // timeout (the scatter's bucket setting and its check); null: none.
   const std::string* setup = nullptr;
+  // More statements without parameters right after the statement, in the
+  // same round trip; the last one's rows are the ones returned (e.g. a
+  // DECLARE ... CURSOR with the parameters, then the first FETCH). null or
+  // empty: none.
+  const std::vector<std::string>* then = nullptr;
 };
 
 // Failures are thrown as libpqxx throws them for the same steps sent one
@@ -105,9 +110,10 @@ class PipelinedStatement {
   PipelineRequest request_;
   bool nonblocking_;
   std::string timeout_;
-  const std::string* steps_[5] = {};
+  std::vector<const std::string*> steps_;
   int count_ = 0;
-  int main_ = 0;  // the statement's step
+  int main_ = 0;     // the statement's step (it takes the parameters)
+  int returned_ = 0;  // the step whose rows are returned: main_, or the last of `then`
   int step_ = 0;
   Expect expect_ = Expect::kResult;
   bool broken_ = false;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <pqxx/pqxx>
+#include <type_traits>
 #include <utility>
 
 #include "shardkit/errors.hpp"
@@ -37,7 +38,7 @@ std::string TopKKeysArrayLiteral(const std::vector<TopKKey>& keys) {
   return out;
 }
 
-TopKStatements BuildTopKStatements(const TopKQuery& q) {
+TopKStatements BuildTopKStatements(const TopKQuery& q, bool integer_sums) {
   if (q.from.empty() || q.key.empty() || q.measure.empty()) {
     throw UnmergeableQuery("top-k query: from, key and measure must all be given (e.g. from = \"order_items\", "
                            "key = \"book_id\", measure = \"quantity\")");
@@ -71,9 +72,12 @@ TopKStatements BuildTopKStatements(const TopKQuery& q) {
   // read-only (ON COMMIT DROP: nothing to clean up); phase 1 fills it with
   // the one aggregation and declares a cursor over it in the answer's order.
   const std::string table = "pg_temp.shardkit_topk";
-  st.snapshot_setup = fmt::format("CREATE TEMP TABLE shardkit_topk (k {}{}, s numeric) ON COMMIT DROP", type,
-                                  text ? " COLLATE \"C\"" : "");
-  st.snapshot_fill = fmt::format("INSERT INTO {} (k, s) {}", table, grouped);
+  st.snapshot_setup = fmt::format("CREATE TEMP TABLE shardkit_topk (k {}{}, s {}) ON COMMIT DROP", type,
+                                  text ? " COLLATE \"C\"" : "", integer_sums ? "bigint" : "numeric");
+  // Through text: an assignment cast from numeric would round 1.5 to 2.
+  st.snapshot_fill = integer_sums
+                         ? fmt::format("INSERT INTO {} (k, s) SELECT k, s::text::bigint FROM ({}) g", table, grouped)
+                         : fmt::format("INSERT INTO {} (k, s) {}", table, grouped);
   // The statistics row first (o = 0), then every group; one sort over both.
   st.snapshot_cursor = fmt::format(
       "DECLARE shardkit_topk_cursor NO SCROLL CURSOR FOR "
@@ -135,7 +139,7 @@ BasicSqlTopKSource<Measure>::BasicSqlTopKSource(ScatterGather& scatter, TopKQuer
     : scatter_(scatter),
       query_(std::move(query)),
       options_(std::move(options)),
-      statements_(BuildTopKStatements(query_)),
+      statements_(BuildTopKStatements(query_, std::is_same_v<Measure, std::int64_t>)),
       shard_count_(scatter.Resolver().ShardCount()) {}
 
 template <class Measure>
@@ -268,8 +272,24 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::LocalTopK(std::size_t k, bool wa
   }
   // One round trip: the aggregation into the table, the cursor over it, and
   // (the statistics row and) the top k.
-  const ScatterResult result = Session().RunPerShardThen(
-      statements, {declare, fmt::format(fmt::runtime(statements_.cursor_fetch), with_stats ? k + 1 : k)});
+  ScatterResult result;
+  try {
+    result = Session().RunPerShardThen(
+        statements, {declare, fmt::format(fmt::runtime(statements_.cursor_fetch), with_stats ? k + 1 : k)});
+  } catch (const ScatterError& e) {
+    if constexpr (std::is_same_v<Measure, std::int64_t>) {
+      for (const auto& f : e.failures()) {
+        if (f.sqlstate == "22P02" || f.sqlstate == "22003") {
+          EndSession();
+          throw UnmergeableQuery(fmt::format(
+              "top-k by sum: shard {} has a partial sum that a 64-bit integer cannot hold exactly ({}); rank "
+              "numeric measures (or integer sums beyond 64 bits) with TopKBySum<Decimal>",
+              f.shard, f.cause));
+        }
+      }
+    }
+    throw;
+  }
   TopKReply<Measure> reply;
   const auto shards = static_cast<std::size_t>(shard_count_);
   reply.shards.resize(shards);

@@ -293,7 +293,11 @@ struct TopKStatements {
   std::string cursor_fetch;        // fmt pattern: FETCH FORWARD {} FROM the cursor
   std::string cursor_fetch_all;
 };
-[[nodiscard]] TopKStatements BuildTopKStatements(const TopKQuery& query);
+// integer_sums: the session's table keeps the partials as bigint (cheap
+// to sort) instead of numeric; a partial that is not an integer or does not
+// fit fails phase 1 (SQLSTATE 22P02 / 22003), which the int64 source
+// reports as UnmergeableQuery.
+[[nodiscard]] TopKStatements BuildTopKStatements(const TopKQuery& query, bool integer_sums = false);
 
 // TPUT's phases (LocalTopK, AtLeast, Partials, RestOfPartials) run in one
 // ScatterSession: a connection per shard held from phase 1 to the last

@@ -83,7 +83,6 @@ TopKReply<Measure> Phase(TopKResult<Measure>& result, int shard_count, std::stri
                             reply.shards.size(), shard_count));
   }
   for (const auto& rows : reply.shards) stats.rows += rows.size();
-  stats.rows += reply.unused_rows;
   stats.bytes = reply.bytes;
   stats.shards_asked = reply.shards_asked;
   result.total_rows += stats.rows;

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <limits>
 #include <pqxx/pqxx>
 #include <type_traits>
 #include <utility>
@@ -70,7 +69,7 @@ TopKStatements BuildTopKStatements(const TopKQuery& q, bool integer_sums) {
 
   // The session's temporary table, made before its transaction turns
   // read-only (ON COMMIT DROP: nothing to clean up); phase 1 fills it with
-  // the one aggregation and declares a cursor over it in the answer's order.
+  // the one aggregation.
   const std::string table = "pg_temp.shardkit_topk";
   st.snapshot_setup = fmt::format("CREATE TEMP TABLE shardkit_topk (k {}{}, s {}) ON COMMIT DROP", type,
                                   text ? " COLLATE \"C\"" : "", integer_sums ? "bigint" : "numeric");
@@ -78,21 +77,26 @@ TopKStatements BuildTopKStatements(const TopKQuery& q, bool integer_sums) {
   st.snapshot_fill = integer_sums
                          ? fmt::format("INSERT INTO {} (k, s) SELECT k, s::text::bigint FROM ({}) g", table, grouped)
                          : fmt::format("INSERT INTO {} (k, s) {}", table, grouped);
-  // The statistics row first (o = 0), then every group; one sort over both.
-  st.snapshot_cursor = fmt::format(
-      "DECLARE shardkit_topk_cursor NO SCROLL CURSOR FOR "
+  // Phase 1 reads the table in the same round trip that fills it: the top
+  // k with negative partials first (TPUT: the sign check reads the first
+  // row), or (kAuto) after one statistics row (o = 0). {} = k or k + 1.
+  st.snapshot_top_k = fmt::format("SELECT k, s FROM {} ORDER BY least(s, 0), {} LIMIT {{}}", table, order);
+  st.snapshot_top_k_stats = fmt::format(
       "SELECT k, s, min_s, n, hist FROM ("
       "SELECT 1 AS o, k, s, NULL::numeric AS min_s, NULL::bigint AS n, NULL::text AS hist FROM {0} "
       "UNION ALL "
       "SELECT 0, NULL, NULL, min(s), count(*), "
       "(SELECT coalesce(string_agg(e || ':' || c, ',' ORDER BY e), '') FROM "
       "(SELECT floor(4 * ln(s::float8) / ln(2))::int AS e, count(*) AS c FROM {0} WHERE s > 0 GROUP BY 1) h) "
-      "FROM {0}) u ORDER BY o, {1}",
+      "FROM {0}) u ORDER BY o, {1} LIMIT {{}}",
       table, order);
-  st.snapshot_cursor_lean = fmt::format(
-      "DECLARE shardkit_topk_cursor NO SCROLL CURSOR FOR SELECT k, s FROM {} ORDER BY least(s, 0), {}", table, order);
-  st.cursor_fetch = "FETCH FORWARD {} FROM shardkit_topk_cursor";
-  st.cursor_fetch_all = "FETCH ALL FROM shardkit_topk_cursor";
+  st.snapshot_at_least = fmt::format(
+      "SELECT k, s FROM {0} WHERE s * $1::integer >= $2::numeric "
+      "AND CASE WHEN k IS NULL THEN NOT $4::boolean ELSE NOT (k = ANY($3::{1}[])) END",
+      table, type);
+  st.snapshot_rest = fmt::format(
+      "SELECT k, s FROM {0} WHERE CASE WHEN k IS NULL THEN NOT $2::boolean ELSE NOT (k = ANY($1::{1}[])) END",
+      table, type);
   st.snapshot_partials =
       fmt::format("SELECT k, s FROM {0} WHERE k = ANY($1::{1}[]) OR ($2::boolean AND k IS NULL)", table, type);
   return st;
@@ -165,8 +169,7 @@ template <class Measure>
 void BasicSqlTopKSource<Measure>::EndSession() noexcept {
   if (session_) session_->Finish();
   session_.reset();
-  cursors_.clear();
-  stage_ = CursorStage::kNone;
+  in_session_ = false;
 }
 
 template <class Measure>
@@ -223,59 +226,23 @@ std::vector<std::pair<int, std::int64_t>> ParseHistogram(const pqxx::field& f) {
   return out;
 }
 
-// How many of a shard's groups have a partial of at least `threshold`, from
-// its histogram (buckets floor(4 * log2(partial))): the bucket holding the
-// threshold is counted whole, so this errs high by at most that bucket (and
-// low only where the server's and this rounding of a logarithm disagree at a
-// bucket's edge: the caller fetches on then).
-std::int64_t GroupsAtLeast(const std::vector<std::pair<int, std::int64_t>>& histogram, double threshold,
-                           std::int64_t groups) {
-  if (threshold <= 0) return groups;
-  const int from = static_cast<int>(std::floor(4 * std::log2(threshold)));
-  std::int64_t passing = 0;
-  for (const auto& [bucket, count] : histogram) {
-    if (bucket >= from) passing += count;
-  }
-  return passing;
-}
-
-constexpr std::int64_t kFetchAll = std::numeric_limits<std::int64_t>::max();
-
-// Without statistics: how many more rows to ask a shard for in phase 2,
-// given its first and last partial so far (`delivered` rows) and the
-// threshold. Guessed from a power law through the two (Zipf-like sales
-// fall by rank), at least 16 and at most 2,048 rows, plus one to see the
-// end; a shard whose partials pass beyond that is asked again (twice as
-// many each time). Only the number of round trips and rows depends on the
-// guess, never the answer.
-std::int64_t LeanAsk(double first, double last, std::int64_t delivered, double threshold) {
-  if (threshold <= 0) return kFetchAll;  // every partial passes
-  double rank = std::numeric_limits<double>::infinity();
-  if (delivered >= 2 && first > last && last > 0) {
-    const double slope = std::log(first / last) / std::log(static_cast<double>(delivered));
-    rank = static_cast<double>(delivered) * std::pow(last / threshold, 1 / slope);
-  }
-  const double more = std::clamp(rank - static_cast<double>(delivered), 16.0, 2048.0);
-  return static_cast<std::int64_t>(more) + 1;
-}
-
 }  // namespace
 
 template <class Measure>
 TopKReply<Measure> BasicSqlTopKSource<Measure>::LocalTopK(std::size_t k, bool want_min_partial) {
   EndSession();  // a new phase 1 starts a new snapshot
   const bool with_stats = want_statistics_;
-  const std::string& declare = with_stats ? statements_.snapshot_cursor : statements_.snapshot_cursor_lean;
+  const std::string read = fmt::format(
+      fmt::runtime(with_stats ? statements_.snapshot_top_k_stats : statements_.snapshot_top_k), with_stats ? k + 1 : k);
   std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
   for (int s = 0; s < shard_count_; ++s) {
     statements.emplace_back(ShardId{s}, ScatterGather::Statement{statements_.snapshot_fill, query_.params});
   }
-  // One round trip: the aggregation into the table, the cursor over it, and
-  // (the statistics row and) the top k.
+  // One round trip: the aggregation into the table, then (the statistics
+  // row and) the top k from it.
   ScatterResult result;
   try {
-    result = Session().RunPerShardThen(
-        statements, {declare, fmt::format(fmt::runtime(statements_.cursor_fetch), with_stats ? k + 1 : k)});
+    result = Session().RunPerShardThen(statements, {read});
   } catch (const ScatterError& e) {
     if constexpr (std::is_same_v<Measure, std::int64_t>) {
       for (const auto& f : e.failures()) {
@@ -298,18 +265,15 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::LocalTopK(std::size_t k, bool wa
   reply.histogram.resize(shards);
   reply.bytes = result.TotalBytes();
   reply.shards_asked = static_cast<int>(result.shards.size());
-  cursors_.assign(shards, Cursor{});
   for (const auto& shard : result.shards) {
     const int index = ToInt(shard.shard);
     if (index < 0 || index >= shard_count_) throw UnknownShard(shard.shard, shard_count_);
     const auto i = static_cast<std::size_t>(index);
-    Cursor& cursor = cursors_[i];
     auto& out = reply.shards[i];
     pqxx::result::size_type first_row = 0;
     if (with_stats) {
       if (shard.rows.empty() || shard.rows[0][3].is_null()) {
-        throw ShardQueryError(shard.shard, fmt::format("top-k: shard {} did not send its statistics row first; "
-                                                       "the cursor's query was changed or the server reordered it",
+        throw ShardQueryError(shard.shard, fmt::format("top-k: shard {} did not send its statistics row first",
                                                        shard.shard));
       }
       const auto stats = shard.rows[0];
@@ -318,9 +282,6 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::LocalTopK(std::size_t k, bool wa
         reply.min_partial[i] = ParseMeasure<Measure>(stats[2], shard.shard, TopKKey{std::monostate{}});
       }
       reply.histogram[i] = ParseHistogram(stats[4]);
-      cursor.groups = reply.groups[i];
-      cursor.histogram = reply.histogram[i];
-      cursor.statistics = true;
       first_row = 1;
     }
     out.reserve(shard.rows.size() - first_row);
@@ -334,14 +295,8 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::LocalTopK(std::size_t k, bool wa
       // Negative partials sort first: the first row is negative iff one is.
       reply.min_partial[i] = TopKMeasureTraits<Measure>::IsNegative(out.front().value) ? out.front().value : Measure{};
     }
-    cursor.delivered = out.size();
-    cursor.exhausted = out.size() < k;  // k partials asked (after the statistics row)
-    if (!out.empty()) {
-      cursor.first = out.front().value;
-      cursor.last = out.back().value;
-    }
   }
-  stage_ = CursorStage::kAfterLocalTopK;
+  in_session_ = true;
   if (!with_stats) {
     reply.groups.clear();
     reply.histogram.clear();
@@ -354,84 +309,22 @@ template <class Measure>
 TopKReply<Measure> BasicSqlTopKSource<Measure>::AtLeast(const TopKThreshold<Measure>& threshold,
                                                         const std::vector<std::vector<TopKKey>>& exclude) {
   static const std::vector<TopKKey> kNone;
-  const auto excluded = [&](std::size_t s) -> const std::vector<TopKKey>& {
-    return s < exclude.size() ? exclude[s] : kNone;
-  };
-  if (stage_ != CursorStage::kAfterLocalTopK) {
-    // No phase 1 before: one plain scatter over the shards' current data.
-    std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
-    for (int s = 0; s < shard_count_; ++s) {
-      const auto& ex = excluded(static_cast<std::size_t>(s));
-      SqlParams params = query_.params;
-      params.emplace_back(std::to_string(threshold.shards));
-      params.emplace_back(TopKMeasureTraits<Measure>::ToString(threshold.tau1));
-      params.emplace_back(TopKKeysArrayLiteral(ex));
-      params.emplace_back(HasNull(ex) ? "true" : "false");
-      statements.emplace_back(ShardId{s}, ScatterGather::Statement{statements_.at_least, std::move(params)});
-    }
-    return Decode(scatter_.RunPerShard(statements, PhaseOptions("threshold")), false);
+  std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
+  for (int s = 0; s < shard_count_; ++s) {
+    const auto& ex = static_cast<std::size_t>(s) < exclude.size() ? exclude[static_cast<std::size_t>(s)] : kNone;
+    // In the session: from its table; else (no phase 1 before) a plain
+    // scatter over the shards' current data.
+    SqlParams params = in_session_ ? SqlParams{} : query_.params;
+    params.emplace_back(std::to_string(threshold.shards));
+    params.emplace_back(TopKMeasureTraits<Measure>::ToString(threshold.tau1));
+    params.emplace_back(TopKKeysArrayLiteral(ex));
+    params.emplace_back(HasNull(ex) ? "true" : "false");
+    statements.emplace_back(ShardId{s}, ScatterGather::Statement{in_session_ ? statements_.snapshot_at_least
+                                                                             : statements_.at_least,
+                                                                 std::move(params)});
   }
-  stage_ = CursorStage::kAfterAtLeast;
-  const auto shards = static_cast<std::size_t>(shard_count_);
-  TopKReply<Measure> reply;
-  reply.shards.resize(shards);
-  const double t = TopKMeasureTraits<Measure>::ToDouble(threshold.tau1) / threshold.shards;
-  // Rows to ask each shard for next; 0: it has sent every passing partial.
-  std::vector<std::int64_t> ask(shards, 0);
-  for (std::size_t s = 0; s < shards; ++s) {
-    const Cursor& c = cursors_[s];
-    // Sorted by value: once a partial fails, every later one does.
-    if (c.exhausted || (c.last && !threshold.Admits(*c.last))) continue;
-    const auto delivered = static_cast<std::int64_t>(c.delivered);
-    if (c.statistics) {
-      const std::int64_t passing = std::min(GroupsAtLeast(c.histogram, t, c.groups), c.groups);
-      // One row more than the estimate: the first failing row shows the end.
-      ask[s] = std::max<std::int64_t>(0, passing - delivered) + 1;
-    } else {
-      ask[s] = LeanAsk(c.first ? TopKMeasureTraits<Measure>::ToDouble(*c.first) : 0.0,
-                       c.last ? TopKMeasureTraits<Measure>::ToDouble(*c.last) : 0.0, delivered, t);
-    }
-  }
-  std::vector<bool> asked(shards, false);
-  for (;;) {
-    std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
-    for (std::size_t s = 0; s < shards; ++s) {
-      if (ask[s] <= 0) continue;
-      statements.emplace_back(ShardId{static_cast<int>(s)},
-                              ScatterGather::Statement{ask[s] == kFetchAll ? statements_.cursor_fetch_all
-                                                       : fmt::format(fmt::runtime(statements_.cursor_fetch), ask[s]),
-                                                       {}});
-      asked[s] = true;
-    }
-    if (statements.empty()) break;
-    const ScatterResult result = Session().RunPerShard(statements);
-    reply.bytes += result.TotalBytes();
-    for (const auto& shard : result.shards) {
-      const auto s = static_cast<std::size_t>(ToInt(shard.shard));
-      if (s >= shards) throw UnknownShard(shard.shard, shard_count_);
-      Cursor& c = cursors_[s];
-      const auto& ex = excluded(s);
-      for (const auto& row : shard.rows) {
-        TopKEntry<Measure> entry;
-        entry.key = ParseKey(row[0], query_.key_type, shard.shard);
-        entry.value = ParseMeasure<Measure>(row[1], shard.shard, entry.key);
-        ++c.delivered;
-        c.last = entry.value;
-        if (c.below_threshold || !threshold.Admits(entry.value) ||
-            std::find(ex.begin(), ex.end(), entry.key) != ex.end()) {
-          c.below_threshold = c.below_threshold || !threshold.Admits(entry.value);
-          ++reply.unused_rows;
-          continue;
-        }
-        reply.shards[s].push_back(std::move(entry));
-      }
-      if (ask[s] == kFetchAll || static_cast<std::int64_t>(shard.rows.size()) < ask[s]) c.exhausted = true;
-      // Still passing at the end of the rows asked for: ask for more.
-      ask[s] = c.exhausted || c.below_threshold ? 0 : std::max<std::int64_t>(64, 2 * ask[s]);
-    }
-  }
-  reply.shards_asked = static_cast<int>(std::count(asked.begin(), asked.end(), true));
-  return reply;
+  if (!in_session_) return Decode(scatter_.RunPerShard(statements, PhaseOptions("threshold")), false);
+  return Decode(Session().RunPerShard(statements), false);
 }
 
 template <class Measure>
@@ -451,7 +344,7 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::Partials(const std::vector<std::
     none.shards.resize(static_cast<std::size_t>(shard_count_));
     return none;
   }
-  if (stage_ == CursorStage::kNone) {
+  if (!in_session_) {
     return Decode(scatter_.RunPerShard(statements, PhaseOptions("exact partials")), false);
   }
   // The candidates' partials from the session's table (same snapshot,
@@ -471,33 +364,17 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::Partials(const std::vector<std::
 
 template <class Measure>
 TopKReply<Measure> BasicSqlTopKSource<Measure>::RestOfPartials(const std::vector<std::vector<TopKKey>>& exclude) {
-  if (stage_ != CursorStage::kAfterLocalTopK) {
-    // The cursor no longer holds exactly what phase 1 did not send.
-    EndSession();
-    return TopKShardSource<Measure>::RestOfPartials(exclude);
-  }
+  if (!in_session_) return TopKShardSource<Measure>::RestOfPartials(exclude);
+  static const std::vector<TopKKey> kNone;
   std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
   for (int s = 0; s < shard_count_; ++s) {
-    if (cursors_[static_cast<std::size_t>(s)].exhausted) continue;
-    statements.emplace_back(ShardId{s}, ScatterGather::Statement{statements_.cursor_fetch_all, {}});
+    const auto& ex = static_cast<std::size_t>(s) < exclude.size() ? exclude[static_cast<std::size_t>(s)] : kNone;
+    SqlParams params;
+    params.emplace_back(TopKKeysArrayLiteral(ex));
+    params.emplace_back(HasNull(ex) ? "true" : "false");
+    statements.emplace_back(ShardId{s}, ScatterGather::Statement{statements_.snapshot_rest, std::move(params)});
   }
-  TopKReply<Measure> reply;
-  if (statements.empty()) {
-    reply.shards.resize(static_cast<std::size_t>(shard_count_));
-  } else {
-    reply = Decode(Session().RunPerShard(statements), false);
-  }
-  // What the cursor did not send yet is exactly what phase 1 did not; drop
-  // any key the caller names anyway.
-  for (std::size_t s = 0; s < reply.shards.size() && s < exclude.size(); ++s) {
-    if (exclude[s].empty()) continue;
-    std::vector<TopKKey> sorted = exclude[s];
-    std::sort(sorted.begin(), sorted.end());
-    const std::size_t before = reply.shards[s].size();
-    std::erase_if(reply.shards[s],
-                  [&](const TopKEntry<Measure>& e) { return std::binary_search(sorted.begin(), sorted.end(), e.key); });
-    reply.unused_rows += before - reply.shards[s].size();
-  }
+  TopKReply<Measure> reply = Decode(Session().RunPerShard(statements), false);
   EndSession();
   return reply;
 }

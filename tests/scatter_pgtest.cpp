@@ -581,6 +581,43 @@ TEST_F(ScatterPg, ASessionSeesOneSnapshotPerShardAndIsReadOnly) {
   for (int s = 0; s < 2; ++s) cluster_->ExecOnShard(s, "DROP TABLE session_probe");
 }
 
+TEST_F(ScatterPg, ASessionSendsFollowUpStatementsInTheSameRoundTrip) {
+  auto resolver = cluster_->MakeResolver();
+  ScatterGather engine{*resolver};
+  ScatterSession session{engine};
+  // A cursor declared with a parameter, and its first rows, in one fan-out.
+  std::vector<std::pair<ShardId, ScatterGather::Statement>> declare;
+  for (int s = 0; s < 2; ++s) {
+    declare.emplace_back(ShardId{s}, ScatterGather::Statement{
+                                         "DECLARE c NO SCROLL CURSOR FOR SELECT g FROM generate_series(1, $1::int) g",
+                                         SqlParams{std::to_string(10 + s)}});
+  }
+  const auto first = session.RunPerShardThen(declare, {"FETCH FORWARD 3 FROM c"});
+  ASSERT_EQ(first.shards.size(), 2u);
+  for (const auto& shard : first.shards) {
+    ASSERT_EQ(shard.rows.size(), 3u) << shard.shard;
+    EXPECT_EQ(std::string(shard.rows[0][0].c_str()), "1");
+  }
+  // Later fan-outs go on reading it.
+  const auto rest = session.Run("FETCH ALL FROM c");
+  ASSERT_EQ(rest.shards.size(), 2u);
+  EXPECT_EQ(rest.shards[0].rows.size(), 7u);
+  EXPECT_EQ(rest.shards[1].rows.size(), 8u);
+  EXPECT_EQ(std::string(rest.shards[1].rows[0][0].c_str()), "4");
+  // A failing follow-up fails the fan-out with its SQLSTATE, and the session.
+  std::vector<std::pair<ShardId, ScatterGather::Statement>> again;
+  again.emplace_back(ShardId{1}, ScatterGather::Statement{"SELECT 1", {}});
+  try {
+    (void)session.RunPerShardThen(again, {"FETCH 1 FROM no_such_cursor"});
+    ADD_FAILURE() << "a FETCH from a cursor that does not exist succeeded";
+  } catch (const ScatterError& e) {
+    ASSERT_EQ(e.failures().size(), 1u);
+    EXPECT_EQ(e.failures()[0].shard, ShardId{1});
+    EXPECT_EQ(e.failures()[0].sqlstate, "34000");  // invalid_cursor_name
+  }
+  EXPECT_THROW((void)session.Run("SELECT 1"), Error);
+}
+
 TEST_F(ScatterPg, StatisticsCountCrossShardQueries) {
   auto resolver = cluster_->MakeResolver();
   ScatterGather scatter{*resolver};

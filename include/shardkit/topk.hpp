@@ -16,15 +16,15 @@
 //      shards that have not reported them, and the candidates are ranked.
 // Stopping after phase 2 is not exact; TputTopK never does. Over SQL the
 // three phases run in one REPEATABLE READ READ ONLY transaction per shard
-// (a ScatterSession): each shard aggregates once, into a cursor sorted by
-// partial that phases 1 and 2 read in turn (phase 2 goes on where phase 1
-// stopped), and every phase sees the same snapshot, so concurrent writes
-// cannot mix moments into the answer.
+// (a ScatterSession): each shard aggregates once, into a temporary table
+// that phase 1 reads in the same round trip and phases 2 and 3 read later,
+// and every phase sees the same snapshot, so concurrent writes cannot mix
+// moments into the answer.
 //
 // TopKMethod::kAuto runs phase 1, then estimates from its statistics (each
 // shard's group count and a histogram of its partials) how many rows phase
 // 2 would ship: if that is not well below the rest of the partials, it
-// fetches the rest instead (the rest of the same cursor), else it goes on
+// fetches the rest instead (from the same temporary table), else it goes on
 // with TPUT. Either way the answer is exact.
 //
 //   shardkit::ScatterGather scatter{*resolver};
@@ -154,9 +154,6 @@ struct TopKReply {
   // (bucket, count) with bucket = floor(4 * log2(partial)). kAuto's input.
   std::vector<std::int64_t> groups;
   std::vector<std::vector<std::pair<int, std::int64_t>>> histogram;
-  // Partials received but not part of `shards` (e.g. the rows of a cursor
-  // fetch that reached past the threshold); counted in the phase's rows.
-  std::size_t unused_rows = 0;
 };
 
 // The transport TPUT runs over. One call = one round trip to every shard
@@ -274,24 +271,21 @@ struct TopKStatements {
   std::string partials;        // $n+1 = keys, $n+2 = include the NULL key
   std::string all_partials;
   // In a session (one snapshot per shard): phase 1 aggregates once into a
-  // temporary table (snapshot_fill) and, in the same round trip, declares
-  // a cursor over it in the answer's order (value DESC, key ASC) after one
-  // statistics row (k and s NULL; the smallest partial, the group count and
-  // a histogram of the positive partials), and fetches the statistics and
-  // the top k (cursor_fetch, {} = k + 1). Phase 2 goes on fetching while
-  // the partials pass the threshold (cursor_fetch, {} = a row count), the
-  // rest of the partials is cursor_fetch_all, phase 3 reads the table.
-  std::string snapshot_setup;     // the session's temporary table (ON COMMIT DROP)
-  std::string snapshot_fill;      // phase 1's one aggregation into it; $1..$n = params
-  std::string snapshot_cursor;
-  std::string snapshot_partials;  // phase 3 from the table: $1 = keys, $2 = include the NULL key
-  // The same cursor without the statistics row, for TPUT (which needs no
-  // statistics): negative partials first (most negative first), so that a
-  // negative partial anywhere shows in the first row, then the answer's
-  // order.
-  std::string snapshot_cursor_lean;
-  std::string cursor_fetch;        // fmt pattern: FETCH FORWARD {} FROM the cursor
-  std::string cursor_fetch_all;
+  // temporary table and reads its top k from it in the same round trip;
+  // phases 2 and 3 and the rest of the partials read the table.
+  std::string snapshot_setup;        // the session's temporary table (ON COMMIT DROP)
+  std::string snapshot_fill;         // the one aggregation into it; $1..$n = params
+  // The top k ({} = k), negative partials first (most negative first), so
+  // that a negative partial anywhere shows in the first row: TPUT's phase 1,
+  // which needs no statistics.
+  std::string snapshot_top_k;
+  // One statistics row first (k and s NULL; the smallest partial, the group
+  // count and a histogram of the positive partials), then the top k ({} =
+  // k + 1): kAuto's phase 1.
+  std::string snapshot_top_k_stats;
+  std::string snapshot_at_least;     // $1 = m, $2 = tau1, $3 = excluded keys, $4 = exclude NULL key
+  std::string snapshot_partials;     // $1 = keys, $2 = include the NULL key
+  std::string snapshot_rest;         // $1 = excluded keys, $2 = exclude NULL key
 };
 // integer_sums: the session's table keeps the partials as bigint (cheap
 // to sort) instead of numeric; a partial that is not an integer or does not
@@ -303,14 +297,10 @@ struct TopKStatements {
 // ScatterSession: a connection per shard held from phase 1 to the last
 // phase, one REPEATABLE READ READ ONLY transaction (one snapshot) per shard.
 // Phase 1 aggregates once into a temporary table (ON COMMIT DROP, made
-// when the session begins), declares a cursor over it sorted by value and
-// fetches the top k, all in one round trip; phase 2 fetches on from where
-// phase 1 stopped while the partials pass the threshold (how many rows to
-// ask for is estimated from phase 1, plus one row to see the end; more
-// fetches only if that fell short); the rest of the partials (kAuto) is the
-// rest of the cursor; phase 3 looks the candidates up in the table. No
-// phase scans the shard's rows again. The last phase ends the session; so
-// does the destructor.
+// when the session begins) and reads the top k from it, in one pipelined
+// round trip; phases 2 and 3 and the rest of the partials (kAuto) read the
+// table. No phase scans the shard's rows again. The last phase ends the
+// session; so does the destructor.
 // AllPartials() is one plain scatter; AtLeast, Partials and RestOfPartials
 // called without a LocalTopK before them are plain scatters too.
 // options.deadline, if set, bounds the whole computation (otherwise each
@@ -321,8 +311,8 @@ struct TopKStatements {
 // bits). Destroy the source before the ScatterGather.
 //
 // Cost: one GROUP BY per shard for either method; TPUT adds writing the
-// partials into the temporary table, sorting them on the shard and two or
-// three short round trips, and saves shipping and decoding most partials.
+// partials into the temporary table and two short round trips, and saves
+// shipping and decoding most partials.
 template <class Measure>
 class BasicSqlTopKSource final : public TopKShardSource<Measure> {
  public:
@@ -337,9 +327,9 @@ class BasicSqlTopKSource final : public TopKShardSource<Measure> {
   [[nodiscard]] TopKReply<Measure> Partials(const std::vector<std::vector<TopKKey>>& keys) override;
   [[nodiscard]] TopKReply<Measure> AllPartials() override;
   [[nodiscard]] TopKReply<Measure> RestOfPartials(const std::vector<std::vector<TopKKey>>& exclude) override;
-  // Without statistics (TPUT), LocalTopK reads the lean cursor: no group
-  // count, no histogram, and min_partial is the first negative partial or
-  // else 0 (a shard without groups: nullopt). Default: wanted.
+  // Without statistics (TPUT), LocalTopK fills no group count and no
+  // histogram, and min_partial is the smallest negative partial or else 0
+  // (a shard without groups: nullopt). Default: wanted.
   void WantStatistics(bool wanted) override { want_statistics_ = wanted; }
   [[nodiscard]] const TopKStatements& Statements() const noexcept { return statements_; }
   // Time spent opening the session (acquiring, BEGIN, the temporary table);
@@ -352,19 +342,6 @@ class BasicSqlTopKSource final : public TopKShardSource<Measure> {
   ScatterSession& Session();
   void EndSession() noexcept;
 
-  // Where each shard's cursor stands (phase 1 to the end of the session).
-  struct Cursor {
-    std::size_t delivered = 0;     // rows fetched so far (statistics row not counted)
-    bool exhausted = false;        // a fetch returned fewer rows than asked
-    bool below_threshold = false;  // a fetched partial failed phase 2's threshold
-    std::optional<Measure> last;   // the last partial fetched
-    std::int64_t groups = 0;  // with statistics only
-    std::vector<std::pair<int, std::int64_t>> histogram;
-    bool statistics = false;
-    std::optional<Measure> first;  // the largest partial, for the lean cursor's estimate
-  };
-  enum class CursorStage { kNone, kAfterLocalTopK, kAfterAtLeast };
-
   ScatterGather& scatter_;
   TopKQuery query_;
   ScatterOptions options_;
@@ -372,8 +349,7 @@ class BasicSqlTopKSource final : public TopKShardSource<Measure> {
   int shard_count_ = 0;
   std::shared_ptr<ScatterSession> session_;
   std::chrono::microseconds session_open_{0};
-  std::vector<Cursor> cursors_;
-  CursorStage stage_ = CursorStage::kNone;
+  bool in_session_ = false;  // after LocalTopK, until the last phase
   bool want_statistics_ = true;
 };
 using SqlTopKSource = BasicSqlTopKSource<std::int64_t>;

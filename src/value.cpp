@@ -136,6 +136,10 @@ std::string_view KindName(Value::Kind kind) noexcept {
   return "?";
 }
 
+Value Value::Numeric(Decimal v) { return Value(Storage(std::in_place_index<4>, std::move(v))); }
+
+Value Value::Numeric(std::string_view text) { return Numeric(Decimal::Parse(text)); }
+
 void Value::ThrowWrongKind(Kind want) const { WrongKind(kind(), KindName(want)); }
 
 std::string Value::ToString() const {

@@ -429,8 +429,8 @@ void MoveRun::Prepare() {
         "current_user");
     if (!row[0].as<bool>()) {
       throw MoveError(fmt::format("{}: the admin role {} is not a superuser; a move's publication, replication slot "
-                                  "and subscription need one in PostgreSQL 15: set [[shard]] admin_dsn for {} (lab/"
-                                  "cluster creates shardkit_admin)",
+                                  "and subscription need one in PostgreSQL 15: set [[shard]] admin_dsn for {} to a "
+                                  "superuser role",
                                   Where(), row[2].c_str(), impl.ShardLabel(shard)),
                       record.move_id, record.bucket);
     }

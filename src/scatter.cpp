@@ -508,8 +508,9 @@ void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& 
 // plain libpq loop would: the answers arrive at about the same time, the
 // scatter waits for the last one anyway, and a poll over every socket after
 // each answer costs more client CPU than it saves (bench/scatter_bench.cpp).
-void DriveInline(ScatterState& state, std::deque<InlineCall>& calls, boost::asio::thread_pool& workers,
-                 boost::asio::thread_pool& canceller) {
+void DriveInline(const std::shared_ptr<ScatterState>& shared_state, std::deque<InlineCall>& calls,
+                 boost::asio::thread_pool& workers, boost::asio::thread_pool& canceller) {
+  ScatterState& state = *shared_state;
   const InlineCall* previous = nullptr;
   for (auto& c : calls) {
     StartInline(state, c, previous);
@@ -529,7 +530,9 @@ void DriveInline(ScatterState& state, std::deque<InlineCall>& calls, boost::asio
       if (!cancelled && now >= state.deadline) {
         cancelled = true;
         for (auto& other : calls) {
-          if (other.open) boost::asio::post(canceller, [task = other.task] { task->Cancel(); });
+          // The cancel may run after the caller has returned: it keeps the
+          // state, which owns the task, alive.
+          if (other.open) boost::asio::post(canceller, [shared_state, task = other.task] { task->Cancel(); });
         }
       }
       const auto limit = cancelled ? state.deadline + kCancelGrace : state.deadline;
@@ -788,7 +791,7 @@ ScatterResult ScatterGather::Impl::Execute(
     }
     boost::asio::post(executor, [state, i] { RunShard(*state, *state->tasks[i]); });
   }
-  if (!inline_calls.empty()) DriveInline(*state, inline_calls, workers, canceller);
+  if (!inline_calls.empty()) DriveInline(state, inline_calls, workers, canceller);
 
   std::unique_lock lock(state->mutex);
   const auto all_done = [&] { return state->remaining == 0; };

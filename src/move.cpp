@@ -942,6 +942,9 @@ void MoveRun::DropReplication() {
     pqxx::nontransaction tx{*c};
     tx.exec_params("DELETE FROM shardkit_move_markers WHERE move_id = $1", record.move_id);
   }
+  // The target owns the bucket since the flip: its writes take the fence's
+  // fast path from now on (sql/014; until this, the slow path admits them).
+  SyncFence(Target());
   Journal(MoveState::kReplicationDropped, "no subscription, slot or publication left");
   AfterStep();
 }

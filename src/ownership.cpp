@@ -163,9 +163,15 @@ void EnrollShard(pqxx::connection_base& shard, ShardId as, const BucketSet& buck
     pqxx::work tx{shard};
     tx.exec_params("SELECT shardkit_enroll_shard($1, $2::integer[], $3, $4)", ToInt(as), array, version, replace);
     tx.commit();
+    (void)SyncFence(shard);
   } catch (const pqxx::sql_error& e) {
     throw ShardError(as, fmt::format("enrolling shard {}: {}", as, FirstMessageLine(e.what())));
   }
+}
+
+BucketSet SyncFence(pqxx::connection_base& shard) {
+  pqxx::nontransaction tx{shard};
+  return BucketSet(static_cast<std::uint64_t>(tx.exec("SELECT shardkit_fence_sync()")[0][0].as<std::int64_t>()));
 }
 
 std::vector<EnrolledShard> EnrollShards(const ClusterConfig& config, bool replace) {

@@ -86,6 +86,51 @@ TEST_F(Fence, EnrolledShardsKnowThemselvesAndTheirBuckets) {
   EXPECT_THROW(EnrollShard(c, ShardId{1}, BucketSet::Of(cluster_->Directory(), ShardId{0}), 1), ShardError);
 }
 
+BucketSet FastPath(const std::string& dsn) {
+  return BucketSet(static_cast<std::uint64_t>(
+      Count(dsn, "SELECT pg_sequence_last_value('shardkit_fence_writable')")));
+}
+
+// sql/014: the word the fast path reads is cleared by any ownership change at
+// once (before it commits, and for good if it rolls back) and set only by
+// shardkit_fence_sync(), from committed rows.
+TEST_F(Fence, TheFastPathWordFollowsTheOwnershipAndOnlySyncSetsIt) {
+  pqxx::connection c{Shard0()};
+  const BucketSet owned = ReadOwnership(c).InState(OwnershipState::kOwned);
+  EXPECT_EQ(SyncFence(c), owned);
+  EXPECT_EQ(FastPath(Shard0()), owned);
+  const int bucket = 9;
+  ASSERT_TRUE(owned.Contains(BucketId{bucket}));
+  {
+    pqxx::work change{c};
+    change.exec(fmt::format("UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 WHERE bucket = {}",
+                            bucket));
+    EXPECT_FALSE(FastPath(Shard0()).Contains(BucketId{bucket})) << "cleared before the change commits";
+    try {
+      change.exec("SELECT shardkit_fence_sync()");
+      ADD_FAILURE() << "a sync inside the changing transaction would publish an uncommitted change";
+    } catch (const pqxx::sql_error& e) {
+      EXPECT_EQ(e.sqlstate(), kSqlStateMisuse);
+    }
+  }  // rolled back: still owned, the bit stays clear
+  EXPECT_FALSE(FastPath(Shard0()).Contains(BucketId{bucket}));
+  // The slow path admits it, from the table.
+  EXPECT_FALSE(Refusal(Shard0(), InsertCustomer(CustomerIn(bucket, 40000))));
+  EXPECT_EQ(SyncFence(c), owned);
+  // A committed retirement: cleared, refused, and a sync does not set it.
+  cluster_->ExecOnShard(0, fmt::format("UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 "
+                                       "WHERE bucket = {}", bucket));
+  EXPECT_FALSE(FastPath(Shard0()).Contains(BucketId{bucket}));
+  const auto refused = Refusal(Shard0(), InsertCustomer(CustomerIn(bucket, 41000)));
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->bucket, BucketId{bucket});
+  EXPECT_FALSE(SyncFence(c).Contains(BucketId{bucket}));
+  // Owned again: a sync restores the fast path.
+  cluster_->ExecOnShard(0, fmt::format("UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL "
+                                       "WHERE bucket = {}", bucket));
+  EXPECT_EQ(SyncFence(c), owned);
+}
+
 TEST_F(Fence, WritesToBucketsNotOwnedAreRefusedWithTheBucketNamed) {
   const int mine = CustomerIn(3);      // shard 0 owns 0-31
   const int theirs = CustomerIn(40);   // shard 1 owns 32-63

@@ -111,6 +111,13 @@ struct ShardOwnership {
 void EnrollShard(pqxx::connection_base& shard, ShardId as, const BucketSet& buckets, std::int64_t version,
                  bool replace = false);
 
+// Lets the fence's fast path admit writes to the buckets `shard` owns
+// (shardkit_fence_sync(), sql/014): after enrolling, after a move made the
+// shard the owner, after editing the ownership by hand. Without it the fence
+// is as correct, only slower. Run it outside a transaction that changed the
+// ownership. Returns the buckets marked.
+BucketSet SyncFence(pqxx::connection_base& shard);
+
 // Enrolls every shard of `config` with the buckets the catalog's directory
 // gives it (EnrollShard), and registers it in the catalog's shard registry
 // (shardkit_shards). Returns what each shard owns afterwards. Throws

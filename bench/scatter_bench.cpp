@@ -6,8 +6,8 @@
 // ONLY, SET LOCAL statement_timeout, statement, COMMIT, Sync) over the same
 // pooled connections from one thread.
 //
-// Needs the local cluster (lab/cluster start); reads $SHARDKIT_CONFIG, else
-// ./.cluster/shardkit.toml, else ./shardkit.toml. Touches no table.
+// Needs the local cluster (lab/cluster start; $SHARDKIT_CONFIG as for the
+// tests), where it makes two scratch databases. Touches no table.
 //
 // The 8 and 32 "shards" are extra pools over the two local servers, shard i
 // on server i % 2. Extra databases on the same servers would behave the same
@@ -19,6 +19,7 @@
 // Every iteration times the baseline and the scatter back to back and the
 // figures are medians, so that load from other processes hits both alike.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 #include <libpq-fe.h>
 #include <time.h>
 
@@ -26,7 +27,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <pqxx/pqxx>
@@ -35,9 +35,11 @@
 
 #include "detail/libpq_handle.hpp"
 #include "shardkit/config.hpp"
+#include "shardkit/ownership.hpp"
 #include "shardkit/pool.hpp"
 #include "shardkit/resolver.hpp"
 #include "shardkit/scatter.hpp"
+#include "support/test_cluster.hpp"
 
 namespace {
 
@@ -49,15 +51,23 @@ constexpr const char* kCheap = "SELECT $1::int";
 // so that the fan-out is measured without 32 backends sharing two cores.
 constexpr const char* kWaiting = "SELECT $1::int, pg_sleep(0.005)";
 
+// Two scratch databases (migrated, not enrolled: the fake 8- and 32-shard
+// directories below are not what any fenced shard owns), one per server of
+// the local cluster, kept for the whole run and dropped by main() (not at
+// exit: libpq's TLS library is torn down by then); nullopt without a cluster.
+std::unique_ptr<shardkit::test::ScratchCluster> cluster;
+
 std::optional<shardkit::ClusterConfig> Config() {
-  std::vector<std::filesystem::path> candidates;
-  if (const char* env = std::getenv("SHARDKIT_CONFIG"); env != nullptr && *env != '\0') candidates.emplace_back(env);
-  candidates.emplace_back(".cluster/shardkit.toml");
-  candidates.emplace_back("shardkit.toml");
-  for (const auto& path : candidates) {
-    if (std::filesystem::exists(path)) return shardkit::LoadConfig(path);
+  if (!cluster) {
+    try {
+      cluster = std::make_unique<shardkit::test::ScratchCluster>(
+          "scatter_bench", shardkit::test::ScratchOptions().Shards(2).Unenrolled());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "scatter_bench: %s\n", e.what());
+      return std::nullopt;
+    }
   }
-  return std::nullopt;
+  return cluster->Config();
 }
 
 // `width` pools; pool i connects to configured shard i % (configured count).
@@ -113,7 +123,7 @@ double ClockReadSeconds() {
 void BM_TwoShardsParallelVsSequential(benchmark::State& state) {
   auto config = Config();
   if (!config) {
-    state.SkipWithError("no cluster configuration: run lab/cluster start and set SHARDKIT_CONFIG");
+    state.SkipWithError("no local cluster: run lab/cluster start (see stderr)");
     return;
   }
   auto resolver = Resolver(*config, 2);
@@ -147,7 +157,7 @@ BENCHMARK(BM_TwoShardsParallelVsSequential)->UseManualTime()->Unit(benchmark::kM
 void BM_FanOutWidth(benchmark::State& state) {
   auto config = Config();
   if (!config) {
-    state.SkipWithError("no cluster configuration: run lab/cluster start and set SHARDKIT_CONFIG");
+    state.SkipWithError("no local cluster: run lab/cluster start (see stderr)");
     return;
   }
   const int width = static_cast<int>(state.range(0));
@@ -214,23 +224,40 @@ BENCHMARK(BM_FanOutWidth)
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(40);
 
+// The scatter's bucket step for shard i of `width` (ScatterGather sends it
+// after BEGIN: the buckets its directory gives that shard, checked).
+std::vector<std::string> BucketSetups(int width) {
+  const auto directory = shardkit::BucketDirectory::EvenSplit(width);
+  std::vector<std::string> setups;
+  for (const shardkit::ShardId s : shardkit::FirstShards(width)) {
+    setups.push_back(fmt::format("SELECT set_config('shardkit.buckets', '{}', true), shardkit_check_buckets()",
+                                 shardkit::BucketSet::Of(directory, s).Setting()));
+  }
+  return setups;
+}
+
 // One pipeline per connection, written with nothing but libpq: what a
-// shard request costs the client at the least. Sends every connection's
-// pipeline first, then reads them all in order, from one thread.
-bool BarePipelines(const std::vector<PGconn*>& conns, const char* sql, const char* const* values, int count) {
+// shard request costs the client at the least. The same steps as the
+// scatter's (BEGIN READ ONLY, the timeout, the bucket step, the statement,
+// COMMIT). Sends every connection's pipeline first, then reads them all in
+// order, from one thread.
+bool BarePipelines(const std::vector<PGconn*>& conns, const std::vector<std::string>& setups, const char* sql,
+                   const char* const* values, int count) {
   bool ok = true;
   char timeout[64];
-  for (PGconn* conn : conns) {
+  for (std::size_t i = 0; i < conns.size(); ++i) {
+    PGconn* conn = conns[i];
     std::snprintf(timeout, sizeof timeout, "SET LOCAL statement_timeout = %d", 30000);
     ok &= PQenterPipelineMode(conn) == 1;
     ok &= PQsendQueryParams(conn, "BEGIN READ ONLY", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
     ok &= PQsendQueryParams(conn, timeout, 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+    ok &= PQsendQueryParams(conn, setups[i].c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
     ok &= PQsendQueryParams(conn, sql, count, nullptr, values, nullptr, nullptr, 0) == 1;
     ok &= PQsendQueryParams(conn, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
     ok &= PQpipelineSync(conn) == 1;
   }
   for (PGconn* conn : conns) {
-    for (int step = 0; step < 4; ++step) {
+    for (int step = 0; step < 5; ++step) {
       PGresult* result = PQgetResult(conn);
       const auto status = PQresultStatus(result);
       ok &= status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
@@ -253,7 +280,7 @@ bool BarePipelines(const std::vector<PGconn*>& conns, const char* sql, const cha
 void BM_ScatterCpuVsBareLibpq(benchmark::State& state) {
   auto config = Config();
   if (!config) {
-    state.SkipWithError("no cluster configuration: run lab/cluster start and set SHARDKIT_CONFIG");
+    state.SkipWithError("no local cluster: run lab/cluster start (see stderr)");
     return;
   }
   const int width = static_cast<int>(state.range(0));
@@ -262,6 +289,7 @@ void BM_ScatterCpuVsBareLibpq(benchmark::State& state) {
   const shardkit::SqlParams params{"42"};
   const char* const values[] = {"42"};
   const char* sql = state.range(1) == 0 ? kCheap : kWaiting;
+  const std::vector<std::string> setups = BucketSetups(width);
   // One after another: every pool ends up with exactly one connection, which
   // both sides then use.
   for (int i = 0; i < 5; ++i) (void)scatter.Run(sql, params);
@@ -298,7 +326,7 @@ void BM_ScatterCpuVsBareLibpq(benchmark::State& state) {
         }
         const double cpu0 = ProcessCpuSeconds();
         const auto t0 = Clock::now();
-        const bool ok = BarePipelines(conns, sql, values, 1);
+        const bool ok = BarePipelines(conns, setups, sql, values, 1);
         const auto t1 = Clock::now();
         bare_cpu.push_back((ProcessCpuSeconds() - cpu0 - clock_read) / width);
         bare_wall.push_back(Seconds(t1 - t0));
@@ -332,4 +360,11 @@ BENCHMARK(BM_ScatterCpuVsBareLibpq)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  cluster.reset();
+  return 0;
+}

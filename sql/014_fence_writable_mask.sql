@@ -10,16 +10,19 @@
 -- sequence because its value is shared by all sessions, read by
 -- pg_sequence_last_value() as a plain expression (no query, no snapshot), and
 -- written by setval() at once, not at COMMIT.
---   - Bits are cleared by any change of a bucket's ownership row (insert,
---     delete, update of state or bucket, truncate: the trigger below, ENABLE
---     ALWAYS so replica mode does not skip it), immediately, before the change
---     can commit. A change that then rolls back leaves the bit clear: the
---     writes take the slow path, which is right, until the next sync.
+--   - A bit is cleared by any change of its bucket's 'owned' row (delete,
+--     update of state or bucket, truncate: the trigger below, ENABLE ALWAYS
+--     so replica mode does not skip it), immediately, before the change can
+--     commit. A change that then rolls back leaves the bit clear: the writes
+--     take the slow path, which is right, until the next sync. (A bucket
+--     without an 'owned' row has its bit clear already.)
 --   - Bits are set only by shardkit_fence_sync(), which recomputes the whole
 --     word from the committed 'owned' rows. Both hold the advisory lock
 --     (21323, 64) to the end of their transaction, so a sync reads the table
 --     only after every change that cleared a bit has committed or rolled back,
---     and no change can clear a bit between its read and its setval.
+--     and no change can clear a bit between its read and its setval. A change
+--     that makes a bucket owned takes no lock: a sync that misses it because
+--     it has not committed yet leaves the bit clear, which is safe.
 -- Hence a set bit is never older than the ownership row it stands for. A
 -- move retires a bucket only while it holds the freeze (the exclusive lock
 -- the fast path's shared lock excludes), so a writer admitted by the word
@@ -44,26 +47,29 @@ COMMENT ON SEQUENCE shardkit_fence_writable IS
   'and the ownership trigger';
 GRANT SELECT ON SEQUENCE shardkit_fence_writable TO PUBLIC;
 
--- Clears the bits of the buckets a change of shardkit_bucket_ownership
--- touches (row trigger), or all of them (TRUNCATE).
+-- Clears the bit of an owned bucket whose ownership row changes (row
+-- trigger), or every bit (TRUNCATE). Rows that were not 'owned' have their
+-- bit clear already, so inserting, or changing an incoming or retired row,
+-- takes no lock: a move's copy transaction (which inserts the incoming row
+-- and then copies for seconds) must not hold up another move's cutover.
+-- Every change marks the transaction, for shardkit_fence_sync()'s check.
 CREATE OR REPLACE FUNCTION shardkit_fence_unmark() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 DECLARE
-  keep bigint := -1;
+  keep bigint := 0;
 BEGIN
-  PERFORM pg_advisory_xact_lock(21323, 64);
-  IF TG_LEVEL = 'ROW' THEN
-    IF TG_OP <> 'INSERT' THEN
-      keep := keep & ~(1::bigint << OLD.bucket);
-    END IF;
-    IF TG_OP <> 'DELETE' THEN
-      keep := keep & ~(1::bigint << NEW.bucket);
-    END IF;
-  ELSE
-    keep := 0;
-  END IF;
-  PERFORM setval('shardkit_fence_writable', coalesce(pg_sequence_last_value('shardkit_fence_writable'), 0) & keep);
   PERFORM set_config('shardkit.ownership_changed', 'on', true);
+  IF TG_LEVEL = 'ROW' THEN
+    IF TG_OP = 'INSERT' THEN
+      RETURN NULL;
+    END IF;
+    IF OLD.state <> 'owned' THEN
+      RETURN NULL;
+    END IF;
+    keep := ~(1::bigint << OLD.bucket);
+  END IF;
+  PERFORM pg_advisory_xact_lock(21323, 64);
+  PERFORM setval('shardkit_fence_writable', coalesce(pg_sequence_last_value('shardkit_fence_writable'), 0) & keep);
   RETURN NULL;
 END
 $fn$;

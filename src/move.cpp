@@ -61,6 +61,10 @@ using std::chrono::milliseconds;
 
 constexpr int kMoveLockKey = 21324;  // (21324, move_id): the process running a move
 constexpr int kFlipLockKey = 21325;  // (21325, 0): directory flips, one at a time
+// The cutover freezes once a catch-up marker crossed within kQuickMarker,
+// or after kMaxCatchupRounds markers whatever they took.
+constexpr auto kQuickMarker = milliseconds(50);
+constexpr int kMaxCatchupRounds = 20;
 
 struct StateName {
   MoveState state;
@@ -766,14 +770,25 @@ void MoveRun::Cutover() {
     AfterStep();
     return;
   }
-  // Catch up without stalling anyone.
+  // Catch up without stalling anyone, until a marker makes it across
+  // quickly: the barrier after the freeze waits about as long as the last
+  // one took. Replication lags in bursts (the source's walsender decodes all
+  // of its WAL, e.g. another bucket's batched cleanup), and a freeze taken
+  // during a burst would stall the bucket's writers for all of it.
   Progress("catching up", Lag());
-  const int first = WriteMarker(Source());
-  if (!AwaitMarker(first, Clock::now() + impl.options.catchup_timeout, true)) {
-    throw MoveError(fmt::format("{}: the target did not catch up within {} ms (lag {} bytes); is its subscription "
-                                "running? (pg_stat_subscription on the target)",
-                                Where(), impl.options.catchup_timeout.count(), Lag().value_or(-1)),
-                    record.move_id, record.bucket);
+  const auto catchup_deadline = Clock::now() + impl.options.catchup_timeout;
+  int catchup_rounds = 0;
+  for (;;) {
+    const auto sent = Clock::now();
+    const int marker = WriteMarker(Source());
+    ++catchup_rounds;
+    if (!AwaitMarker(marker, catchup_deadline, true)) {
+      throw MoveError(fmt::format("{}: the target did not catch up within {} ms (lag {} bytes); is its subscription "
+                                  "running? (pg_stat_subscription on the target)",
+                                  Where(), impl.options.catchup_timeout.count(), Lag().value_or(-1)),
+                      record.move_id, record.bucket);
+    }
+    if (Clock::now() - sent <= kQuickMarker || catchup_rounds >= kMaxCatchupRounds) break;
   }
   // Freeze, draining the writers already in the bucket. Everything that
   // can be is ready before: the connections, the lock timeout, the flip's
@@ -876,8 +891,9 @@ void MoveRun::Cutover() {
         throw NoAbort("the catalog's directory changed during the flip");
       }
       lap("flip");
-      Journal(MoveState::kFlipped, fmt::format("directory version {}; writes stalled {:.1f} ms ({})", version,
-                                               Ms(Clock::now() - freeze_start), laps),
+      Journal(MoveState::kFlipped,
+              fmt::format("directory version {}; writes stalled {:.1f} ms ({}); frozen after {} catch-up marker(s)",
+                          version, Ms(Clock::now() - freeze_start), laps, catchup_rounds),
               flip.get());
       flip->commit();
       record.stall_ms = Ms(Clock::now() - freeze_start);  // journaled with the next step

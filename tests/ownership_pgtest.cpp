@@ -131,6 +131,36 @@ TEST_F(Fence, TheFastPathWordFollowsTheOwnershipAndOnlySyncSetsIt) {
   EXPECT_EQ(SyncFence(c), owned);
 }
 
+// A move's copy inserts the target's 'incoming' row and then copies for
+// seconds in the same transaction: that must not hold up a retirement (the
+// cutover of another move) on the same shard.
+TEST_F(Fence, AnIncomingRowBeingCopiedDoesNotHoldUpARetirement) {
+  pqxx::connection c{Shard0()};
+  const BucketSet owned = ReadOwnership(c).InState(OwnershipState::kOwned);
+  int absent = 0;
+  while (owned.Contains(BucketId{absent})) ++absent;
+  int retiring = 0;
+  while (!owned.Contains(BucketId{retiring}) || retiring == 9) ++retiring;
+  pqxx::connection copier{Shard0()};
+  pqxx::work copying{copier};
+  copying.exec(fmt::format("INSERT INTO shardkit_bucket_ownership (bucket, state, directory_version, move_id) "
+                           "VALUES ({}, 'incoming', 1, 4242)",
+                           absent));
+  {
+    pqxx::nontransaction tx{c};
+    tx.exec("SET lock_timeout = '2s'");
+    EXPECT_NO_THROW(tx.exec(fmt::format("UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 "
+                                        "WHERE bucket = {}",
+                                        retiring)));
+    EXPECT_FALSE(FastPath(Shard0()).Contains(BucketId{retiring}));
+    tx.exec(fmt::format("UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL WHERE bucket = {}",
+                        retiring));
+    tx.exec("SET lock_timeout = 0");
+  }
+  copying.abort();
+  EXPECT_EQ(SyncFence(c), owned);
+}
+
 TEST_F(Fence, WritesToBucketsNotOwnedAreRefusedWithTheBucketNamed) {
   const int mine = CustomerIn(3);      // shard 0 owns 0-31
   const int theirs = CustomerIn(40);   // shard 1 owns 32-63

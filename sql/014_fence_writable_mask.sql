@@ -30,11 +30,15 @@
 -- fast path is for READ COMMITTED only: REPEATABLE READ and SERIALIZABLE keep
 -- 013's check against the transaction's snapshot.
 --
--- shardkit calls shardkit_fence_sync() after enrolling a shard and when a
--- move made the target the owner; after editing shardkit_bucket_ownership by
--- hand or restoring a shard from a dump, call it yourself (until then the
--- edited buckets are checked the slow way, correctly). The sequence is
--- shardkit's own: never call nextval() or setval() on it.
+-- shardkit calls shardkit_fence_sync() after enrolling a shard (shardctl
+-- shards enroll, every lab/cluster start) and when a move made the target
+-- the owner; after editing shardkit_bucket_ownership by hand, call it
+-- yourself (until then the edited buckets are checked the slow way,
+-- correctly). After restoring a shard from a dump, call it before writers
+-- come back: pg_dump saves a sequence's value outside the snapshot of the
+-- tables, so a dump taken during a move can carry a bit its ownership rows
+-- do not justify. The sequence is shardkit's own: never call nextval() or
+-- setval() on it.
 --
 -- Measured with bench/move_bench (one order + 3 items per transaction, one
 -- statement per row, fenced / unfenced shard, the client and the server

@@ -135,8 +135,11 @@ const BucketOwnership* ShardOwnership::Find(BucketId bucket) const noexcept {
 ShardOwnership ReadOwnership(pqxx::connection_base& shard) {
   pqxx::read_transaction tx{shard};
   ShardOwnership out;
-  const auto identity = tx.exec("SELECT shard FROM shardkit_shard_identity");
-  if (!identity.empty()) out.enrolled_as = ShardId{identity[0][0].as<int>()};
+  const auto facts = tx.exec1(
+      "SELECT (SELECT shard FROM shardkit_shard_identity), "
+      "coalesce(pg_sequence_last_value('shardkit_fence_writable'), 0)");
+  if (!facts[0].is_null()) out.enrolled_as = ShardId{facts[0].as<int>()};
+  out.fast_path = BucketSet(static_cast<std::uint64_t>(facts[1].as<std::int64_t>()));
   for (const auto& row : tx.exec("SELECT bucket, state, directory_version, new_owner, move_id "
                                  "FROM shardkit_bucket_ownership ORDER BY bucket")) {
     BucketOwnership b;

@@ -74,13 +74,6 @@ class Move : public ::testing::Test {
     pqxx::connection c{cluster_->ShardDsn(shard)};
     return ReadOwnership(c);
   }
-  // The buckets the fence's fast path admits on `shard` (sql/014).
-  static BucketSet FastPathOf(int shard) {
-    pqxx::connection c{cluster_->ShardDsn(shard)};
-    pqxx::nontransaction tx{c};
-    return BucketSet(static_cast<std::uint64_t>(
-        tx.exec1("SELECT pg_sequence_last_value('shardkit_fence_writable')")[0].as<std::int64_t>()));
-  }
   // Every row on exactly one shard, equal to the reference; each shard owns
   // exactly what the catalog's directory gives it; no replication object
   // left anywhere; no live move.
@@ -99,9 +92,8 @@ class Move : public ::testing::Test {
           << "shard " << s << " has ownership rows in other states";
       for (const auto& b : own.buckets) EXPECT_FALSE(b.move_id) << "shard " << s << " bucket " << b.bucket;
       // The fence's fast path never admits a bucket the shard does not own.
-      const BucketSet fast = FastPathOf(s);
-      EXPECT_EQ(BucketSet(fast.Bits() & ~own.InState(OwnershipState::kOwned).Bits()), BucketSet{})
-          << "shard " << s << " fast path " << fast.Ranges();
+      EXPECT_EQ(BucketSet(own.fast_path.Bits() & ~own.InState(OwnershipState::kOwned).Bits()), BucketSet{})
+          << "shard " << s << " fast path " << own.fast_path.Ranges();
       for (const auto& [key, digest] : per_shard[static_cast<std::size_t>(s)]) {
         EXPECT_EQ(directory.ShardOf(BucketId{key.second}), ShardId{s})
             << key.first << " rows of bucket " << key.second << " on shard " << s;
@@ -131,7 +123,7 @@ TEST_F(Move, MovesABucketWithItsRowsAndLeavesNothingBehind) {
   EXPECT_EQ(after.ShardOf(BucketId{31}), ShardId{2});
   EXPECT_EQ(done.directory_version, after.Version());
   ExpectConsistent("after moving bucket 31");
-  EXPECT_TRUE(FastPathOf(2).Contains(BucketId{31})) << "the new owner's writes should take the fast path";
+  EXPECT_TRUE(OwnershipOf(2).fast_path.Contains(BucketId{31})) << "the new owner's writes should take the fast path";
   const auto events = mover.Events(done.move_id);
   std::vector<MoveState> states;
   for (const auto& e : events) states.push_back(e.state);

@@ -87,8 +87,8 @@ TEST_F(Fence, EnrolledShardsKnowThemselvesAndTheirBuckets) {
 }
 
 BucketSet FastPath(const std::string& dsn) {
-  return BucketSet(static_cast<std::uint64_t>(
-      Count(dsn, "SELECT pg_sequence_last_value('shardkit_fence_writable')")));
+  pqxx::connection c{dsn};
+  return ReadOwnership(c).fast_path;
 }
 
 // sql/014: the word the fast path reads is cleared by any ownership change at

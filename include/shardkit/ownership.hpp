@@ -96,6 +96,9 @@ struct BucketOwnership {
 struct ShardOwnership {
   std::optional<ShardId> enrolled_as;  // nullopt: not enrolled (no fence)
   std::vector<BucketOwnership> buckets;  // in bucket order
+  // The buckets the fence admits without reading the table (sql/014): owned
+  // ones marked by the last SyncFence; never a bucket not owned.
+  BucketSet fast_path;
   [[nodiscard]] BucketSet InState(OwnershipState state) const noexcept;
   [[nodiscard]] const BucketOwnership* Find(BucketId bucket) const noexcept;
 };

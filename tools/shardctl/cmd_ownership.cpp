@@ -82,6 +82,11 @@ void AddOwnershipCommand(CLI::App& app, CliContext& context) {
         problems.push_back(fmt::format("shard {} ({}) owns {} but the directory gives it {}", s, shard.name,
                                        owned.Ranges(), wanted.Ranges()));
       }
+      if (const shardkit::BucketSet stray(own.fast_path.Bits() & ~owned.Bits()); !stray.Empty()) {
+        problems.push_back(fmt::format("shard {} ({}): the fence's fast path admits buckets {} it does not own; run "
+                                       "SELECT shardkit_fence_sync() on it",
+                                       s, shard.name, stray.Ranges()));
+      }
       nlohmann::json buckets = nlohmann::json::array();
       for (const auto& b : own.buckets) {
         if (b.state == shardkit::OwnershipState::kOwned && !b.move_id) continue;
@@ -95,10 +100,15 @@ void AddOwnershipCommand(CLI::App& app, CliContext& context) {
                                {"enrolled", own.enrolled_as.has_value()},
                                {"owned", owned.Buckets()},
                                {"directory", wanted.Buckets()},
+                               {"fast_path", own.fast_path.Buckets()},
                                {"moving", buckets}});
       if (!context.json) {
-        fmt::print("shard {} ({}): owns {} ({} buckets){}\n", s, shard.name, owned.Ranges(), owned.Size(),
-                   own.enrolled_as ? "" : "  NOT ENROLLED");
+        fmt::print("shard {} ({}): owns {} ({} buckets){}{}\n", s, shard.name, owned.Ranges(), owned.Size(),
+                   own.enrolled_as ? "" : "  NOT ENROLLED",
+                   own.fast_path == owned ? ""
+                                          : fmt::format("; fence fast path for {} (shardkit_fence_sync() marks the "
+                                                        "rest)",
+                                                        own.fast_path.Empty() ? "none" : own.fast_path.Ranges()));
         for (const auto& b : own.buckets) {
           if (b.state == shardkit::OwnershipState::kOwned && !b.move_id) continue;
           fmt::print("  bucket {:>2}: {}{}{}\n", b.bucket, shardkit::OwnershipStateName(b.state),

@@ -24,6 +24,16 @@ struct ResultGuard {
   PGresult* Release() noexcept { return std::exchange(result, nullptr); }
 };
 
+std::size_t PayloadBytes(const PGresult* result) {
+  std::size_t bytes = 0;
+  const int rows = PQntuples(result);
+  const int columns = PQnfields(result);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < columns; ++c) bytes += static_cast<std::size_t>(PQgetlength(result, r, c));
+  }
+  return bytes;
+}
+
 std::string ConnectionMessage(PGconn* conn) {
   const char* text = conn == nullptr ? nullptr : PQerrorMessage(conn);
   return text != nullptr && *text != '\0' ? std::string(text) : std::string("the connection was closed");
@@ -40,7 +50,7 @@ PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const 
   const bool transaction = request.wrap == PipelineRequest::Wrap::kTransaction;
   if (transaction) {
     // The timeout is a number computed by the caller; SET takes no parameters.
-    timeout_ = fmt::format("SET LOCAL statement_timeout = {}", request.statement_timeout_ms);
+    timeout_ = "SET LOCAL statement_timeout = " + std::to_string(request.statement_timeout_ms);
     steps_.push_back(request.read_only ? &kBeginReadOnly : &kBegin);
     steps_.push_back(&timeout_);
     if (request.setup != nullptr) steps_.push_back(request.setup);
@@ -97,7 +107,10 @@ void PipelinedStatement::Take(PGresult* raw) {
         case PGRES_TUPLES_OK:
         case PGRES_COMMAND_OK:
         case PGRES_EMPTY_QUERY:
-          if (step_ == returned_) rows_ = AdoptResult(connection_, result.Release(), *steps_[step_]);
+          if (step_ == returned_) {
+            bytes_ = PayloadBytes(result.result);
+            rows_ = AdoptResult(connection_, result.Release(), *steps_[step_]);
+          }
           break;
         case PGRES_PIPELINE_ABORTED:  // skipped after an earlier step failed
           break;

@@ -134,8 +134,12 @@ class PoolCore {
 
   std::atomic<int> refs_{1};  // the pool, plus one per orphaned lease
 
+  // Read on the first connection and never changed after: once
+  // facts_known_ is set, facts_ is read without the mutex (every scatter
+  // reads it once per shard).
   mutable std::mutex facts_mutex_;
-  std::shared_ptr<const SessionFacts> facts_;  // read on the first connection
+  std::shared_ptr<const SessionFacts> facts_;
+  std::atomic<bool> facts_known_{false};
 };
 
 namespace {
@@ -392,15 +396,13 @@ PoolSlot* PoolCore::Connect(PoolSlot& slot, Clock::time_point started, Clock::ti
       fresh = std::make_unique<PooledConnection>(std::move(open));
       // The first connection reads the server's facts (one query, once; two
       // first connections may both read them, either answer will do).
-      bool known = false;
-      {
-        std::lock_guard lock(facts_mutex_);
-        known = facts_ != nullptr;
-      }
-      if (!known) {
+      if (!facts_known_.load(std::memory_order_acquire)) {
         auto facts = std::make_shared<const SessionFacts>(ReadSessionFacts(*fresh->connection, shard));
         std::lock_guard lock(facts_mutex_);
-        if (!facts_) facts_ = std::move(facts);
+        if (!facts_known_.load(std::memory_order_relaxed)) {
+          facts_ = std::move(facts);
+          facts_known_.store(true, std::memory_order_release);
+        }
       }
     }
   } catch (const Error&) {  // ReadSessionFacts: already names the shard
@@ -483,6 +485,7 @@ std::pair<PoolSlot*, bool> PoolCore::AcquireSlow(Clock::time_point deadline, boo
 }
 
 std::shared_ptr<const SessionFacts> PoolCore::Facts() const {
+  if (facts_known_.load(std::memory_order_acquire)) return facts_;
   std::lock_guard lock(facts_mutex_);
   return facts_;
 }

@@ -160,8 +160,9 @@ struct ShardTask {
   std::vector<std::string> then;
   std::string where;  // "shard 1 (shard1)"
   // The buckets the scatter's directory gives this shard, as the statement
-  // that sets shardkit.buckets and checks it (ownership.hpp); empty: none.
-  std::string bucket_setup;
+  // that sets shardkit.buckets and checks it (ownership.hpp); null: none.
+  // Points into ScatterState::bucket_setups.
+  const std::string* bucket_setup = nullptr;
 
   std::atomic<Phase> phase{Phase::kQueued};
 
@@ -199,10 +200,28 @@ struct ShardTask {
   }
 };
 
+// Every shard's bucket step for one directory snapshot, made once per
+// directory (ScatterGather::Impl keeps the latest): formatting each shard's
+// bucket list on every scatter was a visible part of its client CPU.
+struct BucketSetups {
+  std::shared_ptr<const BucketDirectory> directory;
+  std::vector<std::string> by_shard;
+
+  BucketSetups(std::shared_ptr<const BucketDirectory> d, int shards) : directory(std::move(d)) {
+    for (int s = 0; s < shards; ++s) {
+      // A number list computed here (SET takes no parameters); set_config
+      // runs before the check: a target list is evaluated in order.
+      by_shard.push_back(fmt::format("SELECT set_config('shardkit.buckets', '{}', true), shardkit_check_buckets()",
+                                     BucketSet::Of(*directory, ShardId{s}).Setting()));
+    }
+  }
+};
+
 struct ScatterState {
   // A session's fan-out keeps the session's connections alive until its
   // last task is done, even after the caller gave up on it.
   std::shared_ptr<ScatterSession::State> session;
+  std::shared_ptr<const BucketSetups> bucket_setups;  // null: no bucket step
   Clock::time_point start;
   Clock::time_point deadline;
   bool read_only = true;
@@ -235,7 +254,7 @@ detail::PipelineRequest Request(const ScatterState& state, const ShardTask& task
   request.wrap = alone ? detail::PipelineRequest::Wrap::kStatementOnly : detail::PipelineRequest::Wrap::kTransaction;
   request.read_only = state.read_only;
   request.statement_timeout_ms = left.count();
-  if (!task.bucket_setup.empty()) request.setup = &task.bucket_setup;
+  request.setup = task.bucket_setup;
   if (!task.then.empty()) request.then = &task.then;
   return request;
 }
@@ -358,8 +377,8 @@ void Describe(ShardTask& task, const std::exception& error, Clock::time_point st
 
 // Publishes a task's outcome to the caller.
 void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, std::optional<pqxx::result> rows,
-              std::string cause, std::string sqlstate) {
-  const std::size_t bytes = rows ? PayloadBytes(*rows) : 0;
+              std::string cause, std::string sqlstate, std::optional<std::size_t> known_bytes = std::nullopt) {
+  const std::size_t bytes = !rows ? 0 : known_bytes ? *known_bytes : PayloadBytes(*rows);
   const auto finished = Clock::now();
   std::lock_guard lock(state.mutex);
   task.phase = Phase::kDone;
@@ -484,6 +503,7 @@ void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& 
   } catch (const std::exception& error) {
     Describe(task, error, c.started, cause, sqlstate);
   }
+  const std::size_t bytes = c.call->Bytes();
   c.call.reset();
   if (!reusable) c.lease->Discard();
   Deactivate(c);
@@ -496,7 +516,7 @@ void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& 
     });
   }
   c.lease.reset();
-  Complete(state, task, c.started, std::move(rows), std::move(cause), std::move(sqlstate));
+  Complete(state, task, c.started, std::move(rows), std::move(cause), std::move(sqlstate), bytes);
 }
 
 // Drives the inline calls until each has finished or deadline + grace has
@@ -631,7 +651,19 @@ struct ScatterGather::Impl {
   void Record(const ScatterResult* result, std::size_t fanout, std::size_t failures, microseconds slowest,
               bool threw);
 
+  // The bucket steps for `directory`, made again only when the resolver's
+  // directory has changed since the last scatter.
+  std::shared_ptr<const BucketSetups> SetupsFor(const std::shared_ptr<const BucketDirectory>& directory) {
+    std::lock_guard lock(setups_mutex);
+    if (!setups || setups->directory->Version() != directory->Version()) {
+      setups = std::make_shared<const BucketSetups>(directory, resolver.ShardCount());
+    }
+    return setups;
+  }
+
   BucketShardResolver& resolver;
+  std::mutex setups_mutex;
+  std::shared_ptr<const BucketSetups> setups;
   boost::asio::thread_pool workers;
   boost::asio::thread_pool session_workers;  // statements and COMMITs of sessions (ScatterSession)
   // As many as the workers: one scatter's cancels go out in parallel, and a
@@ -756,6 +788,9 @@ ScatterResult ScatterGather::Impl::Execute(
   state->single_round_trip = options.single_round_trip;
   state->remaining = statements.size();
   state->session = session;
+  if (options.directory_buckets && !options.single_round_trip && session == nullptr) {
+    state->bucket_setups = SetupsFor(directory);
+  }
   for (auto& [shard, statement] : statements) {
     auto task = std::make_unique<ShardTask>();
     task->shard = shard;
@@ -764,11 +799,8 @@ ScatterResult ScatterGather::Impl::Execute(
     task->simple_protocol = simple_protocol;
     if (session) task->then = then;
     if (session) task->pinned = &SessionLease(*session, shard, label);
-    if (options.directory_buckets && !options.single_round_trip && session == nullptr) {
-      // A number computed here (SET takes no parameters); set_config runs
-      // before the check: a target list is evaluated in order.
-      task->bucket_setup = fmt::format("SELECT set_config('shardkit.buckets', '{}', true), shardkit_check_buckets()",
-                                       BucketSet::Of(*directory, shard).Setting());
+    if (state->bucket_setups) {
+      task->bucket_setup = &state->bucket_setups->by_shard[static_cast<std::size_t>(ToInt(shard))];
     }
     state->tasks.push_back(std::move(task));
   }
@@ -806,6 +838,7 @@ ScatterResult ScatterGather::Impl::Execute(
   }
 
   const auto now = Clock::now();
+  result.shards.reserve(state->tasks.size());
   microseconds slowest_any{0};
   for (auto& task_ptr : state->tasks) {
     ShardTask& task = *task_ptr;

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "shardkit/ownership.hpp"
 #include "shardkit/resolver.hpp"
 #include "shardkit/scatter.hpp"
 #include "support/temporary_server.hpp"
@@ -149,7 +150,11 @@ TEST_F(ScatterPg, EveryShardAnswersAndTheUnionEqualsTheReference) {
   std::size_t bytes = 0;
   for (const auto& shard : result.shards) {
     EXPECT_GT(shard.rows.size(), 0u);
-    EXPECT_GT(shard.bytes, 0u);
+    std::size_t payload = 0;  // the values' lengths, as libpq gave them
+    for (const auto& row : shard.rows) {
+      for (const auto& field : row) payload += field.size();
+    }
+    EXPECT_EQ(shard.bytes, payload);
     EXPECT_GT(shard.elapsed.count(), 0);
     bytes += shard.bytes;
   }
@@ -159,6 +164,45 @@ TEST_F(ScatterPg, EveryShardAnswersAndTheUnionEqualsTheReference) {
   EXPECT_EQ(result.slowest_elapsed, slowest.elapsed);
   for (const auto& shard : result.shards) EXPECT_LE(shard.elapsed, result.slowest_elapsed);
   EXPECT_GE(result.elapsed, result.slowest_elapsed);
+}
+
+// The bucket step a scatter sends is made once per directory: a newer
+// directory must reach the very next scatter (here one that gives shard 1 a
+// bucket shard 0 owns, which shard 1 refuses), and the one after it too.
+TEST_F(ScatterPg, EachScatterSendsTheBucketsOfTheCurrentDirectory) {
+  auto resolver = cluster_->MakeResolver();
+  ScatterGather scatter{*resolver};
+  const std::string sql = "SELECT current_setting('shardkit.buckets')";
+  const auto settings = [&] {
+    std::vector<std::string> out;
+    for (const auto& shard : scatter.Run(sql).shards) out.push_back(shard.rows[0][0].c_str());
+    return out;
+  };
+  const auto expected = [&] {
+    std::vector<std::string> out;
+    for (const ShardId s : FirstShards(2)) out.push_back(BucketSet::Of(*resolver->Directory(), s).Setting());
+    return out;
+  };
+  ASSERT_EQ(settings(), expected());
+
+  const auto original = resolver->Directory();
+  BucketId owned_by_0{0};
+  while (original->ShardOf(owned_by_0) != ShardId{0}) owned_by_0 = BucketId{ToInt(owned_by_0) + 1};
+  resolver->PublishDirectory(original->WithBucketMoved(owned_by_0, ShardId{1}));
+  try {
+    (void)scatter.Run(sql);
+    ADD_FAILURE() << "shard 1 accepted bucket " << owned_by_0 << ", which it does not own";
+  } catch (const ScatterError& e) {
+    ASSERT_EQ(e.failures().size(), 1u) << e.what();
+    EXPECT_EQ(e.failures()[0].shard, ShardId{1});
+    EXPECT_TRUE(e.failures()[0].stale_directory) << e.what();
+  }
+
+  BucketDirectory back = *original;
+  back = back.WithBucketMoved(owned_by_0, ShardId{0});  // same placement, a newer version
+  while (back.Version() <= resolver->Directory()->Version()) back = back.WithBucketMoved(owned_by_0, ShardId{0});
+  resolver->PublishDirectory(back);
+  EXPECT_EQ(settings(), expected());
 }
 
 TEST_F(ScatterPg, EachShardReturnsOnlyTheCustomersRoutedToIt) {

@@ -91,6 +91,8 @@ class PipelinedStatement {
   // transaction is not rolled back here (no blocking round trip): it is set
   // to true and the caller must RollBack() before reusing the connection.
   [[nodiscard]] pqxx::result Finish(bool& reusable, bool* rollback_pending = nullptr);
+  // The returned rows' payload: the sum of their values' lengths.
+  [[nodiscard]] std::size_t Bytes() const noexcept { return bytes_; }
 
  private:
   // Takes one PQgetResult() outcome (null included) in pipeline order.
@@ -119,6 +121,7 @@ class PipelinedStatement {
   bool broken_ = false;
   bool wants_write_ = false;
   std::optional<pqxx::result> rows_;
+  std::size_t bytes_ = 0;
   std::optional<Failure> failure_;
 };
 

@@ -54,6 +54,8 @@ PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const 
     steps_.push_back(request.read_only ? &kBeginReadOnly : &kBegin);
     steps_.push_back(&timeout_);
     if (request.setup != nullptr) steps_.push_back(request.setup);
+  } else if (request.before != nullptr) {
+    for (const auto& sql : *request.before) steps_.push_back(&sql);
   }
   main_ = static_cast<int>(steps_.size());
   steps_.push_back(request.sql);

@@ -151,12 +151,12 @@ struct ShardTask {
   ConnectionPool* pool = nullptr;
   std::shared_ptr<const Statement> statement;
   // In a session: the session's connection for this shard (its transaction
-  // is open; no BEGIN/COMMIT around the statement), and whether the
-  // statement is sent as a simple-protocol string (BEGIN + setup).
+  // is open, or opened by `before`; no BEGIN/COMMIT around the statement).
   ConnectionPool::Lease* pinned = nullptr;
-  bool simple_protocol = false;
-  // In a session: a statement without parameters sent right after the
-  // statement in the same round trip, whose rows are returned; empty: none.
+  // In a session: statements without parameters sent before the statement
+  // (the session's BEGIN and setup) and after it (whose last one's rows are
+  // returned), in the same round trip; empty: none.
+  std::vector<std::string> before;
   std::vector<std::string> then;
   std::string where;  // "shard 1 (shard1)"
   // The buckets the scatter's directory gives this shard, as the statement
@@ -255,6 +255,7 @@ detail::PipelineRequest Request(const ScatterState& state, const ShardTask& task
   request.read_only = state.read_only;
   request.statement_timeout_ms = left.count();
   request.setup = task.bucket_setup;
+  if (!task.before.empty()) request.before = &task.before;
   if (!task.then.empty()) request.then = &task.then;
   return request;
 }
@@ -293,17 +294,6 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   if (left.count() <= 0) throw DeadlineMissed("the deadline passed before the statement could start");
 
   const auto values = ParameterValues(task);
-  if (task.pinned != nullptr && task.simple_protocol) {
-    // A session's BEGIN + setup: several statements in one simple-protocol
-    // string, which pipeline mode does not allow.
-    pqxx::nontransaction tx{connection};
-    try {
-      return tx.exec(task.statement->sql);
-    } catch (...) {
-      lease.Discard();
-      throw;
-    }
-  }
   const auto request = Request(state, task, values, left);
   bool reusable = true;
   try {
@@ -423,11 +413,15 @@ void RunShard(ScatterState& state, ShardTask& task) {
 }
 
 // A statement driven from the caller's thread on a connection that was
-// idle when the scatter began: no worker thread, no wake-ups, the sockets
-// of all such shards polled together (non-blocking libpq).
+// idle when the scatter began, or on a session's connection: no worker
+// thread, no wake-ups, the sockets of all such shards read in turn
+// (non-blocking libpq).
 struct InlineCall {
   ShardTask* task = nullptr;
-  std::shared_ptr<ConnectionPool::Lease> lease;  // shared: a ROLLBACK may finish it on a worker
+  ConnectionPool::Lease* lease = nullptr;  // null once let go
+  // The lease when the call took it from the pool (null for a session's):
+  // shared, as a ROLLBACK may finish it on a worker.
+  std::shared_ptr<ConnectionPool::Lease> owned;
   std::vector<const char*> values;
   const std::vector<const char*>* shared_values = nullptr;  // this call's, or an earlier call's for the same statement
   std::optional<detail::PipelinedStatement> call;
@@ -452,7 +446,8 @@ void FailInline(ScatterState& state, InlineCall& c, const std::exception& error,
   std::string sqlstate;
   Describe(*c.task, error, c.started, cause, sqlstate);
   Deactivate(c);
-  c.lease.reset();
+  c.lease = nullptr;
+  c.owned.reset();
   Complete(state, *c.task, c.started, std::nullopt, std::move(cause), std::move(sqlstate));
 }
 
@@ -505,17 +500,19 @@ void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& 
   }
   const std::size_t bytes = c.call->Bytes();
   c.call.reset();
-  if (!reusable) c.lease->Discard();
+  // A failure aborts a session's transaction: its connection is never reused.
+  if (!reusable || (!rows && !c.owned)) c.lease->Discard();
   Deactivate(c);
-  if (rollback) {
+  if (rollback && c.owned) {
     // The failed transaction is ended on a worker: the caller never blocks
     // on a round trip outside its poll.
-    boost::asio::post(workers, [lease = std::move(c.lease)] {
+    boost::asio::post(workers, [lease = std::move(c.owned)] {
       if (!detail::RollBack(lease->Connection())) lease->Discard();
       lease->Release();
     });
   }
-  c.lease.reset();
+  c.lease = nullptr;
+  c.owned.reset();
   Complete(state, task, c.started, std::move(rows), std::move(cause), std::move(sqlstate), bytes);
 }
 
@@ -565,7 +562,8 @@ void DriveInline(const std::shared_ptr<ScatterState>& shared_state, std::deque<I
           other.open = false;
           other.call.reset();
           other.lease->Discard();
-          other.lease.reset();
+          other.lease = nullptr;
+          other.owned.reset();
         }
         return;
       }
@@ -647,7 +645,7 @@ struct ScatterGather::Impl {
 
   ScatterResult Execute(std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements,
                         const ScatterOptions& options, const std::shared_ptr<ScatterSession::State>& session = {},
-                        bool simple_protocol = false, const std::vector<std::string>& then = {});
+                        const std::vector<std::string>& before = {}, const std::vector<std::string>& then = {});
   void Record(const ScatterResult* result, std::size_t fanout, std::size_t failures, microseconds slowest,
               bool threw);
 
@@ -761,7 +759,7 @@ void ScatterGather::Impl::Record(const ScatterResult* result, std::size_t fanout
 
 ScatterResult ScatterGather::Impl::Execute(
     std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements, const ScatterOptions& options,
-    const std::shared_ptr<ScatterSession::State>& session, bool simple_protocol,
+    const std::shared_ptr<ScatterSession::State>& session, const std::vector<std::string>& before,
     const std::vector<std::string>& then) {
   const auto start = Clock::now();
   const auto deadline = std::min(options.deadline.value_or(start + kDefaultTimeout), start + kMaxTimeout);
@@ -796,7 +794,7 @@ ScatterResult ScatterGather::Impl::Execute(
     task->shard = shard;
     task->pool = &resolver.Pool(shard);
     task->statement = std::move(statement);
-    task->simple_protocol = simple_protocol;
+    if (session) task->before = before;
     if (session) task->then = then;
     if (session) task->pinned = &SessionLease(*session, shard, label);
     if (state->bucket_setups) {
@@ -808,16 +806,25 @@ ScatterResult ScatterGather::Impl::Execute(
   // worker that waits for a pool either (that worker may be waiting for
   // this very session's connection): they have threads of their own.
   auto& executor = session ? session_workers : workers;
-  // Shards with a connection idle right now are driven from this thread;
-  // the others (connecting, or waiting for a busy pool) go to the workers
-  // first, so that they start at once.
+  // Shards with a connection idle right now, and a session's statements on
+  // its own connections, are driven from this thread; the others
+  // (connecting, or waiting for a busy pool) go to the workers first, so
+  // that they start at once.
   std::deque<InlineCall> inline_calls;  // stays put: calls point at each other's parameters
   for (std::size_t i = 0; i < state->tasks.size(); ++i) {
+    ShardTask& task = *state->tasks[i];
+    if (task.pinned != nullptr) {
+      InlineCall& c = inline_calls.emplace_back();
+      c.task = &task;
+      c.lease = task.pinned;
+      continue;
+    }
     if (!session) {
-      if (auto lease = state->tasks[i]->pool->TryAcquireIdle()) {
+      if (auto lease = task.pool->TryAcquireIdle()) {
         InlineCall& c = inline_calls.emplace_back();
-        c.task = state->tasks[i].get();
-        c.lease = std::make_shared<ConnectionPool::Lease>(std::move(*lease));
+        c.task = &task;
+        c.owned = std::make_shared<ConnectionPool::Lease>(std::move(*lease));
+        c.lease = c.owned.get();
         continue;
       }
     }
@@ -965,9 +972,12 @@ ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
 
   // BEGIN; the timeout; the caller's setup; then read-only for the rest.
   const auto left = std::chrono::ceil<milliseconds>(st.deadline - Clock::now());
-  std::string begin = fmt::format("BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL statement_timeout = {}",
-                                  std::max<long long>(1, left.count()));
-  for (const auto& sql : options.setup) begin += "; " + sql;
+  // One pipeline per shard: each statement on its own (extended protocol).
+  std::vector<std::string> before = {
+      "BEGIN ISOLATION LEVEL REPEATABLE READ",
+      fmt::format("SET LOCAL statement_timeout = {}", std::max<long long>(1, left.count()))};
+  for (const auto& sql : options.setup) before.push_back(sql);
+  std::vector<std::string> then;
   std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements;
   if (options.directory_buckets) {
     // As a scatter's: each shard sees the buckets one directory snapshot
@@ -976,20 +986,20 @@ ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
     for (ShardId s : st.shards) {
       statements.emplace_back(
           s, std::make_shared<const Statement>(Statement{
-                 fmt::format("{}; SET LOCAL shardkit.buckets = '{}'; SELECT shardkit_check_buckets(); SET "
-                             "TRANSACTION READ ONLY",
-                             begin, BucketSet::Of(*directory, s).Setting()),
+                 fmt::format("SELECT set_config('shardkit.buckets', '{}', true), shardkit_check_buckets()",
+                             BucketSet::Of(*directory, s).Setting()),
                  {}}));
     }
+    then.emplace_back("SET TRANSACTION READ ONLY");
   } else {
-    auto statement = std::make_shared<const Statement>(Statement{begin + "; SET TRANSACTION READ ONLY", {}});
+    auto statement = std::make_shared<const Statement>(Statement{"SET TRANSACTION READ ONLY", {}});
     for (ShardId s : st.shards) statements.emplace_back(s, statement);
   }
   ScatterOptions o;
   o.deadline = st.deadline;
   o.label = options.label.empty() ? "session begin" : options.label + " begin";
   try {
-    (void)st.impl->Execute(std::move(statements), o, state_, /*simple_protocol=*/true);
+    (void)st.impl->Execute(std::move(statements), o, state_, before, then);
   } catch (const std::exception& e) {
     st.failure = e.what();
     Finish();
@@ -1030,7 +1040,7 @@ ScatterResult ScatterSession::RunPerShardThen(const std::vector<std::pair<ShardI
   o.deadline = st.deadline;
   o.label = st.label.empty() ? "session" : st.label.substr(2, st.label.size() - 3);
   try {
-    return st.impl->Execute(std::move(copies), o, state_, /*simple_protocol=*/false, then);
+    return st.impl->Execute(std::move(copies), o, state_, {}, then);
   } catch (const ScatterError& e) {
     st.failure = e.what();
     throw;

@@ -73,10 +73,17 @@ TopKStatements BuildTopKStatements(const TopKQuery& q, bool integer_sums) {
   const std::string table = "pg_temp.shardkit_topk";
   st.snapshot_setup = fmt::format("CREATE TEMP TABLE shardkit_topk (k {}{}, s {}) ON COMMIT DROP", type,
                                   text ? " COLLATE \"C\"" : "", integer_sums ? "bigint" : "numeric");
-  // Through text: an assignment cast from numeric would round 1.5 to 2.
-  st.snapshot_fill = integer_sums
-                         ? fmt::format("INSERT INTO {} (k, s) SELECT k, s::text::bigint FROM ({}) g", table, grouped)
-                         : fmt::format("INSERT INTO {} (k, s) {}", table, grouped);
+  // A bigint sum (of smallint or integer) goes in as it is; a numeric one
+  // only if it is a whole number that fits: an assignment cast would round
+  // 1.5 to 2, so anything else goes through text, which fails (22P02), as
+  // does one out of range (22003). (All of it through text cost ~10% of
+  // phase 1.)
+  st.snapshot_fill =
+      integer_sums
+          ? fmt::format("INSERT INTO {} (k, s) SELECT k, CASE WHEN s = s::bigint THEN s::bigint ELSE s::text::bigint "
+                        "END FROM ({}) g",
+                        table, grouped)
+          : fmt::format("INSERT INTO {} (k, s) {}", table, grouped);
   // Phase 1 reads the table in the same round trip that fills it: the top
   // k with negative partials first (TPUT: the sign check reads the first
   // row), or (kAuto) after one statistics row (o = 0). {} = k or k + 1.
@@ -90,10 +97,17 @@ TopKStatements BuildTopKStatements(const TopKQuery& q, bool integer_sums) {
       "(SELECT floor(4 * ln(s::float8) / ln(2))::int AS e, count(*) AS c FROM {0} WHERE s > 0 GROUP BY 1) h) "
       "FROM {0}) u ORDER BY o, {1} LIMIT {{}}",
       table, order);
+  // s * m >= tau1. With bigint partials, as s >= ceil(tau1 / m) in exact
+  // integer division: a bigint constant once the parameters are bound, so
+  // each row is one integer comparison instead of a numeric product.
+  const std::string at_least =
+      integer_sums ? "s >= (CASE WHEN $2::numeric > 0 THEN div($2::numeric + $1::integer - 1, $1::integer) "
+                     "ELSE div($2::numeric, $1::integer) END)::bigint"
+                   : "s * $1::integer >= $2::numeric";
   st.snapshot_at_least = fmt::format(
-      "SELECT k, s FROM {0} WHERE s * $1::integer >= $2::numeric "
+      "SELECT k, s FROM {0} WHERE {2} "
       "AND CASE WHEN k IS NULL THEN NOT $4::boolean ELSE NOT (k = ANY($3::{1}[])) END",
-      table, type);
+      table, type, at_least);
   st.snapshot_rest = fmt::format(
       "SELECT k, s FROM {0} WHERE CASE WHEN k IS NULL THEN NOT $2::boolean ELSE NOT (k = ANY($1::{1}[])) END",
       table, type);

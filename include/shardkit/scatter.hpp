@@ -177,7 +177,8 @@ struct SessionOptions {
   // Run right after BEGIN on every shard, before the transaction is made
   // read-only: e.g. "CREATE TEMP TABLE t (...) ON COMMIT DROP" (temporary
   // tables may be written in a read-only transaction, not created). SQL
-  // text without parameters, written by the application.
+  // text without parameters, written by the application, one statement per
+  // entry (they go out in one pipeline with the BEGIN).
   std::vector<std::string> setup;
   std::string label;
   // As ScatterOptions::directory_buckets, for the session's whole

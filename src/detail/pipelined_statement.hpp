@@ -45,6 +45,9 @@ struct PipelineRequest {
   // kTransaction only: one more statement without parameters after the
   // timeout (the scatter's bucket setting and its check); null: none.
   const std::string* setup = nullptr;
+  // kStatementOnly only: statements without parameters sent before the
+  // statement (a session's BEGIN and setup); null or empty: none.
+  const std::vector<std::string>* before = nullptr;
   // More statements without parameters right after the statement, in the
   // same round trip; the last one's rows are the ones returned (e.g. a
   // DECLARE ... CURSOR with the parameters, then the first FETCH). null or

@@ -53,9 +53,10 @@
 //   hidden second resource either: a statement holds a connection only while
 //   it runs on a thread, so every holder can make progress. Sessions
 //   (ScatterSession) hold connections between statements, so their
-//   statements run on threads of their own (session_workers), where nothing
-//   ever waits for a pool: a worker blocked in Acquire cannot stop the
-//   session that holds the connection it waits for from finishing.
+//   statements are driven from the caller's thread and their COMMITs run
+//   on threads of their own (session_workers), where nothing ever waits
+//   for a pool: a worker blocked in Acquire cannot stop the session that
+//   holds the connection it waits for from finishing.
 // * The deadline is enforced three ways. Acquisition waits until it at most.
 //   Each statement runs in a transaction with SET LOCAL statement_timeout =
 //   the time left, so the server stops the work itself. At the deadline the
@@ -301,8 +302,7 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
     if (!reusable) lease.Discard();
     return rows;
   } catch (...) {
-    // In a session a failure aborts its transaction: never reused.
-    if (!reusable || task.pinned != nullptr) lease.Discard();
+    if (!reusable) lease.Discard();
     throw;
   }
 }
@@ -395,15 +395,10 @@ void RunShard(ScatterState& state, ShardTask& task) {
                         Millis(state.deadline - state.start));
   } else {
     try {
-      if (task.pinned != nullptr) {
-        task.phase = Phase::kExecuting;
-        rows = ExecuteOn(state, task, *task.pinned);
-      } else {
-        task.phase = Phase::kAcquiring;
-        auto lease = task.pool->Acquire(state.deadline);
-        task.phase = Phase::kExecuting;
-        rows = ExecuteOn(state, task, lease);
-      }
+      task.phase = Phase::kAcquiring;
+      auto lease = task.pool->Acquire(state.deadline);
+      task.phase = Phase::kExecuting;
+      rows = ExecuteOn(state, task, lease);
     } catch (const std::exception& error) {
       Describe(task, error, started, cause, sqlstate);
       rows.reset();
@@ -663,7 +658,7 @@ struct ScatterGather::Impl {
   std::mutex setups_mutex;
   std::shared_ptr<const BucketSetups> setups;
   boost::asio::thread_pool workers;
-  boost::asio::thread_pool session_workers;  // statements and COMMITs of sessions (ScatterSession)
+  boost::asio::thread_pool session_workers;  // COMMITs of sessions (ScatterSession)
   // As many as the workers: one scatter's cancels go out in parallel, and a
   // cancel stuck on an unreachable server (bounded by tcp_user_timeout) holds
   // up others no more than the stuck statement holds up a worker.
@@ -802,10 +797,6 @@ ScatterResult ScatterGather::Impl::Execute(
     }
     state->tasks.push_back(std::move(task));
   }
-  // A session's statements never wait for a pool, and must not wait for a
-  // worker that waits for a pool either (that worker may be waiting for
-  // this very session's connection): they have threads of their own.
-  auto& executor = session ? session_workers : workers;
   // Shards with a connection idle right now, and a session's statements on
   // its own connections, are driven from this thread; the others
   // (connecting, or waiting for a busy pool) go to the workers first, so
@@ -828,7 +819,7 @@ ScatterResult ScatterGather::Impl::Execute(
         continue;
       }
     }
-    boost::asio::post(executor, [state, i] { RunShard(*state, *state->tasks[i]); });
+    boost::asio::post(workers, [state, i] { RunShard(*state, *state->tasks[i]); });
   }
   if (!inline_calls.empty()) DriveInline(state, inline_calls, workers, canceller);
 

@@ -662,6 +662,26 @@ TEST_F(ScatterPg, ASessionSendsFollowUpStatementsInTheSameRoundTrip) {
   EXPECT_THROW((void)session.Run("SELECT 1"), Error);
 }
 
+// A session's statements are driven from the caller's thread: its deadline
+// still bounds them, the session fails, and the next scatter gets clean
+// connections.
+TEST_F(ScatterPg, ASessionStatementIsCutAtTheSessionDeadline) {
+  auto resolver = cluster_->MakeResolver();
+  ScatterGather engine{*resolver};
+  SessionOptions options;
+  options.deadline = Clock::now() + 1500ms;
+  {
+    ScatterSession session{engine, options};
+    const auto start = Clock::now();
+    EXPECT_THROW((void)session.Run("SELECT pg_sleep(5)"), ScatterError);
+    EXPECT_LT(Clock::now() - start, 4s);
+    EXPECT_THROW((void)session.Run("SELECT 1"), Error);
+  }
+  const auto again = engine.Run("SELECT 1");
+  EXPECT_EQ(again.shards.size(), 2u);
+  EXPECT_TRUE(again.failures.empty());
+}
+
 TEST_F(ScatterPg, StatisticsCountCrossShardQueries) {
   auto resolver = cluster_->MakeResolver();
   ScatterGather scatter{*resolver};

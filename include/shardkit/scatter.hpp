@@ -200,8 +200,10 @@ struct SessionOptions {
 // for each in order while holding only lower-numbered shards. Every holder
 // that waits for shard s holds only shards below s, so no cycle of waits
 // can form among sessions; ordinary scatters never wait while holding, so
-// they cannot close one either. A session's statements run on threads of
-// their own, never behind scatter workers that wait for a pool. All-or-nothing acquisition (release
+// they cannot close one either. A session's statements are driven from the
+// caller's thread on the connections it holds (one pipeline per shard,
+// non-blocking), never behind scatter workers that wait for a pool; only
+// its COMMITs run on threads of their own. All-or-nothing acquisition (release
 // everything and retry on a miss) was not chosen: it livelocks under
 // contention and needs a back-off policy, while ordered acquisition always
 // makes progress and is bounded by the deadline anyway.
@@ -214,8 +216,9 @@ struct SessionOptions {
 // Destroy (or Finish) every session before its ScatterGather.
 class ScatterSession {
  public:
-  // Acquires the connections and begins every shard's transaction (one
-  // round trip per shard, in parallel). Throws ScatterError naming the
+  // Acquires the connections and begins every shard's transaction (BEGIN,
+  // the timeout, the setup, the bucket step and READ ONLY in one pipeline
+  // per shard, all shards at once). Throws ScatterError naming the
   // shards that failed (nothing is held then), UnknownShard or Error.
   ScatterSession(ScatterGather& scatter, SessionOptions options = {});
   // Finish() if not done yet (errors are swallowed).

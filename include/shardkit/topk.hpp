@@ -274,14 +274,13 @@ struct TopKStatements {
   // temporary table and reads its top k from it in the same round trip;
   // phases 2 and 3 and the rest of the partials read the table.
   std::string snapshot_setup;        // the session's temporary table (ON COMMIT DROP)
+  std::string snapshot_setup_non_negative;  // the same, refusing a negative partial (SQLSTATE 23514)
   std::string snapshot_fill;         // the one aggregation into it; $1..$n = params
-  // The top k ({} = k), negative partials first (most negative first), so
-  // that a negative partial anywhere shows in the first row: TPUT's phase 1,
-  // which needs no statistics.
+  // The top k ({} = k): TPUT's phase 1, which needs no statistics.
   std::string snapshot_top_k;
   // One statistics row first (k and s NULL; the smallest partial, the group
   // count and a histogram of the positive partials), then the top k ({} =
-  // k + 1): kAuto's phase 1.
+  // k): kAuto's phase 1.
   std::string snapshot_top_k_stats;
   std::string snapshot_at_least;     // $1 = m, $2 = tau1, $3 = excluded keys, $4 = exclude NULL key
   std::string snapshot_partials;     // $1 = keys, $2 = include the NULL key
@@ -339,7 +338,9 @@ class BasicSqlTopKSource final : public TopKShardSource<Measure> {
  private:
   [[nodiscard]] TopKReply<Measure> Decode(const ScatterResult& result, bool with_min) const;
   [[nodiscard]] ScatterOptions PhaseOptions(const char* phase) const;
-  ScatterSession& Session();
+  // The open session, or a new one whose table refuses negative partials
+  // if non_negative.
+  ScatterSession& Session(bool non_negative = false);
   void EndSession() noexcept;
 
   ScatterGather& scatter_;

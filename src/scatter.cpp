@@ -606,6 +606,12 @@ struct ScatterSession::State {
   ScatterGather::Impl* impl = nullptr;
   std::vector<ShardId> shards;               // ascending
   std::vector<ConnectionPool::Lease> leases;  // leases[i] serves shards[i]
+  // What begins shards[i]'s transaction, sent before its first statement in
+  // the same pipeline: the setup statements, then the bucket step (empty:
+  // none). begun[i]: sent.
+  std::vector<std::string> setup;
+  std::vector<std::string> bucket_steps;
+  std::vector<bool> begun;
   Clock::time_point deadline;
   std::string label;
   std::optional<std::string> failure;  // set once a fan-out failed: the session is unusable
@@ -614,13 +620,25 @@ struct ScatterSession::State {
 };
 
 namespace {
-ConnectionPool::Lease& SessionLease(ScatterSession::State& session, ShardId shard, const std::string& label) {
+std::size_t SessionIndex(const ScatterSession::State& session, ShardId shard, const std::string& label) {
   const auto it = std::lower_bound(session.shards.begin(), session.shards.end(), shard);
   if (it == session.shards.end() || *it != shard) {
     throw Error(fmt::format("scatter session{}: shard {} is not part of this session; open the session on it",
                             label, shard));
   }
-  return session.leases[static_cast<std::size_t>(it - session.shards.begin())];
+  return static_cast<std::size_t>(it - session.shards.begin());
+}
+
+// The statements that begin a session's transaction on one shard: REPEATABLE
+// READ, the time left as statement_timeout, the setup, the bucket step, and
+// read-only from then on.
+std::vector<std::string> SessionBegin(const ScatterSession::State& session, std::size_t i, milliseconds left) {
+  std::vector<std::string> steps = {"BEGIN ISOLATION LEVEL REPEATABLE READ",
+                                    "SET LOCAL statement_timeout = " + std::to_string(std::max<long long>(1, left.count()))};
+  steps.insert(steps.end(), session.setup.begin(), session.setup.end());
+  if (!session.bucket_steps[i].empty()) steps.push_back(session.bucket_steps[i]);
+  steps.emplace_back("SET TRANSACTION READ ONLY");
+  return steps;
 }
 }  // namespace
 
@@ -640,7 +658,7 @@ struct ScatterGather::Impl {
 
   ScatterResult Execute(std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements,
                         const ScatterOptions& options, const std::shared_ptr<ScatterSession::State>& session = {},
-                        const std::vector<std::string>& before = {}, const std::vector<std::string>& then = {});
+                        const std::vector<std::string>& then = {});
   void Record(const ScatterResult* result, std::size_t fanout, std::size_t failures, microseconds slowest,
               bool threw);
 
@@ -754,7 +772,7 @@ void ScatterGather::Impl::Record(const ScatterResult* result, std::size_t fanout
 
 ScatterResult ScatterGather::Impl::Execute(
     std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements, const ScatterOptions& options,
-    const std::shared_ptr<ScatterSession::State>& session, const std::vector<std::string>& before,
+    const std::shared_ptr<ScatterSession::State>& session,
     const std::vector<std::string>& then) {
   const auto start = Clock::now();
   const auto deadline = std::min(options.deadline.value_or(start + kDefaultTimeout), start + kMaxTimeout);
@@ -784,14 +802,26 @@ ScatterResult ScatterGather::Impl::Execute(
   if (options.directory_buckets && !options.single_round_trip && session == nullptr) {
     state->bucket_setups = SetupsFor(directory);
   }
+  // Every shard is checked to be in the session before any is marked begun.
+  std::vector<std::size_t> session_index;
+  if (session) {
+    for (const auto& [shard, statement] : statements) session_index.push_back(SessionIndex(*session, shard, label));
+  }
   for (auto& [shard, statement] : statements) {
     auto task = std::make_unique<ShardTask>();
     task->shard = shard;
     task->pool = &resolver.Pool(shard);
     task->statement = std::move(statement);
-    if (session) task->before = before;
-    if (session) task->then = then;
-    if (session) task->pinned = &SessionLease(*session, shard, label);
+    if (session) {
+      const std::size_t index = session_index[state->tasks.size()];
+      task->pinned = &session->leases[index];
+      task->then = then;
+      if (!session->begun[index]) {
+        // The session's transaction begins in this shard's first pipeline.
+        task->before = SessionBegin(*session, index, std::chrono::ceil<milliseconds>(deadline - Clock::now()));
+        session->begun[index] = true;
+      }
+    }
     if (state->bucket_setups) {
       task->bucket_setup = &state->bucket_setups->by_shard[static_cast<std::size_t>(ToInt(shard))];
     }
@@ -961,40 +991,19 @@ ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
   }
   for (auto& lease : held) st.leases.push_back(std::move(*lease));
 
-  // BEGIN; the timeout; the caller's setup; then read-only for the rest.
-  const auto left = std::chrono::ceil<milliseconds>(st.deadline - Clock::now());
-  // One pipeline per shard: each statement on its own (extended protocol).
-  std::vector<std::string> before = {
-      "BEGIN ISOLATION LEVEL REPEATABLE READ",
-      fmt::format("SET LOCAL statement_timeout = {}", std::max<long long>(1, left.count()))};
-  for (const auto& sql : options.setup) before.push_back(sql);
-  std::vector<std::string> then;
-  std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements;
+  // The transactions begin with each shard's first statement, in its
+  // pipeline (no round trip of their own).
+  st.setup = options.setup;
+  st.bucket_steps.assign(st.shards.size(), std::string());
+  st.begun.assign(st.shards.size(), false);
   if (options.directory_buckets) {
     // As a scatter's: each shard sees the buckets one directory snapshot
     // gives it, for the whole transaction (see ScatterOptions).
     const auto directory = resolver.Directory();
-    for (ShardId s : st.shards) {
-      statements.emplace_back(
-          s, std::make_shared<const Statement>(Statement{
-                 fmt::format("SELECT set_config('shardkit.buckets', '{}', true), shardkit_check_buckets()",
-                             BucketSet::Of(*directory, s).Setting()),
-                 {}}));
+    for (std::size_t i = 0; i < st.shards.size(); ++i) {
+      st.bucket_steps[i] = fmt::format("SELECT set_config('shardkit.buckets', '{}', true), shardkit_check_buckets()",
+                                       BucketSet::Of(*directory, st.shards[i]).Setting());
     }
-    then.emplace_back("SET TRANSACTION READ ONLY");
-  } else {
-    auto statement = std::make_shared<const Statement>(Statement{"SET TRANSACTION READ ONLY", {}});
-    for (ShardId s : st.shards) statements.emplace_back(s, statement);
-  }
-  ScatterOptions o;
-  o.deadline = st.deadline;
-  o.label = options.label.empty() ? "session begin" : options.label + " begin";
-  try {
-    (void)st.impl->Execute(std::move(statements), o, state_, before, then);
-  } catch (const std::exception& e) {
-    st.failure = e.what();
-    Finish();
-    throw;
   }
   st.open_time = duration_cast<microseconds>(Clock::now() - start);
 }
@@ -1031,7 +1040,7 @@ ScatterResult ScatterSession::RunPerShardThen(const std::vector<std::pair<ShardI
   o.deadline = st.deadline;
   o.label = st.label.empty() ? "session" : st.label.substr(2, st.label.size() - 3);
   try {
-    return st.impl->Execute(std::move(copies), o, state_, {}, then);
+    return st.impl->Execute(std::move(copies), o, state_, then);
   } catch (const ScatterError& e) {
     st.failure = e.what();
     throw;
@@ -1050,8 +1059,13 @@ void ScatterSession::Finish() noexcept {
     state_.reset();
     return;
   }
-  // COMMIT on the workers; the caller does not wait (read-only).
+  // COMMIT on the workers; the caller does not wait (read-only). A shard
+  // never asked anything has no transaction: its connection goes back now.
   for (std::size_t i = 0; i < st.leases.size(); ++i) {
+    if (!st.begun[i]) {
+      st.leases[i].Release();
+      continue;
+    }
     try {
       boost::asio::post(st.impl->session_workers, [keep = state_, i] {
         ConnectionPool::Lease& lease = keep->leases[i];

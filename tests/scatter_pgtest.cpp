@@ -662,6 +662,41 @@ TEST_F(ScatterPg, ASessionSendsFollowUpStatementsInTheSameRoundTrip) {
   EXPECT_THROW((void)session.Run("SELECT 1"), Error);
 }
 
+// A session's transaction begins in each shard's first pipeline, whichever
+// fan-out that is; a fan-out naming a shard outside the session is refused
+// before anything is sent.
+TEST_F(ScatterPg, ASessionBeginsEachShardWithItsFirstStatement) {
+  auto resolver = cluster_->MakeResolver();
+  ScatterGather engine{*resolver};
+  const std::string probe =
+      "SELECT current_setting('transaction_isolation') || ' ' || current_setting('transaction_read_only')";
+  const auto on = [&](std::initializer_list<int> shards) {
+    std::vector<std::pair<ShardId, ScatterGather::Statement>> out;
+    for (int s : shards) out.emplace_back(ShardId{s}, ScatterGather::Statement{probe, {}});
+    return out;
+  };
+  {
+    ScatterSession session{engine};
+    const auto first = session.RunPerShard(on({1}));
+    ASSERT_EQ(first.shards.size(), 1u);
+    EXPECT_EQ(std::string(first.shards[0].rows[0][0].c_str()), "repeatable read on");
+    const auto all = session.Run(probe);
+    ASSERT_EQ(all.shards.size(), 2u);
+    for (const auto& shard : all.shards) {
+      EXPECT_EQ(std::string(shard.rows[0][0].c_str()), "repeatable read on") << shard.shard;
+    }
+  }
+  {
+    SessionOptions options;
+    options.shards = std::vector<ShardId>{ShardId{0}};
+    ScatterSession session{engine, options};
+    EXPECT_THROW((void)session.RunPerShard(on({0, 1})), Error);  // shard 1 is not in the session
+    const auto first = session.Run(probe);
+    ASSERT_EQ(first.shards.size(), 1u);
+    EXPECT_EQ(std::string(first.shards[0].rows[0][0].c_str()), "repeatable read on");
+  }
+}
+
 // A session's statements are driven from the caller's thread: its deadline
 // still bounds them, the session fails, and the next scatter gets clean
 // connections.

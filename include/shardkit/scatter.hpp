@@ -182,8 +182,9 @@ struct SessionOptions {
   std::vector<std::string> setup;
   std::string label;
   // As ScatterOptions::directory_buckets, for the session's whole
-  // transaction: a shard that cannot serve a bucket any more makes the
-  // session fail to open (ScatterError, stale_directory): open it again.
+  // transaction: a shard that cannot serve a bucket any more fails the
+  // session's first fan-out there (ScatterError, stale_directory): open a
+  // new session.
   bool directory_buckets = true;
 };
 
@@ -216,10 +217,11 @@ struct SessionOptions {
 // Destroy (or Finish) every session before its ScatterGather.
 class ScatterSession {
  public:
-  // Acquires the connections and begins every shard's transaction (BEGIN,
-  // the timeout, the setup, the bucket step and READ ONLY in one pipeline
-  // per shard, all shards at once). Throws ScatterError naming the
-  // shards that failed (nothing is held then), UnknownShard or Error.
+  // Acquires the connections. Each shard's transaction begins with its first
+  // statement, in the same pipeline (BEGIN, the timeout, the setup, the
+  // bucket step and READ ONLY, then the statement): no round trip of its
+  // own. Throws ScatterError naming the shards whose connection failed
+  // (nothing is held then), UnknownShard or Error.
   ScatterSession(ScatterGather& scatter, SessionOptions options = {});
   // Finish() if not done yet (errors are swallowed).
   ~ScatterSession();
@@ -249,7 +251,7 @@ class ScatterSession {
   void Finish() noexcept;
 
   [[nodiscard]] const std::vector<ShardId>& Shards() const noexcept;
-  // The time acquiring the connections and beginning the transactions took.
+  // The time acquiring the connections took.
   [[nodiscard]] std::chrono::microseconds OpenTime() const noexcept;
 
   struct State;

@@ -1059,8 +1059,33 @@ void ScatterSession::Finish() noexcept {
     state_.reset();
     return;
   }
-  // COMMIT on the workers; the caller does not wait (read-only). A shard
-  // never asked anything has no transaction: its connection goes back now.
+  // COMMIT every shard that began a transaction (a shard never asked has
+  // none), from this thread, one pipeline each and all at once, so that
+  // the connections are back in their pools, idle and warm, when Finish
+  // returns: the next query does not open a fresh connection beside one
+  // still committing. Bounded by the session's deadline; once that has
+  // passed, the COMMITs run on the workers and the caller does not wait.
+  if (Clock::now() < st.deadline) {
+    const auto commit = std::make_shared<const Statement>(Statement{"COMMIT", {}});
+    std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> commits;
+    for (std::size_t i = 0; i < st.shards.size(); ++i) {
+      if (st.begun[i]) commits.emplace_back(st.shards[i], commit);
+    }
+    if (!commits.empty()) {
+      ScatterOptions o;
+      o.deadline = st.deadline;
+      o.allow_partial = true;
+      o.label = st.label.empty() ? "session commit" : st.label.substr(2, st.label.size() - 3) + " commit";
+      try {
+        (void)st.impl->Execute(std::move(commits), o, state_);
+      } catch (...) {
+        // Every shard failed: their connections were discarded.
+      }
+    }
+    for (auto& lease : st.leases) lease.Release();  // a discarded one is closed
+    state_.reset();
+    return;
+  }
   for (std::size_t i = 0; i < st.leases.size(); ++i) {
     if (!st.begun[i]) {
       st.leases[i].Release();

@@ -697,6 +697,29 @@ TEST_F(ScatterPg, ASessionBeginsEachShardWithItsFirstStatement) {
   }
 }
 
+// Finish commits every shard in one round trip before it returns: the
+// connections are idle in their pools, so the next session or scatter
+// reuses them instead of opening more.
+TEST_F(ScatterPg, FinishGivesTheConnectionsBackIdle) {
+  auto resolver = cluster_->MakeResolver();
+  ScatterGather engine{*resolver};
+  const auto in_use = [&] { return resolver->Pool(ShardId{0}).Stats().in_use + resolver->Pool(ShardId{1}).Stats().in_use; };
+  const auto connects = [&] {
+    return resolver->Pool(ShardId{0}).Stats().connects + resolver->Pool(ShardId{1}).Stats().connects;
+  };
+  (void)engine.Run("SELECT 1");
+  const auto opened = connects();
+  for (int round = 0; round < 5; ++round) {
+    ScatterSession session{engine};
+    (void)session.Run("SELECT 1");
+    session.Finish();
+    EXPECT_EQ(in_use(), 0u) << "round " << round;
+    const auto after = engine.Run("SELECT txid_current_if_assigned() IS NULL");
+    for (const auto& shard : after.shards) EXPECT_EQ(std::string(shard.rows[0][0].c_str()), "t");
+  }
+  EXPECT_EQ(connects(), opened);  // the same connections throughout
+}
+
 // A session's statements are driven from the caller's thread: its deadline
 // still bounds them, the session fails, and the next scatter gets clean
 // connections.

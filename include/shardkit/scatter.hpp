@@ -212,7 +212,7 @@ struct SessionOptions {
 //   shardkit::ScatterSession session{scatter, {.setup = {"CREATE TEMP TABLE t (k bigint, s numeric) ON COMMIT DROP"}}};
 //   session.Run("INSERT INTO t SELECT ...", params);
 //   auto top = session.Run("SELECT k, s FROM t ORDER BY s DESC LIMIT 10");
-//   session.Finish();   // commits (read-only: drops the temp tables)
+//   session.Finish();   // commits (drops the temp tables); the connections are idle again
 //
 // Destroy (or Finish) every session before its ScatterGather.
 class ScatterSession {
@@ -245,9 +245,12 @@ class ScatterSession {
       const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements,
       const std::vector<std::string>& then);
 
-  // Ends every shard's transaction and gives the connections back. The
-  // caller does not wait for the COMMITs: they run on the scatter's
-  // workers (read-only transactions: nothing to confirm).
+  // Ends every shard's transaction and gives the connections back: the
+  // COMMITs go out together (one round trip), so the connections are idle
+  // in their pools when it returns. After the session's deadline the
+  // COMMITs run on the scatter's workers instead and the caller does not
+  // wait (read-only transactions: nothing to confirm). A failed session's
+  // connections are closed.
   void Finish() noexcept;
 
   [[nodiscard]] const std::vector<ShardId>& Shards() const noexcept;

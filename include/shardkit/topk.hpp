@@ -295,11 +295,13 @@ struct TopKStatements {
 // TPUT's phases (LocalTopK, AtLeast, Partials, RestOfPartials) run in one
 // ScatterSession: a connection per shard held from phase 1 to the last
 // phase, one REPEATABLE READ READ ONLY transaction (one snapshot) per shard.
-// Phase 1 aggregates once into a temporary table (ON COMMIT DROP, made
-// when the session begins) and reads the top k from it, in one pipelined
-// round trip; phases 2 and 3 and the rest of the partials (kAuto) read the
-// table. No phase scans the shard's rows again. The last phase ends the
-// session; so does the destructor.
+// Phase 1 begins the session's transaction, makes the temporary table (ON
+// COMMIT DROP; for TPUT and kAuto it refuses a negative partial, which
+// they cannot rank), aggregates once into it and reads the top k from it,
+// all in one pipelined round trip; phases 2 and 3 and the rest of the
+// partials (kAuto) read the table. No phase scans the shard's rows again.
+// The last phase ends the session (its COMMITs in one more round trip);
+// so does the destructor.
 // AllPartials() is one plain scatter; AtLeast, Partials and RestOfPartials
 // called without a LocalTopK before them are plain scatters too.
 // options.deadline, if set, bounds the whole computation (otherwise each

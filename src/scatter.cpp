@@ -997,12 +997,11 @@ ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
   st.bucket_steps.assign(st.shards.size(), std::string());
   st.begun.assign(st.shards.size(), false);
   if (options.directory_buckets) {
-    // As a scatter's: each shard sees the buckets one directory snapshot
-    // gives it, for the whole transaction (see ScatterOptions).
-    const auto directory = resolver.Directory();
+    // A scatter's bucket step: each shard sees the buckets one directory
+    // snapshot gives it, for the whole transaction (see ScatterOptions).
+    const auto setups = st.impl->SetupsFor(resolver.Directory());
     for (std::size_t i = 0; i < st.shards.size(); ++i) {
-      st.bucket_steps[i] = fmt::format("SELECT set_config('shardkit.buckets', '{}', true), shardkit_check_buckets()",
-                                       BucketSet::Of(*directory, st.shards[i]).Setting());
+      st.bucket_steps[i] = setups->by_shard[static_cast<std::size_t>(ToInt(st.shards[i]))];
     }
   }
   st.open_time = duration_cast<microseconds>(Clock::now() - start);

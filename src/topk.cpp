@@ -48,7 +48,10 @@ std::optional<std::int64_t> TopKMeasureTraits<std::int64_t>::FromText(std::strin
   std::int64_t value = 0;
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc{} || ptr != end || text.empty()) return std::nullopt;
+  if (ec != std::errc{} || text.empty()) return std::nullopt;
+  // A numeric partial that is a whole number ("25.00") is that integer, as
+  // the SQL source's session table takes it; any other fraction is refused.
+  if (ptr != end && (*ptr != '.' || std::any_of(ptr + 1, end, [](char c) { return c != '0'; }))) return std::nullopt;
   return value;
 }
 

@@ -381,6 +381,13 @@ TEST_F(TopKPg, NumericMeasuresAreExactDecimals) {
   }
   // An integer-typed source refuses a numeric sum instead of rounding it.
   EXPECT_THROW((void)TopKBySum(*scatter_, Query(kUniform, 3, TopKKeyType::kBigint, "amount")), UnmergeableQuery);
+  // A numeric sum that is a whole number ("25.00") ranks as that integer, in
+  // every method.
+  const auto whole = Query(kUniform, 5, TopKKeyType::kBigint, "round(amount)::numeric(12,2)");
+  const Rows expected = Reference(Query(kUniform, 5, TopKKeyType::kBigint, "round(amount)"));
+  for (TopKMethod method : {TopKMethod::kTput, TopKMethod::kAllPartials, TopKMethod::kAuto}) {
+    EXPECT_EQ(AsRows(TopKBySum(*scatter_, whole, method)), expected) << TopKMethodName(method);
+  }
 }
 
 TEST_F(TopKPg, ShortcutDiffersOnSeed001sShapeTputDoesNot) {

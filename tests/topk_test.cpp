@@ -155,6 +155,19 @@ TEST(TopKKey, OrdersLikeOrderByKeyAscInTheCCollation) {
   EXPECT_EQ(TopKKeyToString(TopKKey{std::string("x")}), "'x'");
 }
 
+TEST(TopK, IntegerMeasuresReadWholeNumbersOnly) {
+  using Traits = TopKMeasureTraits<std::int64_t>;
+  EXPECT_EQ(Traits::FromText("25"), 25);
+  EXPECT_EQ(Traits::FromText("25.00"), 25);  // a numeric sum that is whole
+  EXPECT_EQ(Traits::FromText("-3.0"), -3);
+  EXPECT_EQ(Traits::FromText("25.50"), std::nullopt);
+  EXPECT_EQ(Traits::FromText("25.001"), std::nullopt);
+  EXPECT_EQ(Traits::FromText("1e3"), std::nullopt);
+  EXPECT_EQ(Traits::FromText("25x"), std::nullopt);
+  EXPECT_EQ(Traits::FromText(""), std::nullopt);
+  EXPECT_EQ(Traits::FromText("99999999999999999999"), std::nullopt);  // beyond 64 bits
+}
+
 TEST(TopK, RanksByTotalThenKey) {
   std::vector<TopKEntry<I64>> items = {{I64{5}, 10}, {I64{3}, 10}, {I64{9}, 11}};
   EXPECT_TRUE(RanksBefore(items[2], items[0]));

@@ -225,7 +225,8 @@ pqxx::result PipelinedStatement::Finish(bool& reusable, bool* rollback_pending) 
   return std::move(*rows_);
 }
 
-pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request, bool& reusable) {
+pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request, bool& reusable,
+                          std::size_t* bytes) {
   std::optional<PipelinedStatement> call;
   try {
     call.emplace(connection, request, /*nonblocking=*/false);
@@ -235,7 +236,9 @@ pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelineReque
     throw;
   }
   call->Wait();
-  return call->Finish(reusable);
+  pqxx::result rows = call->Finish(reusable);
+  if (bytes != nullptr) *bytes = call->Bytes();
+  return rows;
 }
 
 }  // namespace shardkit::detail

@@ -235,14 +235,6 @@ struct ScatterState {
   std::atomic<bool> abandoned{false};  // the caller has returned
 };
 
-std::size_t PayloadBytes(const pqxx::result& rows) {
-  std::size_t bytes = 0;
-  for (const auto& row : rows) {
-    for (const auto& field : row) bytes += field.size();
-  }
-  return bytes;
-}
-
 // What goes out for a task. Inside a session's transaction, or alone with
 // single_round_trip: the statement by itself (the caller's cancel at the
 // deadline cuts it). Otherwise in a transaction of its own with the timeout.
@@ -271,8 +263,8 @@ std::vector<const char*> ParameterValues(const ShardTask& task) {
 
 // Runs the statement on an acquired connection: BEGIN + SET LOCAL, the
 // statement, COMMIT. Throws on failure; the lease is marked for discard when
-// its session can no longer be trusted.
-pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lease& lease) {
+// its session can no longer be trusted. `bytes`: the rows' payload.
+pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lease& lease, std::size_t& bytes) {
   pqxx::connection_base& connection = lease.Connection();
   {
     std::lock_guard lock(task.cancel_mutex);
@@ -298,7 +290,7 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   const auto request = Request(state, task, values, left);
   bool reusable = true;
   try {
-    pqxx::result rows = detail::RunPipelined(connection, request, reusable);
+    pqxx::result rows = detail::RunPipelined(connection, request, reusable, &bytes);
     if (!reusable) lease.Discard();
     return rows;
   } catch (...) {
@@ -367,8 +359,8 @@ void Describe(ShardTask& task, const std::exception& error, Clock::time_point st
 
 // Publishes a task's outcome to the caller.
 void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, std::optional<pqxx::result> rows,
-              std::string cause, std::string sqlstate, std::optional<std::size_t> known_bytes = std::nullopt) {
-  const std::size_t bytes = !rows ? 0 : known_bytes ? *known_bytes : PayloadBytes(*rows);
+              std::string cause, std::string sqlstate, std::size_t bytes) {
+  if (!rows) bytes = 0;
   const auto finished = Clock::now();
   std::lock_guard lock(state.mutex);
   task.phase = Phase::kDone;
@@ -387,6 +379,7 @@ void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, s
 void RunShard(ScatterState& state, ShardTask& task) {
   const auto started = Clock::now();
   std::optional<pqxx::result> rows;
+  std::size_t bytes = 0;
   std::string cause;
   std::string sqlstate;
   if (state.abandoned.load() || started >= state.deadline) {
@@ -398,13 +391,13 @@ void RunShard(ScatterState& state, ShardTask& task) {
       task.phase = Phase::kAcquiring;
       auto lease = task.pool->Acquire(state.deadline);
       task.phase = Phase::kExecuting;
-      rows = ExecuteOn(state, task, lease);
+      rows = ExecuteOn(state, task, lease, bytes);
     } catch (const std::exception& error) {
       Describe(task, error, started, cause, sqlstate);
       rows.reset();
     }
   }
-  Complete(state, task, started, std::move(rows), std::move(cause), std::move(sqlstate));
+  Complete(state, task, started, std::move(rows), std::move(cause), std::move(sqlstate), bytes);
 }
 
 // A statement driven from the caller's thread on a connection that was
@@ -443,7 +436,7 @@ void FailInline(ScatterState& state, InlineCall& c, const std::exception& error,
   Deactivate(c);
   c.lease = nullptr;
   c.owned.reset();
-  Complete(state, *c.task, c.started, std::nullopt, std::move(cause), std::move(sqlstate));
+  Complete(state, *c.task, c.started, std::nullopt, std::move(cause), std::move(sqlstate), 0);
 }
 
 // Prepares a call (sends nothing yet).

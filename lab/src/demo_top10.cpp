@@ -29,14 +29,6 @@ using Shortcut = ShortcutTopKResult<std::int64_t>;
 
 std::int64_t BookOf(const Entry& e) { return std::get<std::int64_t>(e.key); }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-double Millis(std::chrono::microseconds us) { return static_cast<double>(us.count()) / 1000.0; }
 
 Json ListJson(const std::vector<Entry>& items) {
   Json list = Json::array();
@@ -130,9 +122,9 @@ DemoResult RunTop10(Lab& lab) {
   std::vector<double> all_ms, tput_ms, auto_ms, tput_ratio;
   for (int round = 0; round < kTimingRounds; ++round) {
     q.label = "top10 timing";
-    const double a = Millis(TopKBySum(lab.Scatter(), q, TopKMethod::kAllPartials).elapsed);
-    const double t = Millis(TopKBySum(lab.Scatter(), q, TopKMethod::kTput).elapsed);
-    const double u = Millis(TopKBySum(lab.Scatter(), q, TopKMethod::kAuto).elapsed);
+    const double a = MsValue(TopKBySum(lab.Scatter(), q, TopKMethod::kAllPartials).elapsed);
+    const double t = MsValue(TopKBySum(lab.Scatter(), q, TopKMethod::kTput).elapsed);
+    const double u = MsValue(TopKBySum(lab.Scatter(), q, TopKMethod::kAuto).elapsed);
     all_ms.push_back(a);
     tput_ms.push_back(t);
     auto_ms.push_back(u);

@@ -45,12 +45,6 @@ constexpr double kHotShare = 0.4;  // seed 000: one customer, ~40% of all notifi
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-
 struct PlacedOrder {
   CustomerId customer{};
   std::int64_t order_id = 0;

@@ -91,6 +91,13 @@ std::string Ms(std::chrono::microseconds d) { return fmt::format("{:.1f}", MsVal
 
 double MsValue(std::chrono::microseconds d) { return static_cast<double>(d.count()) / 1000.0; }
 
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 std::string Thousands(std::int64_t n) {
   std::string digits = std::to_string(n < 0 ? -n : n);
   std::string out;

@@ -97,6 +97,8 @@ class Lab {
 // Milliseconds with one decimal: "80.4".
 [[nodiscard]] std::string Ms(std::chrono::microseconds d);
 [[nodiscard]] double MsValue(std::chrono::microseconds d);
+// The middle value (the mean of the two middle ones); 0 for none.
+[[nodiscard]] double Median(std::vector<double> values);
 template <class Duration>
 [[nodiscard]] std::chrono::microseconds Micros(Duration d) {
   return std::chrono::duration_cast<std::chrono::microseconds>(d);

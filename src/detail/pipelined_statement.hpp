@@ -133,7 +133,8 @@ class PipelinedStatement {
 [[nodiscard]] bool RollBack(pqxx::connection_base& connection) noexcept;
 
 // Sends and reads a request on a blocking connection (a thread per call).
+// `bytes`, if given, receives the rows' payload (PipelinedStatement::Bytes).
 [[nodiscard]] pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request,
-                                        bool& reusable);
+                                        bool& reusable, std::size_t* bytes = nullptr);
 
 }  // namespace shardkit::detail

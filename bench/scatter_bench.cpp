@@ -152,8 +152,8 @@ void BM_TwoShardsParallelVsSequential(benchmark::State& state) {
 BENCHMARK(BM_TwoShardsParallelVsSequential)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(40);
 
 // (2) Fan-out width: a statement on `width` shards at once vs each shard
-// alone. Arg 1: 0 = default (BEGIN READ ONLY + SET LOCAL statement_timeout,
-// statement, COMMIT), 1 = single_round_trip. Arg 2: 0 = kCheap, 1 = kWaiting.
+// alone (BEGIN READ ONLY, SET LOCAL statement_timeout, the bucket step, the
+// statement, COMMIT: one round trip). Arg 1: 0 = kCheap, 1 = kWaiting.
 void BM_FanOutWidth(benchmark::State& state) {
   auto config = Config();
   if (!config) {
@@ -164,9 +164,8 @@ void BM_FanOutWidth(benchmark::State& state) {
   auto resolver = Resolver(*config, width);
   shardkit::ScatterGather scatter{*resolver, width};
   shardkit::ScatterOptions all;
-  all.single_round_trip = state.range(1) != 0;
   const shardkit::SqlParams params{"42"};
-  const char* sql = state.range(2) == 0 ? kCheap : kWaiting;
+  const char* sql = state.range(1) == 0 ? kCheap : kWaiting;
   for (int i = 0; i < 5; ++i) (void)scatter.Run(sql, params, all);  // connect every pool
 
   const double clock_read = ClockReadSeconds();
@@ -177,7 +176,6 @@ void BM_FanOutWidth(benchmark::State& state) {
   for (auto _ : state) {
     for (const shardkit::ShardId s : shardkit::FirstShards(width)) {
       auto one = Only(s);
-      one.single_round_trip = all.single_round_trip;
       const auto t0 = Clock::now();
       (void)scatter.Run(sql, params, one);
       alone[static_cast<std::size_t>(s)].push_back(Seconds(Clock::now() - t0));
@@ -212,14 +210,14 @@ void BM_FanOutWidth(benchmark::State& state) {
   state.counters["over_in_scatter_slowest"] = wall / Median(in_scatter_slowest);
 }
 BENCHMARK(BM_FanOutWidth)
-    ->ArgsProduct({{2, 8, 32}, {0, 1}, {0}})
-    ->ArgNames({"width", "single_rt", "sleep5ms"})
+    ->ArgsProduct({{2, 8, 32}, {0}})
+    ->ArgNames({"width", "sleep5ms"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(300);
 BENCHMARK(BM_FanOutWidth)
-    ->ArgsProduct({{2, 8, 32}, {0}, {1}})
-    ->ArgNames({"width", "single_rt", "sleep5ms"})
+    ->ArgsProduct({{2, 8, 32}, {1}})
+    ->ArgNames({"width", "sleep5ms"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(40);

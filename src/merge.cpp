@@ -230,6 +230,11 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
     const Value::Kind kind = b.info.kind;
     switch (col.role) {
       case MergeColumn::Role::kGroupKey:
+        if (!b.info.groupable) {
+          throw UnmergeableQuery(where + ": shardkit cannot tell which " + b.info.name +
+                                 " values the server holds equal, so groups from different shards could "
+                                 "not be matched: " + GroupingAdvice(b.oid));
+        }
         b.output_type = b.info.name;
         break;
       case MergeColumn::Role::kCount:
@@ -322,7 +327,8 @@ bool HavingHolds(const HavingTerm& term, const Value& v, const BoundColumn& b) {
   }
   int c = 0;
   try {
-    c = CompareValues(v, term.constant);
+    c = HasComparisonForm(b.oid) ? CompareValues(ComparisonForm(v, b.oid), ComparisonForm(term.constant, b.oid))
+                                 : CompareValues(v, term.constant);
   } catch (const UnmergeableQuery&) {
     throw;
   } catch (const Error& e) {
@@ -364,6 +370,13 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
     if (columns[c].role == MergeColumn::Role::kGroupKey) key_columns.push_back(c);
   }
   const bool scalar = key_columns.empty();
+  std::vector<bool> comparison_form(columns.size());
+  for (std::size_t c = 0; c < columns.size(); ++c) comparison_form[c] = bound[c].typed && HasComparisonForm(bound[c].oid);
+  // Three-way comparison as the server orders column c's values.
+  auto compare = [&](std::size_t c, const Value& a, const Value& b) {
+    return comparison_form[c] ? CompareValues(ComparisonForm(a, bound[c].oid), ComparisonForm(b, bound[c].oid))
+                              : CompareValues(a, b);
+  };
 
   MergedResult out;
   out.shards = inputs.size();
@@ -404,20 +417,27 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
       }
       std::size_t g = 0;
       if (!scalar) {
+        // Groups are matched by the keys' comparison forms (the server's
+        // equality); the first value seen stands for its group.
         std::vector<Value> key;
+        std::vector<Value> values;
         key.reserve(key_columns.size());
-        for (const std::size_t c : key_columns) key.push_back(read(c, layout.value[s][c], bound[c].oid, columns[c].partial));
+        for (const std::size_t c : key_columns) {
+          Value v = read(c, layout.value[s][c], bound[c].oid, columns[c].partial);
+          key.push_back(comparison_form[c] ? ComparisonForm(v, bound[c].oid) : v);
+          values.push_back(std::move(v));
+        }
         auto [it, inserted] = index.try_emplace(std::move(key), groups.size());
         if (inserted) {
           groups.emplace_back(columns.size());
           last_input.push_back(s);
           for (std::size_t k = 0; k < key_columns.size(); ++k) {
-            groups.back()[key_columns[k]].value = it->first[k];
+            groups.back()[key_columns[k]].value = std::move(values[k]);
           }
         } else if (last_input[it->second] == s) {
           // Inputs are read one after another, so a group seen last in this input came twice from it.
           std::string shown;
-          for (const auto& v : it->first) shown += (shown.empty() ? "" : ", ") + v.ToString();
+          for (const auto& v : values) shown += (shown.empty() ? "" : ", ") + v.ToString();
           throw UnmergeableQuery("shard " + std::to_string(ToInt(shard)) + " returned the group (" + shown +
                                  ") twice: the per-shard query must GROUP BY exactly the plan's keys");
         } else {
@@ -441,8 +461,8 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
           case MergeColumn::Role::kMax:
             if (!v.IsNull()) {
               const bool better = acc[c].value.IsNull() ||
-                                  (col.role == MergeColumn::Role::kMin ? CompareValues(v, acc[c].value) < 0
-                                                                       : CompareValues(v, acc[c].value) > 0);
+                                  (col.role == MergeColumn::Role::kMin ? compare(c, v, acc[c].value) < 0
+                                                                       : compare(c, v, acc[c].value) > 0);
               if (better) acc[c].value = v;
             }
             break;
@@ -522,7 +542,7 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
         const bool bn = b[c].IsNull();
         if (an && bn) continue;
         if (an != bn) return NullsFirst(*k) ? an : bn;
-        int cmp = CompareValues(a[c], b[c]);
+        int cmp = compare(c, a[c], b[c]);
         if (k->direction == SortDirection::kDesc) cmp = -cmp;
         if (cmp != 0) return cmp < 0;
       }

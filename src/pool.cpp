@@ -130,7 +130,12 @@ class PoolCore {
   std::atomic<std::uint64_t> connect_failures_{0};
   std::atomic<std::uint64_t> broken_{0};
   std::atomic<std::uint64_t> discarded_{0};
+  std::atomic<std::uint64_t> changed_session_{0};
   std::atomic<std::uint64_t> checked_{0};
+  // The pinned settings the server reports on every change (ParameterStatus):
+  // checked on release at no cost, so a connection given back with one of
+  // them SET is not handed to the next caller.
+  const std::vector<PinnedSetting> reported_;
 
   std::atomic<int> refs_{1};  // the pool, plus one per orphaned lease
 
@@ -174,17 +179,29 @@ void OnHangup(void* context) noexcept {
   slot->core->PruneIfIdle(*slot, connection);
 }
 
+std::vector<PinnedSetting> ReportedPins(const SessionChoices& choices) {
+  std::vector<PinnedSetting> out;
+  for (auto& s : PinnedSettings(choices)) {
+    for (const char* reported : {"DateStyle", "IntervalStyle", "TimeZone", "standard_conforming_strings",
+                                 "client_encoding"}) {
+      if (s.name == reported) out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 PoolCore::PoolCore(ShardId shard_id, const std::string& dsn, const PoolOptions& pool_options)
     : shard(shard_id),
       redacted_dsn(RedactDsn(dsn)),
       options(pool_options),
-      parameters_(dsn, pool_options.time_zone),
+      parameters_(dsn, SessionChoices{pool_options.time_zone, pool_options.search_path}),
       size_(static_cast<std::uint32_t>(std::max(1, pool_options.max_size))),
       waits_per_slot_(std::clamp<std::uint32_t>(kRecentWaits / size_, 4, kRecentWaits)),
       bypass_nanos_(std::chrono::duration_cast<std::chrono::nanoseconds>(pool_options.alive_bypass_window).count()),
-      slots_(std::make_unique<PoolSlot[]>(size_)) {
+      slots_(std::make_unique<PoolSlot[]>(size_)),
+      reported_(ReportedPins(SessionChoices{pool_options.time_zone, pool_options.search_path})) {
   for (std::uint32_t i = 0; i < size_; ++i) {
     slots_[i].core = this;
     slots_[i].waits = std::make_unique<std::atomic<std::int64_t>[]>(waits_per_slot_);
@@ -291,6 +308,11 @@ void PoolCore::Release(PoolSlot& slot, bool discard) noexcept {
   const PooledConnection& c = *slot.connection;
   auto state = discard ? PooledConnection::State::kBroken : c.CurrentState();
   if (state == PooledConnection::State::kIdle && c.PeerClosed()) state = PooledConnection::State::kBroken;
+  if (state == PooledConnection::State::kIdle && !c.Reports(reported_)) {
+    changed_session_.fetch_add(1, std::memory_order_relaxed);
+    Drop(slot);
+    return;
+  }
   if (state == PooledConnection::State::kIdle) {
     slot.last_used.store(CoarseNanos(), std::memory_order_relaxed);
     if (!HandOver(slot, kBusy, kIdle)) {  // the pool is gone
@@ -394,10 +416,12 @@ PoolSlot* PoolCore::Connect(PoolSlot& slot, Clock::time_point started, Clock::ti
   try {
     if (auto open = ConnectBefore(parameters_, deadline, &error, &timed_out)) {
       fresh = std::make_unique<PooledConnection>(std::move(open));
-      // The first connection reads the server's facts (one query, once; two
-      // first connections may both read them, either answer will do).
+      // Every new connection is verified to run with the pinned settings
+      // (one query); the pool keeps the first one's facts (two first
+      // connections may both offer theirs, either will do).
+      auto facts = std::make_shared<const SessionFacts>(ReadSessionFacts(*fresh->connection, shard));
+      VerifyPinnedSettings(*facts, SessionChoices{options.time_zone, options.search_path}, shard);
       if (!facts_known_.load(std::memory_order_acquire)) {
-        auto facts = std::make_shared<const SessionFacts>(ReadSessionFacts(*fresh->connection, shard));
         std::lock_guard lock(facts_mutex_);
         if (!facts_known_.load(std::memory_order_relaxed)) {
           facts_ = std::move(facts);
@@ -405,7 +429,7 @@ PoolSlot* PoolCore::Connect(PoolSlot& slot, Clock::time_point started, Clock::ti
         }
       }
     }
-  } catch (const Error&) {  // ReadSessionFacts: already names the shard
+  } catch (const Error&) {  // ReadSessionFacts, VerifyPinnedSettings: they name the shard
     fresh.reset();
     connect_failures_.fetch_add(1, std::memory_order_relaxed);
     if (!HandOver(slot, kConnecting, kEmpty)) Unref();
@@ -498,6 +522,7 @@ PoolStats PoolCore::Stats() const {
   stats.connect_failures = connect_failures_.load(std::memory_order_relaxed);
   stats.broken = broken_.load(std::memory_order_relaxed);
   stats.discarded_in_transaction = discarded_.load(std::memory_order_relaxed);
+  stats.discarded_changed_session = changed_session_.load(std::memory_order_relaxed);
   stats.checked = checked_.load(std::memory_order_relaxed);
   const Counts counts = CountSlots();
   stats.in_use = counts.in_use;

@@ -11,8 +11,8 @@
 
 namespace shardkit::detail {
 
-ConnectParameters::ConnectParameters(const std::string& dsn, std::string_view time_zone) {
-  const std::string with_session = WithSessionSettings(dsn, time_zone);
+ConnectParameters::ConnectParameters(const std::string& dsn, const SessionChoices& session) {
+  const std::string with_session = WithSessionSettings(dsn, session);
   {
     char* error = nullptr;
     PQconninfoOption* parsed = PQconninfoParse(with_session.c_str(), &error);

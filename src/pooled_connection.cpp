@@ -94,6 +94,17 @@ PooledConnection::State PooledConnection::CurrentState() const noexcept {
   }
 }
 
+bool PooledConnection::Reports(const std::vector<PinnedSetting>& settings) const noexcept {
+  PGconn* h = *handle;
+  if (h == nullptr) return false;
+  for (const auto& s : settings) {
+    const char* value = PQparameterStatus(h, s.name.c_str());
+    if (value == nullptr) return false;
+    if (s.value != value && !SameSettingValue(s.value, value)) return false;
+  }
+  return true;
+}
+
 bool PooledConnection::LooksAliveWhileIdle() const noexcept {
   if (CurrentState() != State::kIdle || PeerClosed()) return false;
   pollfd fd{};

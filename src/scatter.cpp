@@ -84,9 +84,6 @@
 //   deleted from its source, are seen on one shard only, and a shard that
 //   cannot serve a bucket any more refuses (SK003), so the scatter runs again
 //   with a refreshed directory (FollowDirectory) instead of answering short.
-//   With single_round_trip only the statement is sent: the
-//   server does less, but the cancel at the deadline plus the caller's own
-//   wait are then all that bound it, and read_only is not enforced.
 
 namespace shardkit {
 namespace {
@@ -226,7 +223,6 @@ struct ScatterState {
   Clock::time_point start;
   Clock::time_point deadline;
   bool read_only = true;
-  bool single_round_trip = false;
   std::vector<std::unique_ptr<ShardTask>> tasks;  // in shard order
 
   std::mutex mutex;
@@ -235,15 +231,15 @@ struct ScatterState {
   std::atomic<bool> abandoned{false};  // the caller has returned
 };
 
-// What goes out for a task. Inside a session's transaction, or alone with
-// single_round_trip: the statement by itself (the caller's cancel at the
-// deadline cuts it). Otherwise in a transaction of its own with the timeout.
+// What goes out for a task. Inside a session's transaction: the statement by
+// itself (the caller's cancel at the deadline cuts it). Otherwise in a
+// transaction of its own with the timeout and the bucket step.
 detail::PipelineRequest Request(const ScatterState& state, const ShardTask& task,
                                 const std::vector<const char*>& values, milliseconds left) {
   detail::PipelineRequest request;
   request.sql = &task.statement->sql;
   request.values = &values;
-  const bool alone = task.pinned != nullptr || state.single_round_trip;
+  const bool alone = task.pinned != nullptr;
   request.wrap = alone ? detail::PipelineRequest::Wrap::kStatementOnly : detail::PipelineRequest::Wrap::kTransaction;
   request.read_only = state.read_only;
   request.statement_timeout_ms = left.count();
@@ -789,10 +785,9 @@ ScatterResult ScatterGather::Impl::Execute(
   state->start = start;
   state->deadline = deadline;
   state->read_only = options.read_only;
-  state->single_round_trip = options.single_round_trip;
   state->remaining = statements.size();
   state->session = session;
-  if (options.directory_buckets && !options.single_round_trip && session == nullptr) {
+  if (options.directory_buckets && session == nullptr) {
     state->bucket_setups = SetupsFor(directory);
   }
   // Every shard is checked to be in the session before any is marked begun.

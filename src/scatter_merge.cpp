@@ -16,16 +16,20 @@ namespace {
 
 using ShardFacts = std::vector<std::pair<ShardId, std::shared_ptr<const SessionFacts>>>;
 
-// timestamptz values print in the session's zone: two zones, two texts for
-// one instant, and a group key split in two.
-void RequireOneTimeZone(const ShardFacts& facts) {
+// The settings a deployment chooses must still be one for all shards:
+// timestamptz values print in the session's zone (two zones, two texts for
+// one instant, a group key split in two), and one name must mean one table.
+void RequireSameSession(const ShardFacts& facts) {
   const auto& [first_shard, first] = facts.front();
   for (const auto& [shard, f] : facts) {
-    if (f->time_zone != first->time_zone) {
-      throw ShardError(shard, fmt::format("shard {} runs with TimeZone \"{}\" but shard {} with \"{}\": merged "
-                                          "timestamptz values are compared as text, which differs between zones. "
-                                          "Give every shard's pool the same pool.time_zone",
-                                          shard, f->time_zone, first_shard, first->time_zone));
+    for (const char* name : {"TimeZone", "search_path"}) {
+      if (!SameSettingValue(f->Setting(name), first->Setting(name))) {
+        throw ShardError(shard, fmt::format("shard {} runs with {} '{}' but shard {} with '{}': the merge would "
+                                            "compare values (or read tables) that differ between them. Give "
+                                            "every shard's pool the same pool.{}",
+                                            shard, name, f->Setting(name), first_shard, first->Setting(name),
+                                            name == std::string_view("TimeZone") ? "time_zone" : "search_path"));
+      }
     }
   }
 }
@@ -49,25 +53,15 @@ void CheckMergeAssumptions(const SessionFacts& facts, ShardId shard) {
                                         "LC_COLLATE 'C' TEMPLATE template0)",
                                         shard, facts.collate, bytewise));
   }
-  const std::string pooled =
-      "shardkit's pools set it on every connection they open, so this connection is not a pool's, or "
-      "something between (a connection pooler) dropped the startup options";
-  if (!facts.date_style.starts_with("ISO")) {
-    throw ShardError(shard, fmt::format("shard {}: DateStyle is \"{}\", not ISO: merged dates and timestamps are "
-                                        "ordered by their ISO text. {}",
-                                        shard, facts.date_style, pooled));
+  if (facts.server_encoding != "UTF8") {
+    throw ShardError(shard, fmt::format("shard {}: the database's encoding is {}, not UTF8: the C collation "
+                                        "orders the bytes of the server's encoding, which differ from the UTF-8 "
+                                        "bytes shardkit compares. Create the database with ENCODING 'UTF8'",
+                                        shard, facts.server_encoding));
   }
-  if (facts.interval_style != "postgres") {
-    throw ShardError(shard, fmt::format("shard {}: IntervalStyle is \"{}\", not postgres: merged intervals are "
-                                        "grouped by their text. {}",
-                                        shard, facts.interval_style, pooled));
-  }
-  if (facts.extra_float_digits < 1) {
-    throw ShardError(shard, fmt::format("shard {}: extra_float_digits is {}: doubles arrive rounded to 15 "
-                                        "significant digits, so merged MIN/MAX and sums differ from the "
-                                        "server's. Set it to 3; {}",
-                                        shard, facts.extra_float_digits, pooled));
-  }
+  // The settings every pool pins (session.hpp); the ones a deployment
+  // chooses are compared across shards by the callers.
+  VerifyPinnedSettings(facts, SessionChoices{facts.Setting("TimeZone"), facts.Setting("search_path")}, shard);
 }
 
 void CheckMergeAssumptions(pqxx::connection_base& connection, ShardId shard) {
@@ -86,7 +80,7 @@ void CheckMergeAssumptions(BucketShardResolver& resolver) {
     CheckMergeAssumptions(*f, pool.Shard());
     facts.emplace_back(pool.Shard(), std::move(f));
   }
-  if (!facts.empty()) RequireOneTimeZone(facts);
+  if (!facts.empty()) RequireSameSession(facts);
 }
 
 MergedResult Merge(const MergePlan& plan, const ScatterResult& scatter, const MergeOptions& options) {
@@ -109,7 +103,7 @@ MergedResult Merge(const MergePlan& plan, const ScatterResult& scatter, const Me
     }
     results.emplace_back(s.shard, &s.rows);
   }
-  if (!facts.empty()) RequireOneTimeZone(facts);
+  if (!facts.empty()) RequireSameSession(facts);
   MergedResult out = detail::MergeTagged(plan, results);
   if (!scatter.failures.empty()) {
     out.warning = "incomplete answer: merged without " + missing;

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <libpq-fe.h>
 
+#include <cctype>
 #include <memory>
+#include <vector>
 #include <pqxx/except>
 #include <pqxx/nontransaction>
 
@@ -35,12 +37,66 @@ std::string ConninfoValue(std::string_view value) {
   return out;
 }
 
+std::string Normalized(std::string_view value) {
+  std::string out;
+  for (const char c : value) {
+    if (c != ' ') out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  return out;
+}
+
+// The names PinnedSettings returns, in its order: what ReadSessionFacts asks for.
+std::vector<std::string> PinnedNames() {
+  std::vector<std::string> names;
+  for (auto& s : PinnedSettings({})) names.push_back(std::move(s.name));
+  return names;
+}
+
 }  // namespace
 
-std::string WithSessionSettings(std::string_view dsn, std::string_view time_zone) {
-  if (time_zone.empty()) throw ConfigError("pool.time_zone", "is empty: name a time zone such as \"UTC\"");
-  const std::string settings = "-c DateStyle=ISO -c IntervalStyle=postgres -c extra_float_digits=3 -c TimeZone=" +
-                               OptionsValue(time_zone);
+std::vector<PinnedSetting> PinnedSettings(const SessionChoices& choices) {
+  return {
+      {"DateStyle", "ISO, MDY"},
+      {"IntervalStyle", "postgres"},
+      {"TimeZone", choices.time_zone},
+      {"extra_float_digits", "3"},
+      {"bytea_output", "hex"},
+      {"standard_conforming_strings", "on"},
+      {"backslash_quote", "safe_encoding"},
+      {"array_nulls", "on"},
+      {"transform_null_equals", "off"},
+      {"search_path", choices.search_path},
+      {"lc_monetary", "C"},
+      {"lc_numeric", "C"},
+      {"lc_time", "C"},
+      {"default_text_search_config", "pg_catalog.english"},
+      {"xmloption", "content"},
+      {"xmlbinary", "base64"},
+      {"timezone_abbreviations", "Default"},
+      {"gin_fuzzy_search_limit", "0"},
+      {"client_encoding", "UTF8"},
+  };
+}
+
+bool SameSettingValue(std::string_view a, std::string_view b) { return Normalized(a) == Normalized(b); }
+
+std::string SessionFacts::Setting(std::string_view name) const {
+  for (const auto& [n, v] : settings) {
+    if (n == name) return v;
+  }
+  return {};
+}
+
+std::string WithSessionSettings(std::string_view dsn, const SessionChoices& choices) {
+  if (choices.time_zone.empty()) throw ConfigError("pool.time_zone", "is empty: name a time zone such as \"UTC\"");
+  if (choices.search_path.empty()) {
+    throw ConfigError("pool.search_path", "is empty: name the schemas, e.g. \"public\"");
+  }
+  std::string settings;
+  for (const auto& [name, value] : PinnedSettings(choices)) {
+    if (name == "client_encoding") continue;  // a keyword of its own, below
+    settings += fmt::format("{}-c {}={}", settings.empty() ? "" : " ", name, OptionsValue(value));
+  }
   char* error = nullptr;
   const std::string text(dsn);
   // PQconninfoParse reads both forms (key=value and URI) exactly as libpq
@@ -56,15 +112,31 @@ std::string WithSessionSettings(std::string_view dsn, std::string_view time_zone
   std::string options;
   for (const PQconninfoOption* o = parsed.get(); o->keyword != nullptr; ++o) {
     if (o->val == nullptr) continue;
-    if (std::string_view(o->keyword) == "options") {
+    const std::string_view keyword = o->keyword;
+    if (keyword == "options") {
       options = o->val;
       continue;
     }
-    out += fmt::format("{}{}={}", out.empty() ? "" : " ", o->keyword, ConninfoValue(o->val));
+    // The startup packet's client_encoding would win over a -c switch.
+    if (keyword == "client_encoding") continue;
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", keyword, ConninfoValue(o->val));
   }
   options += (options.empty() ? "" : " ") + settings;
-  out += fmt::format("{}options={}", out.empty() ? "" : " ", ConninfoValue(options));
+  out += fmt::format("{}client_encoding='UTF8' options={}", out.empty() ? "" : " ", ConninfoValue(options));
   return out;
+}
+
+void VerifyPinnedSettings(const SessionFacts& facts, const SessionChoices& choices, ShardId shard) {
+  for (const auto& [name, wanted] : PinnedSettings(choices)) {
+    const std::string actual = facts.Setting(name);
+    if (SameSettingValue(actual, wanted)) continue;
+    throw ShardError(shard, fmt::format("shard {}: the server runs this connection with {} = '{}', but shardkit "
+                                        "pinned '{}' in its startup packet, so the same statement could mean "
+                                        "something else on this shard. Something between shardkit and the server "
+                                        "(a connection pooler such as PgBouncer) drops the startup options: "
+                                        "connect to the server directly, or let the pooler pass `options`",
+                                        shard, name, actual, wanted));
+  }
 }
 
 SessionFacts ReadSessionFacts(pqxx::connection_base& connection, ShardId shard) {
@@ -81,12 +153,14 @@ SessionFacts ReadSessionFacts(pqxx::connection_base& connection, ShardId shard) 
         facts.server_version >= 170000 ? "coalesce(d.datlocale, '')"
         : has_provider                 ? "coalesce(d.daticulocale, '')"
                                        : "''";
+    static const std::vector<std::string> names = PinnedNames();
+    std::string settings;
+    for (const auto& name : names) settings += fmt::format(", current_setting('{}')", name);
     pqxx::nontransaction tx{connection};
     const pqxx::result r = tx.exec(fmt::format(
-        "SELECT d.datcollate, d.datctype, {}, {}, current_setting('DateStyle'), current_setting('TimeZone'), "
-        "current_setting('IntervalStyle'), current_setting('extra_float_digits') "
+        "SELECT d.datcollate, d.datctype, {}, {}, current_setting('server_encoding'){} "
         "FROM pg_database d WHERE d.datname = current_database()",
-        provider, icu_locale));
+        provider, icu_locale, settings));
     if (r.size() != 1) {
       throw ShardQueryError(shard, fmt::format("shard {}: its database is missing from pg_database", shard));
     }
@@ -94,10 +168,10 @@ SessionFacts ReadSessionFacts(pqxx::connection_base& connection, ShardId shard) 
     facts.ctype = r[0][1].c_str();
     facts.locale_provider = r[0][2].c_str();
     facts.icu_locale = r[0][3].c_str();
-    facts.date_style = r[0][4].c_str();
-    facts.time_zone = r[0][5].c_str();
-    facts.interval_style = r[0][6].c_str();
-    facts.extra_float_digits = r[0][7].as<int>();
+    facts.server_encoding = r[0][4].c_str();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      facts.settings.emplace_back(names[i], r[0][static_cast<pqxx::row::size_type>(5 + i)].c_str());
+    }
     return facts;
   } catch (const Error&) {
     throw;

@@ -1,6 +1,7 @@
 // Value: typed fields, PostgreSQL type table, SQL ordering.
 #include "shardkit/value.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -57,40 +58,69 @@ std::string FormatShortest(Float v, int fixed_below) {
 }
 
 constexpr TypeOid kRealOid = 700;
+constexpr TypeOid kBpcharOid = 1042;
+constexpr TypeOid kDateOid = 1082;
+constexpr TypeOid kTimestampOid = 1114;
+constexpr TypeOid kIntervalOid = 1186;
+constexpr TypeOid kJsonOid = 114;
+constexpr TypeOid kJsonbOid = 3802;
 
 struct TypeRow {
   TypeOid oid;
   const char* name;
   Value::Kind kind;
+  bool groupable;
   bool orderable;
 };
 
-// Types whose text form orders like the server (C collation, DateStyle ISO)
-// are orderable. timestamptz text depends on the session's TimeZone and
-// bpchar compares without trailing blanks, so they are carried, grouped on,
-// but not ordered by shardkit.
+// How each type the merge knows is compared; merge.hpp lists the same in
+// words. A type is groupable when equal values always have one
+// ComparisonForm (with the session settings every pool pins: session.hpp),
+// orderable when ComparisonForms order like the values.
 constexpr TypeRow kTypes[] = {
-    {16, "boolean", Value::Kind::kBool, true},
-    {18, "\"char\"", Value::Kind::kText, true},
-    {19, "name", Value::Kind::kText, true},
-    {20, "bigint", Value::Kind::kInt, true},
-    {21, "smallint", Value::Kind::kInt, true},
-    {23, "integer", Value::Kind::kInt, true},
-    {25, "text", Value::Kind::kText, true},
-    {26, "oid", Value::Kind::kInt, true},
-    {114, "json", Value::Kind::kText, false},
-    {700, "real", Value::Kind::kDouble, true},
-    {701, "double precision", Value::Kind::kDouble, true},
-    {1042, "character", Value::Kind::kText, false},
-    {1043, "character varying", Value::Kind::kText, true},
-    {1082, "date", Value::Kind::kText, true},
-    {1083, "time without time zone", Value::Kind::kText, true},
-    {1114, "timestamp without time zone", Value::Kind::kText, true},
-    {1184, "timestamp with time zone", Value::Kind::kText, false},
-    {1186, "interval", Value::Kind::kText, false},
-    {1700, "numeric", Value::Kind::kDecimal, true},
-    {2950, "uuid", Value::Kind::kText, true},
-    {3802, "jsonb", Value::Kind::kText, false},
+    {16, "boolean", Value::Kind::kBool, true, true},
+    {17, "bytea", Value::Kind::kText, true, true},  // hex text orders as the bytes do
+    // Bytes from 128 up print as octal escapes, which sort below letters.
+    {18, "\"char\"", Value::Kind::kText, true, false},
+    {19, "name", Value::Kind::kText, true, true},
+    {20, "bigint", Value::Kind::kInt, true, true},
+    {21, "smallint", Value::Kind::kInt, true, true},
+    {23, "integer", Value::Kind::kInt, true, true},
+    {25, "text", Value::Kind::kText, true, true},
+    {26, "oid", Value::Kind::kInt, true, true},
+    {kJsonOid, "json", Value::Kind::kText, false, false},  // no equality at all
+    {kRealOid, "real", Value::Kind::kDouble, true, true},  // -0 = 0, NaN = NaN
+    {701, "double precision", Value::Kind::kDouble, true, true},
+    {kBpcharOid, "character", Value::Kind::kText, true, true},
+    {1043, "character varying", Value::Kind::kText, true, true},
+    {kDateOid, "date", Value::Kind::kText, true, true},
+    {1083, "time without time zone", Value::Kind::kText, true, true},
+    {kTimestampOid, "timestamp without time zone", Value::Kind::kText, true, true},
+    // One text per instant in the one TimeZone every shard runs with; the
+    // text's offsets do not order.
+    {1184, "timestamp with time zone", Value::Kind::kText, true, false},
+    {kIntervalOid, "interval", Value::Kind::kText, false, false},  // '1 mon' = '30 days'
+    {1700, "numeric", Value::Kind::kDecimal, true, true},          // 1.5 = 1.50
+    {2950, "uuid", Value::Kind::kText, true, true},
+    {kJsonbOid, "jsonb", Value::Kind::kText, false, false},  // {"k": 0} = {"k": 0.00}
+};
+
+// Names of types shardkit carries but never compares, for messages.
+struct TypeName {
+  TypeOid oid;
+  const char* name;
+};
+constexpr TypeName kOtherTypeNames[] = {
+    {142, "xml"},         {600, "point"},       {650, "cidr"},       {790, "money"},
+    {829, "macaddr"},     {869, "inet"},        {1000, "boolean[]"}, {1001, "bytea[]"},
+    {1005, "smallint[]"}, {1007, "integer[]"},  {1009, "text[]"},    {1014, "character[]"},
+    {1015, "character varying[]"},              {1016, "bigint[]"},  {1021, "real[]"},
+    {1022, "double precision[]"},               {1115, "timestamp without time zone[]"},
+    {1182, "date[]"},     {1185, "timestamp with time zone[]"},      {1187, "interval[]"},
+    {1231, "numeric[]"},  {1266, "time with time zone"},             {2249, "record"},
+    {2951, "uuid[]"},     {3614, "tsvector"},   {3807, "jsonb[]"},   {3904, "int4range"},
+    {3926, "int8range"},  {3906, "numrange"},   {3908, "tsrange"},   {3910, "tstzrange"},
+    {3912, "daterange"},  {4451, "int4multirange"},
 };
 
 // TypeInfoFor without building the name: this runs for every field read.
@@ -175,9 +205,65 @@ bool operator==(const Value& a, const Value& b) {
 
 PgTypeInfo TypeInfoFor(TypeOid oid) {
   for (const auto& row : kTypes) {
-    if (row.oid == oid) return PgTypeInfo{oid, row.name, row.kind, row.orderable, true};
+    if (row.oid == oid) return PgTypeInfo{oid, row.name, row.kind, row.groupable, row.orderable, true};
   }
-  return PgTypeInfo{oid, "type oid " + std::to_string(oid), Value::Kind::kText, false, false};
+  for (const auto& row : kOtherTypeNames) {
+    if (row.oid == oid) return PgTypeInfo{oid, row.name, Value::Kind::kText, false, false, false};
+  }
+  return PgTypeInfo{oid, "type oid " + std::to_string(oid), Value::Kind::kText, false, false, false};
+}
+
+std::string GroupingAdvice(TypeOid oid) {
+  switch (oid) {
+    case kIntervalOid:
+      return "equal intervals print differently ('1 mon', '30 days', '720:00:00'); group by "
+             "justify_interval(x)::text, which prints equal intervals alike";
+    case kJsonbOid:
+      return "equal jsonb values print differently ({\"k\": 0} and {\"k\": 0.00}); group by the scalars "
+             "inside, cast to a groupable type, e.g. (x->>'k')::numeric, or by x::text if equal text is "
+             "what you mean";
+    case kJsonOid:
+      return "json has no equality; group by x::text if equal text is what you mean, or by scalars "
+             "inside, cast to a groupable type";
+    default:
+      return "its text is not known to be one per value (containers of numbers, records, ranges and "
+             "types shardkit does not list); group by the element or field columns, or by x::text if "
+             "equal text is what you mean";
+  }
+}
+
+bool HasComparisonForm(TypeOid oid) noexcept {
+  return oid == kBpcharOid || oid == kDateOid || oid == kTimestampOid;
+}
+
+Value ComparisonForm(const Value& v, TypeOid oid) {
+  if (v.kind() != Value::Kind::kText || !HasComparisonForm(oid)) return v;
+  std::string_view text = v.AsText();
+  if (oid == kBpcharOid) {
+    while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+    return Value::Text(std::string(text));
+  }
+  // ISO dates and timestamps: [-]infinity, or YYYY[Y..]-MM-DD[ time][ BC].
+  // The year gets a fixed width (BC years count down), then the rest orders
+  // as text does.
+  if (text == "-infinity") return Value::Text("0");
+  if (text == "infinity") return Value::Text("3");
+  const bool bc = text.ends_with(" BC");
+  if (bc) text.remove_suffix(3);
+  const auto dash = text.find('-');
+  std::uint64_t year = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + std::min(dash, text.size()), year);
+  if (dash == std::string_view::npos || dash == 0 || ec != std::errc() || ptr != text.data() + dash) {
+    throw Error("cannot read \"" + std::string(v.AsText().substr(0, 80)) + "\" as an ISO " +
+                TypeInfoFor(oid).name + " (DateStyle ISO)");
+  }
+  constexpr std::uint64_t kYearSpan = 9'999'999'999;
+  std::string form = bc ? "1" : "2";
+  const std::string digits = std::to_string(bc ? kYearSpan - year : year);
+  form.append(10 - digits.size(), '0');
+  form += digits;
+  form += text.substr(dash);
+  return Value::Text(std::move(form));
 }
 
 int CompareValues(const Value& a, const Value& b) {

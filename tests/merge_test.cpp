@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "shardkit/aggregate_query.hpp"
@@ -124,6 +125,70 @@ TEST(ValueTest, OrdersLikePostgres) {
 }
 
 // --- Merging ------------------------------------------------------------
+
+TEST(ValueTest, ComparisonFormsOrderAndEqualLikeTheServer) {
+  constexpr TypeOid kDate = 1082;
+  constexpr TypeOid kTimestamp = 1114;
+  constexpr TypeOid kBpchar = 1042;
+  // In the server's order; their text is not.
+  const std::vector<std::string> dates = {"-infinity",  "0044-03-15 BC", "0044-03-16 BC", "0001-12-31 BC",
+                                          "0001-01-01", "0999-01-01",    "9999-12-31",    "10000-01-01",
+                                          "infinity"};
+  for (std::size_t i = 0; i + 1 < dates.size(); ++i) {
+    EXPECT_LT(CompareValues(ComparisonForm(Value::Text(dates[i]), kDate), ComparisonForm(Value::Text(dates[i + 1]), kDate)),
+              0)
+        << dates[i] << " < " << dates[i + 1];
+  }
+  EXPECT_LT(CompareValues(ComparisonForm(Value::Text("0044-03-15 10:00:00 BC"), kTimestamp),
+                          ComparisonForm(Value::Text("0044-03-15 10:00:00.5 BC"), kTimestamp)),
+            0);
+  EXPECT_EQ(ComparisonForm(Value::Text("a  "), kBpchar), ComparisonForm(Value::Text("a"), kBpchar));
+  EXPECT_LT(CompareValues(ComparisonForm(Value::Text("a "), kBpchar), ComparisonForm(Value::Text("a\x01"), kBpchar)),
+            0);  // bytewise after the blanks go: "a" < "a\x01"
+  EXPECT_EQ(ComparisonForm(Value::Text("a "), kText), Value::Text("a "));  // text keeps its blanks
+  EXPECT_THROW((void)ComparisonForm(Value::Text("03/04/2020"), kDate), Error);
+}
+
+TEST(MergeTest, KeysMatchByTheirTypesEquality) {
+  constexpr TypeOid kBpchar = 1042;
+  MergePlan plan;
+  plan.Key("k").Count("n", "n").OrderBy("k");
+  // numeric 1.5 = 1.50; the first shard's text stands for the group.
+  auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, {"k", "n"}, {kNumeric, kInt8}, {{"1.5", "1"}, {"0.00", "1"}}),
+                                                     Shard(1, {"k", "n"}, {kNumeric, kInt8}, {{"1.50", "2"}, {"0", "3"}})});
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"0.00|4", "1.5|3"}));
+  // double precision -0 = 0, NaN = NaN (above everything).
+  merged = Merge(plan, std::vector<PartialRows>{Shard(0, {"k", "n"}, {kFloat8, kInt8}, {{"-0", "1"}, {"NaN", "1"}}),
+                                                Shard(1, {"k", "n"}, {kFloat8, kInt8}, {{"0", "2"}, {"NaN", "1"}})});
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{"-0|3", "NaN|2"}));
+  // bpchar without trailing blanks.
+  merged = Merge(plan, std::vector<PartialRows>{Shard(0, {"k", "n"}, {kBpchar, kInt8}, {{"a ", "1"}, {"b", "1"}}),
+                                                Shard(1, {"k", "n"}, {kBpchar, kInt8}, {{"a  ", "2"}, {" b", "1"}})});
+  EXPECT_EQ(Lines(merged), (std::vector<std::string>{" b|1", "a |3", "b|1"}));
+}
+
+TEST(MergeTest, KeysOfTypesWithoutOneTextPerValueAreRefusedByType) {
+  MergePlan plan;
+  plan.Key("k", "since").Count("n", "n");
+  for (const auto& [oid, type, advice] : std::vector<std::tuple<TypeOid, std::string, std::string>>{
+           {1186, "interval", "justify_interval"},
+           {3802, "jsonb", "->>'k'"},
+           {114, "json", "no equality"},
+           {1231, "numeric[]", "element"},
+           {2249, "record", "field"},
+           {99999, "type oid 99999", "shardkit does not list"}}) {
+    try {
+      // The shards' rows look alike; the type decides.
+      (void)Merge(plan, std::vector<PartialRows>{Shard(0, {"k", "n"}, {oid, kInt8}, {{"x", "1"}})});
+      ADD_FAILURE() << type << " merged";
+    } catch (const UnmergeableQuery& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("merged column \"since\""), std::string::npos) << m;
+      EXPECT_NE(m.find(type + " values"), std::string::npos) << m;
+      EXPECT_NE(m.find(advice), std::string::npos) << m;
+    }
+  }
+}
 
 TEST(MergeTest, ScalarCountSumAvgWithAnEmptyShard) {
   // SELECT count(*), count(x), sum(x), sum(x), avg(x) per shard; shard 1 has no matching rows.

@@ -145,6 +145,35 @@ TEST(ConnectionPool, ConnectionLeftMidTransactionIsDiscarded) {
   EXPECT_NE(BackendPid(*lease), pid);
 }
 
+// A holder that SETs a pinned setting the server reports and gives the
+// connection back unreset: the next caller must not get that session.
+TEST(ConnectionPool, ConnectionGivenBackWithAChangedSessionIsDiscarded) {
+  ConnectionPool pool{shardkit::ShardId{0}, ShardDsn(0), Small(2)};
+  for (const char* change : {"SET DateStyle = 'SQL, DMY'", "SET TimeZone = 'Asia/Tokyo'",
+                             "SET standard_conforming_strings = off"}) {
+    {
+      auto lease = pool.Acquire();
+      pqxx::nontransaction tx{*lease};
+      tx.exec(change);
+    }
+    auto lease = pool.Acquire();
+    EXPECT_TRUE(lease.FreshConnection()) << change;
+    pqxx::nontransaction tx{*lease};
+    EXPECT_EQ(std::string(tx.exec("SHOW DateStyle")[0][0].c_str()), "ISO, MDY") << change;
+    EXPECT_EQ(std::string(tx.exec("SHOW TimeZone")[0][0].c_str()), "UTC") << change;
+  }
+  EXPECT_EQ(pool.Stats().discarded_changed_session, 3U);
+  {
+    // RESET puts the pinned value back: the connection is kept.
+    auto lease = pool.Acquire();
+    pqxx::nontransaction tx{*lease};
+    tx.exec("SET DateStyle = 'German'");
+    tx.exec("RESET DateStyle");
+  }
+  EXPECT_FALSE(pool.Acquire().FreshConnection());
+  EXPECT_EQ(pool.Stats().discarded_changed_session, 3U);
+}
+
 TEST(ConnectionPool, BrokenConnectionIsDroppedOnRelease) {
   ConnectionPool pool{shardkit::ShardId{0}, ShardDsn(0), Small(2)};
   {
@@ -245,7 +274,7 @@ TEST(ConnectionPool, RecentlyUsedConnectionsAreTrustedOlderOnesChecked) {
 TEST(PooledConnection, UnreadDataFailsTheLivenessCheck) {
   std::string error;
   bool timed_out = false;
-  const shardkit::detail::ConnectParameters parameters{ShardDsn(0), "UTC"};
+  const shardkit::detail::ConnectParameters parameters{ShardDsn(0), shardkit::SessionChoices{}};
   auto open = shardkit::detail::ConnectBefore(parameters, Clock::now() + 10s, &error, &timed_out);
   ASSERT_TRUE(open) << error;
   shardkit::detail::PooledConnection c{std::move(open)};

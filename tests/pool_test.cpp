@@ -189,7 +189,7 @@ TEST(ConnectionPoolConnect, ASlowConnectHoldsNoLock) {
 }
 
 TEST(ConnectParameters, DefaultsComeBeforeTheDsnSoThatTheDsnWins) {
-  const shardkit::detail::ConnectParameters parameters{"host=h keepalives_idle=7", "UTC"};
+  const shardkit::detail::ConnectParameters parameters{"host=h keepalives_idle=7", shardkit::SessionChoices{}};
   EXPECT_TRUE(parameters.DsnParses());
   const auto& pairs = parameters.Pairs();
   auto position = [&](const std::string& key) {

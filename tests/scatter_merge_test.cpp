@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shardkit/errors.hpp"
@@ -19,10 +21,16 @@ SessionFacts Good() {
   f.collate = "C";
   f.ctype = "C";
   f.locale_provider = "libc";
-  f.date_style = "ISO, MDY";
-  f.time_zone = "UTC";
-  f.interval_style = "postgres";
-  f.extra_float_digits = 3;
+  f.server_encoding = "UTF8";
+  for (const auto& [name, value] : PinnedSettings({})) f.settings.emplace_back(name, value);
+  return f;
+}
+
+SessionFacts With(std::string_view name, std::string value) {
+  SessionFacts f = Good();
+  for (auto& [n, v] : f.settings) {
+    if (n == name) v = std::move(value);
+  }
   return f;
 }
 
@@ -39,10 +47,10 @@ std::string ShardErrorOf(F&& f, ShardId want_shard) {
 
 TEST(CheckMergeAssumptions, AcceptsTheSettingsPoolsSet) {
   EXPECT_NO_THROW(CheckMergeAssumptions(Good(), ShardId{0}));
-  SessionFacts posix = Good();
+  SessionFacts posix = With("TimeZone", "utc");  // names compare as the server treats them
   posix.collate = "POSIX";
-  posix.extra_float_digits = 1;  // the server default: still exact output
   EXPECT_NO_THROW(CheckMergeAssumptions(posix, ShardId{0}));
+  EXPECT_NO_THROW(CheckMergeAssumptions(With("DateStyle", "iso,mdy"), ShardId{0}));
 }
 
 TEST(CheckMergeAssumptions, RefusesWhatChangesTextOrNumbers) {
@@ -58,21 +66,31 @@ TEST(CheckMergeAssumptions, RefusesWhatChangesTextOrNumbers) {
   m = ShardErrorOf([&] { CheckMergeAssumptions(utf8, ShardId{1}); }, ShardId{1});
   EXPECT_NE(m.find("collation is \"en_US.UTF-8\", not C"), std::string::npos) << m;
 
-  SessionFacts german = Good();
-  german.date_style = "German, DMY";
-  m = ShardErrorOf([&] { CheckMergeAssumptions(german, ShardId{0}); }, ShardId{0});
-  EXPECT_NE(m.find("DateStyle is \"German, DMY\""), std::string::npos) << m;
+  SessionFacts latin1 = Good();
+  latin1.server_encoding = "LATIN1";
+  m = ShardErrorOf([&] { CheckMergeAssumptions(latin1, ShardId{1}); }, ShardId{1});
+  EXPECT_NE(m.find("encoding is LATIN1, not UTF8"), std::string::npos) << m;
 
-  SessionFacts iso8601 = Good();
-  iso8601.interval_style = "iso_8601";
-  m = ShardErrorOf([&] { CheckMergeAssumptions(iso8601, ShardId{0}); }, ShardId{0});
-  EXPECT_NE(m.find("IntervalStyle is \"iso_8601\""), std::string::npos) << m;
-
-  SessionFacts rounded = Good();
-  rounded.extra_float_digits = 0;
-  m = ShardErrorOf([&] { CheckMergeAssumptions(rounded, ShardId{1}); }, ShardId{1});
-  EXPECT_NE(m.find("extra_float_digits is 0"), std::string::npos) << m;
-  EXPECT_NE(m.find("Set it to 3"), std::string::npos) << m;
+  // Every pinned setting, one at a time: named with both values.
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"DateStyle", "ISO, DMY"},
+           {"IntervalStyle", "iso_8601"},
+           {"extra_float_digits", "0"},
+           {"bytea_output", "escape"},
+           {"standard_conforming_strings", "off"},
+           {"backslash_quote", "on"},
+           {"array_nulls", "off"},
+           {"transform_null_equals", "on"},
+           {"lc_numeric", "de_DE.UTF-8"},
+           {"default_text_search_config", "pg_catalog.simple"},
+           {"timezone_abbreviations", "India"},
+           {"gin_fuzzy_search_limit", "100"},
+           {"client_encoding", "LATIN1"}}) {
+    m = ShardErrorOf([&] { CheckMergeAssumptions(With(name, value), ShardId{0}); }, ShardId{0});
+    EXPECT_NE(m.find(name + " = '" + value + "'"), std::string::npos) << m;
+  }
+  // A setting the deployment chooses only has to be the same on every shard.
+  EXPECT_NO_THROW(CheckMergeAssumptions(With("search_path", "shop, public"), ShardId{0}));
 }
 
 TEST(ScatterMergeTest, MergeChecksEveryAnsweringShardsFacts) {
@@ -92,11 +110,13 @@ TEST(ScatterMergeTest, MergeChecksEveryAnsweringShardsFacts) {
   EXPECT_NE(m.find("icu"), std::string::npos) << m;
 
   // Two time zones: the same instant has two texts, so timestamptz groups split.
-  SessionFacts tokyo = Good();
-  tokyo.time_zone = "Asia/Tokyo";
-  scatter.shards[1].session = std::make_shared<const SessionFacts>(tokyo);
+  scatter.shards[1].session = std::make_shared<const SessionFacts>(With("TimeZone", "Asia/Tokyo"));
   m = ShardErrorOf([&] { (void)Merge(plan, scatter); }, ShardId{1});
-  EXPECT_NE(m.find("TimeZone \"Asia/Tokyo\" but shard 0 with \"UTC\""), std::string::npos) << m;
+  EXPECT_NE(m.find("TimeZone 'Asia/Tokyo' but shard 0 with 'UTC'"), std::string::npos) << m;
+  // One name, one table: the same search_path everywhere.
+  scatter.shards[1].session = std::make_shared<const SessionFacts>(With("search_path", "shop"));
+  m = ShardErrorOf([&] { (void)Merge(plan, scatter); }, ShardId{1});
+  EXPECT_NE(m.find("search_path 'shop' but shard 0 with 'public'"), std::string::npos) << m;
 
   scatter.shards[1].session = std::make_shared<const SessionFacts>(Good());
   EXPECT_NO_THROW((void)Merge(plan, scatter));

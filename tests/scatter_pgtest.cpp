@@ -311,10 +311,9 @@ TEST_F(ScatterPg, SlowShardIsCutAtTheDeadlineAndNamed) {
   EXPECT_NE(result.warning->find("shard 1 missing"), std::string::npos) << *result.warning;
   EXPECT_NE(result.warning->find("shard 1 (shard1)"), std::string::npos) << *result.warning;
 
-  // In single_round_trip mode there is no statement_timeout: the cancel sent
-  // at the deadline cuts the statement.
+  // Without allow_partial the slow shard fails the whole scatter, by the
+  // deadline.
   options.allow_partial = false;
-  options.single_round_trip = true;
   const auto start3 = Clock::now();
   options.deadline = start3 + 500ms;
   try {

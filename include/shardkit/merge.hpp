@@ -27,8 +27,35 @@
 // last bits; write sum(x::double precision) or avg(x::double precision)
 // (which is what avg(real) computes anyway).
 //
+// How values are compared. Group keys are matched, and MIN/MAX, HAVING and
+// ORDER BY compare, by each type's own equality and order, checked against
+// the column types the shards report with their rows (so hand-written
+// per-shard SQL is held to the same rules):
+//
+//   smallint, integer, bigint, oid   as integers
+//   numeric                          by value (1.5 = 1.50; the first shard's text is shown)
+//   real, double precision           by value, -0 = 0, NaN equal to NaN and above all others
+//   boolean                          false < true
+//   text, character varying, name    bytewise: the C collation (see below)
+//   character (bpchar)               bytewise without trailing blanks, as bpchar's equality
+//   bytea                            by its hex text (bytea_output = hex), which orders as the bytes
+//   date, timestamp                  by value, BC and years past 9999 included
+//   time                             by its text
+//   uuid                             by its text (lower-case hex orders as the bytes)
+//   timestamp with time zone         grouped by its text in the one TimeZone of every shard; not ordered
+//   "char"                           grouped by its text; not ordered
+//
+// Every other type is refused as a group key (UnmergeableQuery naming the
+// column, its type and what to write instead): interval ('1 mon' = '30
+// days'), json and jsonb, arrays, records, ranges and types shardkit does not
+// list, whose equal values can print differently. MIN and MAX need an
+// ordered type. Where a group's values print differently on different
+// shards (numeric 1.5 and 1.50, -0 and 0, 'a' and 'a ' as bpchar), the
+// server's choice of text is not determined either; the merge shows the
+// first it read.
+//
 // Text is compared bytewise: the C collation. Every server must run with it
-// and with the session settings shardkit's pools set (session.hpp);
+// and with the session settings shardkit's pools pin (session.hpp);
 // merges of scatter results check both (scatter_merge.hpp). A partial may
 // come with the collation the shard used for it (MergePlan::Collation;
 // AggregateQuery declares one for every key and MIN/MAX), and a collation

@@ -51,6 +51,9 @@ struct PoolOptions {
   // Every connection's TimeZone. All shards must agree: merged timestamptz
   // values (group keys) are compared as text.
   std::string time_zone = "UTC";
+  // Every connection's search_path (session.hpp pins it, with the settings
+  // that change what a statement means). All shards must agree.
+  std::string search_path = "public";
 };
 // Every connection also gets TCP keepalives (idle 10 s, interval 5 s, 3
 // probes) and tcp_user_timeout = 20 s unless its DSN sets them: a server that
@@ -67,6 +70,10 @@ struct PoolStats {
   std::uint64_t connect_failures = 0;  // connection attempts that failed or ran out of time
   std::uint64_t broken = 0;            // connections dropped because they were broken or closed by the server
   std::uint64_t discarded_in_transaction = 0;  // dropped because left mid-transaction
+  // Dropped because the holder changed a pinned setting that the server
+  // reports (DateStyle, IntervalStyle, TimeZone, standard_conforming_strings,
+  // client_encoding) with SET and gave it back without RESET.
+  std::uint64_t discarded_changed_session = 0;
   std::uint64_t checked = 0;           // idle connections polled before use (idle longer than alive_bypass_window)
   int in_use = 0;
   int idle = 0;

@@ -61,20 +61,14 @@ struct ScatterOptions {
   // Statements run in a READ ONLY transaction. Set false for writes; note
   // that a scatter is never atomic across shards (each commits on its own).
   bool read_only = true;
-  // Send only the statement, without BEGIN / SET LOCAL statement_timeout /
-  // COMMIT (all four go out in one round trip anyway; this saves the server
-  // three steps). The deadline is then enforced by a cancel request at the
-  // deadline instead of the server's statement_timeout, and read_only is not
-  // enforced.
-  bool single_round_trip = false;
   // A label for statistics and messages, e.g. "best-sellers".
   std::string label;
   // Each shard sees only the rows of the buckets that the scatter's
   // directory snapshot assigns to it (SET LOCAL shardkit.buckets, in the
   // BEGIN round trip; see ownership.hpp), so a bucket whose rows a move has
   // copied to a second shard is still counted once. false: each shard
-  // answers for the buckets it owns itself (as single_round_trip does, which
-  // sends no setting: exact except while a bucket's cutover is under way).
+  // answers for the buckets it owns itself: only for servers that are not
+  // shardkit shards (no fence: nothing to set); on shards, keep the default.
   bool directory_buckets = true;
 };
 

@@ -6,13 +6,13 @@
 //   shardkit::MergedResult sold = shardkit::ScatterMerge(scatter, plan);
 //
 // Every merge of a scatter's answers checks, for each shard that answered,
-// the facts its pool read once from the server (session.hpp): the database
+// the facts its pool read from the server (session.hpp): the database
 // orders text bytewise (collation C or POSIX, libc provider: an ICU database
-// reports datcollate 'C' but sorts by its ICU locale), DateStyle is ISO,
-// IntervalStyle postgres, extra_float_digits at least 1 (doubles exact), and
-// every shard has the same TimeZone. Pools set the session settings
-// themselves, so only the database's collation can fail on a healthy setup;
-// the check costs no round trip.
+// reports datcollate 'C' but sorts by its ICU locale) in the UTF8 encoding,
+// every pinned setting has its pinned value, and every shard has the same
+// TimeZone and search_path. Pools pin and verify the settings on every
+// connection they open, so only the database's collation and encoding can
+// fail on a healthy setup; the check costs no round trip.
 #pragma once
 
 #include "shardkit/merge.hpp"

@@ -13,8 +13,9 @@
 //
 // Ordering (CompareValues) is PostgreSQL's for the supported types, with text
 // compared bytewise: that is the C collation, which every shardkit server must
-// use (see CheckMergeAssumptions in scatter_merge.hpp). Dates and timestamps are
-// ordered by their ISO text (DateStyle ISO, years 1-9999).
+// use (see CheckMergeAssumptions in scatter_merge.hpp). Types whose text does
+// not order or compare like their values (character's trailing blanks, BC
+// dates) are compared through ComparisonForm.
 #pragma once
 
 #include <cstddef>
@@ -99,10 +100,27 @@ struct PgTypeInfo {
   TypeOid oid = 0;
   std::string name;                        // as format_type() prints it: "bigint", "numeric"
   Value::Kind kind = Value::Kind::kText;   // how its values are held
+  // Two values are equal for the server exactly when their ComparisonForms
+  // are equal: shardkit may use it as a group key (GROUP BY, DISTINCT).
+  bool groupable = false;
   bool orderable = false;  // shardkit orders it exactly as the server (ORDER BY, MIN, MAX)
   bool known = false;      // listed in shardkit's table; unknown types are carried as text
 };
 [[nodiscard]] PgTypeInfo TypeInfoFor(TypeOid oid);
+
+// For a type that is not groupable: what to write instead, e.g. for
+// interval "group by justify_interval(x)::text".
+[[nodiscard]] std::string GroupingAdvice(TypeOid oid);
+
+// Whether values of the type compare through ComparisonForm rather than as
+// they are read (character, date, timestamp).
+[[nodiscard]] bool HasComparisonForm(TypeOid oid) noexcept;
+// The value CompareValues and operator== compare in place of `v` so that
+// they agree with the server's equality and order for the type: character
+// without trailing blanks (bpchar equality ignores them), dates and
+// timestamps as text that orders BC years and years past 9999 correctly.
+// Other types: `v` itself. Keep the original for output.
+[[nodiscard]] Value ComparisonForm(const Value& v, TypeOid oid);
 
 // SQL ordering of two non-NULL values: integers, decimals and doubles compare
 // by number across kinds (a double against an exact number compares as

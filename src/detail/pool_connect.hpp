@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "shardkit/session.hpp"
+
 namespace shardkit::detail {
 
 // libpq keyword/value pairs for PQconnectStartParams(..., expand_dbname = 1),
@@ -26,7 +28,7 @@ namespace shardkit::detail {
 class ConnectParameters {
  public:
   // Throws ConfigError for an empty time zone.
-  ConnectParameters(const std::string& dsn, std::string_view time_zone);
+  ConnectParameters(const std::string& dsn, const SessionChoices& session);
   ConnectParameters(const ConnectParameters&) = delete;
   ConnectParameters& operator=(const ConnectParameters&) = delete;
 

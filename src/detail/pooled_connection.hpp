@@ -13,6 +13,7 @@
 #include <memory>
 #include <pqxx/connection>
 #include <string>
+#include <vector>
 
 #include "detail/hangup_watcher.hpp"
 #include "detail/pool_connect.hpp"
@@ -56,6 +57,9 @@ struct PooledConnection {
   // means the server ended the session (restart, terminate, idle timeout).
   // One poll() system call.
   [[nodiscard]] bool LooksAliveWhileIdle() const noexcept;
+  // Whether the server's last reported value of each setting is the pinned
+  // one (libpq's ParameterStatus: no round trip).
+  [[nodiscard]] bool Reports(const std::vector<PinnedSetting>& settings) const noexcept;
   [[nodiscard]] bool PeerClosed() const noexcept { return peer_closed.load(std::memory_order_acquire); }
 
   std::unique_ptr<PGconn*> handle = std::make_unique<PGconn*>(nullptr);

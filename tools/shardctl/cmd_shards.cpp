@@ -83,7 +83,8 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
                                    {"timeouts", stats.timeouts}, {"rejected", stats.rejected},
                                    {"connects", stats.connects}, {"connect_failures", stats.connect_failures},
                                    {"broken", stats.broken},
-                                   {"discarded_in_transaction", stats.discarded_in_transaction}}}});
+                                   {"discarded_in_transaction", stats.discarded_in_transaction},
+                                   {"discarded_changed_session", stats.discarded_changed_session}}}});
         continue;
       }
       fmt::print("\nshard {} ({})  {}\n", s, resolver->ShardName(s), pool.RedactedDsn());

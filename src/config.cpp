@@ -8,6 +8,8 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <string_view>
+#include <vector>
 #include <toml.hpp>
 
 #include "shardkit/errors.hpp"
@@ -245,6 +247,48 @@ BucketDirectory ParseDirectory(const toml::value& directory, int shard_count) {
   }
 }
 
+std::size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// A key that is not one of `known` is a typo the program would otherwise
+// ignore silently: refused, with its line and the closest known key.
+void RequireKnownKeys(const toml::value& table, const std::string& path,
+                      std::initializer_list<std::string_view> known) {
+  if (!table.is_table()) {
+    throw ConfigError(path.empty() ? "(file)" : path, fmt::format("must be a table (line {})", table.location().line()));
+  }
+  for (const auto& [key, value] : table.as_table()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string_view closest;
+    std::size_t best = 3;  // at most two edits away
+    for (const auto candidate : known) {
+      const std::size_t d = EditDistance(key, candidate);
+      if (d < best) {
+        best = d;
+        closest = candidate;
+      }
+    }
+    std::string names;
+    for (const auto candidate : known) names += fmt::format("{}{}", names.empty() ? "" : ", ", candidate);
+    const std::string where = path.empty() ? "at the top level" : "in [" + path + "]";
+    throw ConfigError(path.empty() ? key : path + "." + key,
+                      fmt::format("unknown key (line {}){}; the keys {} are: {}", value.location().line(),
+                                  closest.empty() ? "" : fmt::format(": did you mean \"{}\"?", closest), where, names));
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -261,6 +305,15 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
   ClusterConfig config;
   config.origin = origin;
   try {
+    RequireKnownKeys(root, "", {"shard", "pool", "directory", "reference", "catalog"});
+    if (root.contains("pool")) {
+      RequireKnownKeys(root.at("pool"), "pool",
+                       {"max_size", "max_waiters", "connect_timeout_ms", "acquire_timeout_ms", "time_zone",
+                        "search_path"});
+    }
+    if (root.contains("directory")) RequireKnownKeys(root.at("directory"), "directory", {"source", "version", "buckets"});
+    if (root.contains("reference")) RequireKnownKeys(root.at("reference"), "reference", {"dsn"});
+    if (root.contains("catalog")) RequireKnownKeys(root.at("catalog"), "catalog", {"dsn"});
     if (!root.contains("shard") || !root.at("shard").is_array() || root.at("shard").as_array().empty()) {
       throw ConfigError("shard", "no shards: add one [[shard]] table with name and dsn per shard");
     }
@@ -271,6 +324,7 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
     for (std::size_t i = 0; i < shards.size(); ++i) {
       const std::string path = fmt::format("shard[{}]", i);
       if (!shards[i].is_table()) throw ConfigError(path, "must be a table with name and dsn");
+      RequireKnownKeys(shards[i], path, {"name", "dsn", "admin_dsn"});
       ShardConfig shard;
       shard.name = shards[i].contains("name") ? StringAt(shards[i], path, "name") : fmt::format("shard{}", i);
       shard.dsn = StringAt(shards[i], path, "dsn");
@@ -278,6 +332,20 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
       if (shards[i].contains("admin_dsn")) {
         shard.admin_dsn = StringAt(shards[i], path, "admin_dsn");
         if (shard.admin_dsn.empty()) throw ConfigError(path + ".admin_dsn", "is empty (omit it to use dsn)");
+      }
+      for (std::size_t j = 0; j < config.shards.size(); ++j) {
+        // Two shards on one database would count its rows twice.
+        const auto line = shards[i].location().line();
+        if (config.shards[j].name == shard.name) {
+          throw ConfigError(path + ".name", fmt::format("\"{}\" (line {}) is already the name of shard[{}]: "
+                                                        "every shard needs a name of its own",
+                                                        shard.name, line, j));
+        }
+        if (config.shards[j].dsn == shard.dsn) {
+          throw ConfigError(path + ".dsn", fmt::format("(line {}) is the same connection string as shard[{}]'s: "
+                                                       "each shard is a database of its own",
+                                                       line, j));
+        }
       }
       config.shards.push_back(std::move(shard));
     }
@@ -292,6 +360,12 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
     if (pool.contains("time_zone")) {
       config.pool.time_zone = StringAt(pool, "pool", "time_zone");
       if (config.pool.time_zone.empty()) throw ConfigError("pool.time_zone", "is empty: name a time zone such as \"UTC\"");
+    }
+    if (pool.contains("search_path")) {
+      config.pool.search_path = StringAt(pool, "pool", "search_path");
+      if (config.pool.search_path.empty()) {
+        throw ConfigError("pool.search_path", "is empty: name the schemas, e.g. \"public\"");
+      }
     }
 
     const int shard_count = static_cast<int>(config.shards.size());

@@ -372,11 +372,27 @@ TEST(ConfigRedaction, ShardctlPrintsNoPasswordForAnyMutatedFile) {
       const auto [output, code] = Finish(process);
       exit_codes.insert(code);
       EXPECT_FALSE(Leaks(output)) << output;
-      EXPECT_TRUE(code == 0 || code == 1) << "exit " << code << ": " << output;
+      EXPECT_TRUE(code == 0 || code == 1 || code == 2) << "exit " << code << ": " << output;
     }
   }
   std::filesystem::remove_all(dir);
-  EXPECT_TRUE(exit_codes.contains(1));  // errors were printed, and checked
+  EXPECT_TRUE(exit_codes.contains(2));  // configuration errors were printed, and checked
+}
+
+// A typo in the configuration is bad usage: exit 2, naming the key, its
+// line and the key meant.
+TEST(ConfigRedaction, ShardctlExitsTwoNamingAnUnknownKey) {
+  const auto path = std::filesystem::temp_directory_path() / ("unknown_key_" + std::to_string(::getpid()) + ".toml");
+  {
+    std::ofstream out(path);
+    out << "[pool]\nmax_size = 4\nmax_sise = 4\n\n[[shard]]\ndsn = \"host=h password=" << kPassword << "\"\n";
+  }
+  const auto [output, code] = Finish(StartShardctl({"--config", path.string(), "route", "4242"}));
+  std::filesystem::remove(path);
+  EXPECT_EQ(code, 2) << output;
+  EXPECT_NE(output.find("config pool.max_sise: unknown key (line 3): did you mean \"max_size\"?"), std::string::npos)
+      << output;
+  EXPECT_FALSE(Leaks(output)) << output;
 }
 
 }  // namespace

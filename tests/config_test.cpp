@@ -85,6 +85,48 @@ TEST(Config, ErrorsNameTheCulprit) {
   EXPECT_EQ(ErrorKey("this is = = not toml"), "test.toml");
 }
 
+std::string ErrorText(const std::string& text) {
+  try {
+    (void)shardkit::ParseConfig(text, "test.toml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+TEST(Config, UnknownKeysAreRefusedWithTheirLineAndTheClosestKnownKey) {
+  const std::string typo = "[pool]\nmax_size = 4\nmax_sise = 4\n[[shard]]\ndsn='a'\n";
+  EXPECT_EQ(ErrorKey(typo), "pool.max_sise");
+  const std::string m = ErrorText(typo);
+  EXPECT_NE(m.find("unknown key (line 3): did you mean \"max_size\"?"), std::string::npos) << m;
+  EXPECT_NE(m.find("the keys in [pool] are: max_size, max_waiters"), std::string::npos) << m;
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nadmin_dns='b'\n"), "shard[0].admin_dns");
+  EXPECT_NE(ErrorText("[[shard]]\ndsn='a'\nadmin_dns='b'\n").find("did you mean \"admin_dsn\""), std::string::npos);
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\n[refernce]\ndsn='b'\n"), "refernce");
+  EXPECT_EQ(ErrorKey("[directory]\nversoin = 2\n[[shard]]\ndsn='a'\n"), "directory.versoin");
+  EXPECT_EQ(ErrorKey("[catalog]\ndsn='c'\nuser='x'\n[[shard]]\ndsn='a'\n"), "catalog.user");
+  // Far from every known key: no guess, the list.
+  const std::string far = ErrorText("[pool]\ncolour = 'blue'\n[[shard]]\ndsn='a'\n");
+  EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
+  EXPECT_NE(far.find("unknown key (line 2)"), std::string::npos) << far;
+  EXPECT_EQ(ErrorKey("pool = 3\n[[shard]]\ndsn='a'\n"), "pool");
+  EXPECT_EQ(shardkit::ParseConfig("[pool]\nsearch_path = 'shop, public'\n[[shard]]\ndsn='a'\n").pool.search_path,
+            "shop, public");
+}
+
+TEST(Config, TwoShardsWithOneNameOrOneDatabaseAreRefused) {
+  EXPECT_EQ(ErrorKey("[[shard]]\nname='east'\ndsn='a'\n[[shard]]\nname='east'\ndsn='b'\n"), "shard[1].name");
+  EXPECT_NE(ErrorText("[[shard]]\nname='east'\ndsn='a'\n[[shard]]\nname='east'\ndsn='b'\n")
+                .find("\"east\" (line 4) is already the name of shard[0]"),
+            std::string::npos);
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='host=h password=s3cret'\n[[shard]]\ndsn='host=h password=s3cret'\n"),
+            "shard[1].dsn");
+  const std::string m =
+      ErrorText("[[shard]]\ndsn='host=h password=s3cret'\n[[shard]]\ndsn='host=h password=s3cret'\n");
+  EXPECT_NE(m.find("same connection string as shard[0]"), std::string::npos) << m;
+  EXPECT_EQ(m.find("s3cret"), std::string::npos) << m;
+}
+
 TEST(Config, CatalogAndItsDirectorySource) {
   const auto c = shardkit::ParseConfig(
       "[directory]\nsource = 'catalog'\n[[shard]]\ndsn='a'\n[[shard]]\ndsn='b'\n"
@@ -100,7 +142,7 @@ TEST(Config, CatalogErrorsNameTheKey) {
   EXPECT_EQ(ErrorKey("[directory]\nsource='catalog'\n[[shard]]\ndsn='a'\n"), "catalog.dsn");
   EXPECT_EQ(ErrorKey("[catalog]\ndsn=''\n[[shard]]\ndsn='a'\n"), "catalog.dsn");
   EXPECT_EQ(ErrorKey("[catalog]\ndsn=5\n[[shard]]\ndsn='a'\n"), "catalog.dsn");
-  EXPECT_EQ(ErrorKey("[catalog]\nhost='x'\n[[shard]]\ndsn='a'\n"), "catalog.dsn");
+  EXPECT_EQ(ErrorKey("[catalog]\nhost='x'\n[[shard]]\ndsn='a'\n"), "catalog.host");  // unknown: dsn is the key
   EXPECT_EQ(ErrorKey("catalog = 'x'\n[[shard]]\ndsn='a'\n"), "catalog");
   // Two placements would be two truths.
   EXPECT_EQ(ErrorKey("[directory]\nsource='catalog'\nbuckets={'0-63'=0}\n[[shard]]\ndsn='a'\n[catalog]\ndsn='c'\n"),

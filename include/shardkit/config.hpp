@@ -10,6 +10,7 @@
 //   connect_timeout_ms = 2000 # opening one connection, at most (a caller's deadline may cut it shorter)
 //   acquire_timeout_ms = 1000
 //   time_zone = "UTC"         # every connection's TimeZone (session.hpp)
+//   search_path = "public"    # every connection's search_path (session.hpp)
 //
 //   [directory]
 //   source = "config"         # or "catalog": table shard_directory in the catalog
@@ -35,7 +36,10 @@
 //   dsn = "host=127.0.0.1 port=55434 dbname=bookstore user=bookstore"
 //
 // The file is found through --config, else $SHARDKIT_CONFIG, else
-// ./shardkit.toml.
+// ./shardkit.toml. It is read strictly: an unknown table or key (a typo
+// such as max_sise), a value of the wrong type, two shards with one name or
+// one connection string are errors (ConfigError naming the key, its line
+// and the closest known key), never silently ignored.
 #pragma once
 
 #include <filesystem>

@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
+  } catch (const shardkit::ConfigError& e) {  // a bad configuration file is bad usage
+    std::cerr << "shardctl: error: " << e.what() << "\n";
+    return 2;
   } catch (const shardkit::Error& e) {
     std::cerr << "shardctl: error: " << e.what() << "\n";
     return 1;

@@ -10,10 +10,10 @@
 #include <string_view>
 #include <vector>
 
+#include <shardkit/cluster.hpp>
 #include <shardkit/config.hpp>
 #include <shardkit/directory.hpp>
 #include <shardkit/errors.hpp>
-#include <shardkit/resolver.hpp>
 
 int main(int argc, char** argv) {
   std::optional<std::string> config_path;
@@ -33,11 +33,17 @@ int main(int argc, char** argv) {
     customers.push_back(shardkit::CustomerId{id});
   }
   try {
-    // With a configuration, the directory it names (the file's, or the
-    // catalog's: the resolver reads it there); without, the even split.
-    const shardkit::BucketDirectory directory =
-        config_path ? *shardkit::BucketShardResolver::FromConfig(shardkit::LoadConfig(*config_path))->Directory()
-                    : shardkit::BucketDirectory::EvenSplit(2);
+    // With a configuration, the cluster's current directory (the file's,
+    // or the catalog's: Open reads it there); without, the even split.
+    if (config_path) {
+      const auto cluster = shardkit::Cluster::Open(shardkit::LoadConfig(*config_path));
+      for (shardkit::CustomerId customer : customers) {
+        const shardkit::Route route = cluster->Route(customer);
+        std::cout << "customer " << customer << ": bucket " << route.bucket << ", shard " << route.shard << "\n";
+      }
+      return 0;
+    }
+    const auto directory = shardkit::BucketDirectory::EvenSplit(2);
     for (shardkit::CustomerId customer : customers) {
       std::cout << "customer " << customer << ": bucket " << shardkit::BucketOf(customer) << ", shard "
                 << directory.ShardFor(customer) << "\n";

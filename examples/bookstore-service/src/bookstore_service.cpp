@@ -184,12 +184,7 @@ BookstoreService::BookstoreService(shardkit::ClusterConfig config, ServiceOption
   if (options_.lease_owner.empty()) {
     options_.lease_owner = fmt::format("bookstore-service {}:{}", boost::asio::ip::host_name(), ::getpid());
   }
-  resolver_ = shardkit::BucketShardResolver::FromConfig(config_);
-  if (config_.directory_source == shardkit::DirectorySource::kCatalog && config_.catalog_dsn) {
-    watcher_ = std::make_unique<shardkit::DirectoryWatcher>(*resolver_, *config_.catalog_dsn);
-  }
-  routed_ = std::make_unique<shardkit::RoutedTransactions>(*resolver_, watcher_.get());
-  scatter_ = std::make_unique<shardkit::ScatterGather>(*resolver_);
+  cluster_ = shardkit::Cluster::Open(config_);
   ids_ = std::make_unique<OrderIds>(LeaseDatabaseDsn(config_), options_.lease_owner);
 }
 
@@ -201,7 +196,7 @@ void BookstoreService::SetConnectionSource(std::function<HttpConnectionCounts()>
 
 std::string BookstoreService::ShardName(ShardId shard) const {
   try {
-    return resolver_->ShardName(shard);
+    return cluster_->Resolver().ShardName(shard);
   } catch (const std::exception&) {
     return fmt::format("shard{}", shard);
   }
@@ -214,15 +209,14 @@ std::string BookstoreService::Shutdown() {
   // No request runs any more: every lease is back, so closing the idle
   // connections closes them all.
   std::string pools;
-  for (ShardId shard : shardkit::FirstShards(resolver_->ShardCount())) {
-    auto& pool = resolver_->Pool(shard);
+  for (ShardId shard : shardkit::FirstShards(cluster_->Resolver().ShardCount())) {
+    auto& pool = cluster_->Resolver().Pool(shard);
     const auto before = pool.Stats();
     pool.CloseIdle();
     pools += fmt::format("{}{} closed {} connection{}{}", pools.empty() ? "" : ", ", ShardName(shard), before.idle,
                          before.idle == 1 ? "" : "s",
                          before.in_use > 0 ? fmt::format(" ({} still in use)", before.in_use) : "");
   }
-  scatter_.reset();
   return fmt::format("worker id {} released; pools drained: {}", worker, pools);
 }
 
@@ -304,7 +298,7 @@ HttpResponse BookstoreService::CustomerOrders(const Target& target, const std::s
   }
   const int limit = target.Int("limit", 20, 1, 500);
   const auto deadline = Clock::now() + options_.request_timeout;
-  const shardkit::Route route = resolver_->Resolve(CustomerId{*id});
+  const shardkit::Route route = cluster_->Resolver().Resolve(CustomerId{*id});
   const std::string shard_name = ShardName(route.shard);
 
   json orders = json::array();
@@ -417,7 +411,7 @@ HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Targe
   // between two attempts sends it to the new owner (the fence refused the
   // earlier attempt before it wrote anything).
   shardkit::RoutedContext at{};
-  at.shard = resolver_->ShardFor(customer);
+  at.shard = cluster_->Resolver().ShardFor(customer);
   std::string shard_name = ShardName(at.shard);
   json lines = json::array();
   std::string ordered_at;
@@ -426,7 +420,7 @@ HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Targe
   routing.deadline = deadline;
   routing.label = "place order";
   OnShard(at.shard, shard_name, [&] {
-    routed_->Run(customer, [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& attempt) {
+    cluster_->Transactions().Run(customer, [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& attempt) {
       at = attempt;
       shard_name = ShardName(at.shard);
       lines = json::array();
@@ -511,7 +505,7 @@ HttpResponse BookstoreService::TopBooks(const Target& target) {
   shardkit::ScatterOptions options;
   options.deadline = deadline;
   options.label = "top-books";
-  const auto top = shardkit::TopKBySum(*scatter_, query, shardkit::TopKMethod::kTput, options);
+  const auto top = shardkit::TopKBySum(cluster_->Scatters(), query, shardkit::TopKMethod::kTput, options);
 
   // Titles from one shard's copy of books (a reference table).
   std::vector<std::int64_t> ids;
@@ -522,7 +516,7 @@ HttpResponse BookstoreService::TopBooks(const Target& target) {
     one.deadline = deadline;
     one.shards = std::vector<ShardId>{ShardId{0}};
     one.label = "top-books titles";
-    const auto books = scatter_->Run("SELECT book_id, title, category FROM books WHERE book_id = ANY($1::bigint[])",
+    const auto books = cluster_->Scatters().Run("SELECT book_id, title, category FROM books WHERE book_id = ANY($1::bigint[])",
                                      {ArrayLiteral(ids)}, one);
     for (const auto& shard : books.shards) {
       for (const auto& row : shard.rows) {
@@ -581,7 +575,7 @@ HttpResponse BookstoreService::CategoryAvg(const Target& target) {
   shardkit::ScatterOptions options;
   options.deadline = deadline;
   options.label = "category-avg";
-  const shardkit::MergedResult merged = shardkit::ScatterMerge(*scatter_, plan, {since}, options);
+  const shardkit::MergedResult merged = shardkit::ScatterMerge(cluster_->Scatters(), plan, {since}, options);
   const auto category = *merged.ColumnIndex("category");
   const auto orders = *merged.ColumnIndex("orders");
   const auto avg = *merged.ColumnIndex("avg_amount");
@@ -603,12 +597,11 @@ HttpResponse BookstoreService::Health(const Target& target) {
   shardkit::ScatterOptions options;
   options.deadline = Clock::now() + options_.health_timeout;
   options.allow_partial = true;
-  options.single_round_trip = true;
   options.label = "health";
   std::vector<shardkit::ScatterError::Failure> failures;
   std::map<ShardId, double> answered_ms;
   try {
-    const auto result = scatter_->Run("SELECT 1", {}, options);
+    const auto result = cluster_->Scatters().Run("SELECT 1", {}, options);
     failures = result.failures;
     for (const auto& s : result.shards) answered_ms[s.shard] = static_cast<double>(s.elapsed.count()) / 1000.0;
   } catch (const shardkit::ScatterError& e) {
@@ -616,11 +609,11 @@ HttpResponse BookstoreService::Health(const Target& target) {
   }
   json shards = json::array();
   std::string unreachable;
-  for (ShardId shard : shardkit::FirstShards(resolver_->ShardCount())) {
-    const auto stats = resolver_->Pool(shard).Stats();
+  for (ShardId shard : shardkit::FirstShards(cluster_->Resolver().ShardCount())) {
+    const auto stats = cluster_->Resolver().Pool(shard).Stats();
     json one = {{"shard", ToInt(shard)},
                 {"name", ShardName(shard)},
-                {"buckets", resolver_->Directory()->BucketsOf(shard).size()},
+                {"buckets", cluster_->Resolver().Directory()->BucketsOf(shard).size()},
                 {"pool", {{"in_use", stats.in_use}, {"idle", stats.idle}, {"max_size", stats.max_size}}}};
     if (const auto it = answered_ms.find(shard); it != answered_ms.end()) {
       one["reachable"] = true;
@@ -638,7 +631,7 @@ HttpResponse BookstoreService::Health(const Target& target) {
   }
   const bool ids_ok = ids_->Valid();
   json body = {{"status", unreachable.empty() && ids_ok ? "ok" : "unavailable"},
-               {"directory_version", resolver_->Directory()->Version()},
+               {"directory_version", cluster_->Resolver().Directory()->Version()},
                {"shards", std::move(shards)},
                {"order_ids", {{"worker_id", ids_->WorkerId()}, {"lease_valid", ids_ok}, {"lease_database", ids_->RedactedDsn()}}}};
   if (!unreachable.empty() || !ids_ok) {
@@ -654,15 +647,15 @@ HttpResponse BookstoreService::Health(const Target& target) {
 HttpResponse BookstoreService::Metrics(const Target& target) {
   target.AllowOnly({});
   PrometheusText out;
-  const auto directory = resolver_->Directory();
-  const int shard_count = resolver_->ShardCount();
+  const auto directory = cluster_->Resolver().Directory();
+  const int shard_count = cluster_->Resolver().ShardCount();
   auto labels = [this](ShardId s, Labels more = {}) {
     Labels l{{"shard", std::to_string(ToInt(s))}, {"name", ShardName(s)}};
     l.insert(l.end(), more.begin(), more.end());
     return l;
   };
   std::vector<shardkit::PoolStats> pools;
-  for (ShardId s : shardkit::FirstShards(shard_count)) pools.push_back(resolver_->Pool(s).Stats());
+  for (ShardId s : shardkit::FirstShards(shard_count)) pools.push_back(cluster_->Resolver().Pool(s).Stats());
   const auto pool_counter = [&](const char* name, const char* help, auto field) {
     out.Family(name, "counter", help);
     for (ShardId s : shardkit::FirstShards(shard_count)) {
@@ -705,7 +698,7 @@ HttpResponse BookstoreService::Metrics(const Target& target) {
                static_cast<double>(p.acquire_wait_max.count()) / 1e6);
   }
 
-  const auto scatter = scatter_->Stats();
+  const auto scatter = cluster_->Scatters().Stats();
   const auto scatter_counter = [&](const char* name, const char* help, std::uint64_t value) {
     out.Family(name, "counter", help);
     out.Sample(name, static_cast<double>(value));

@@ -18,11 +18,8 @@
 #include <memory>
 #include <string>
 
+#include <shardkit/cluster.hpp>
 #include <shardkit/config.hpp>
-#include <shardkit/directory_watcher.hpp>
-#include <shardkit/resolver.hpp>
-#include <shardkit/routed.hpp>
-#include <shardkit/scatter.hpp>
 
 #include "http_server.hpp"
 #include "metrics.hpp"
@@ -71,15 +68,10 @@ class BookstoreService {
 
   shardkit::ClusterConfig config_;
   ServiceOptions options_;
-  std::unique_ptr<shardkit::BucketShardResolver> resolver_;  // the pools: destroyed last
-  // Follows the catalog's directory (directory.source = "catalog"), so that
-  // writes refused by a shard's fence during a bucket move go to the new
-  // owner at once; null with a directory from the config.
-  std::unique_ptr<shardkit::DirectoryWatcher> watcher_;
-  // Writes: one customer's transaction, retried on the new owner after a
-  // fence refusal, within the request's deadline.
-  std::unique_ptr<shardkit::RoutedTransactions> routed_;
-  std::unique_ptr<shardkit::ScatterGather> scatter_;
+  // The pools, the directory (following the catalog's through moves:
+  // writes refused by a shard's fence go to the new owner, reports refused
+  // for a stale directory run again), routed transactions and scatters.
+  std::unique_ptr<shardkit::Cluster> cluster_;
   std::unique_ptr<OrderIds> ids_;
   HttpMetrics http_metrics_;
   std::function<HttpConnectionCounts()> connections_;

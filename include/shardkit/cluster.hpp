@@ -1,0 +1,128 @@
+// shardkit/cluster.hpp — the one object a service builds from its
+// configuration: the shards' pools, the resolver, the directory watcher
+// (when the configuration has a catalog), scatters, routed transactions,
+// merges and top-k, and their statistics in one place.
+//
+//   auto cluster = shardkit::Cluster::Open(shardkit::LoadConfig("shardkit.toml"));
+//   shardkit::Route route = cluster->Route(shardkit::CustomerId{4242});   // bucket 44, shard 1
+//   cluster->Run(customer, [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& at) {
+//     tx.exec_params("INSERT INTO orders (customer_id, bucket, ...) VALUES ($1, $2, ...)", customer, at.bucket);
+//   });
+//   auto sold = cluster->Merge(shardkit::AggregateQuery::From("order_items").GroupBy("book_id")
+//                                  .Sum("quantity", "sold").OrderBy("sold", shardkit::SortDirection::kDesc)
+//                                  .Limit(10).Plan());
+//   auto best = cluster->TopK(query);                                      // exact (TPUT, auto)
+//
+// What it guarantees:
+// - Everything it runs follows the directory through bucket moves: with a
+//   catalog, Open() reads the catalog's directory before it returns, a
+//   watcher keeps it current (LISTEN plus a periodic check), routed
+//   transactions go to the new owner a refusing shard names, and scatters,
+//   merges and top-k that a shard refuses for a stale directory (SK003) run
+//   again on the refreshed one. Without a catalog the configuration's
+//   directory is used as it is.
+// - Every statement runs on a pool's connection: bounded, with deadlines,
+//   with the pinned session of session.hpp.
+//
+// Lifetimes: the Cluster owns everything it hands out; references from
+// Resolver(), Scatters(), Transactions() and Watcher() are valid until it is
+// destroyed. Destroy it after the last call returns (its destructor stops
+// the watcher thread and waits for statements still running past their
+// deadline).
+//
+// Threads: every call may be made from any number of threads at once. The
+// watcher has one thread of its own; scatters use worker threads only for
+// shards whose pool has no idle connection (scatter.hpp).
+//
+// The lower-level classes (BucketShardResolver, ScatterGather,
+// RoutedTransactions, DirectoryWatcher, the merge and top-k functions) stay
+// public for those who need them; this header only wires them.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "shardkit/config.hpp"
+#include "shardkit/directory_watcher.hpp"
+#include "shardkit/merge.hpp"
+#include "shardkit/resolver.hpp"
+#include "shardkit/routed.hpp"
+#include "shardkit/scatter.hpp"
+#include "shardkit/scatter_merge.hpp"
+#include "shardkit/topk.hpp"
+
+namespace shardkit {
+
+struct ClusterOptions {
+  // Worker threads for scatters (default: the shard count).
+  std::optional<int> scatter_threads;
+  // How the watcher checks the catalog (only with a catalog).
+  DirectoryWatcherOptions watcher;
+};
+
+// Everything the cluster counts, read at one moment.
+struct ClusterStats {
+  std::int64_t directory_version = 0;
+  std::vector<PoolStats> pools;  // by shard
+  ScatterStats scatters;
+  RoutedStats transactions;
+  std::optional<DirectoryWatcherStats> watcher;  // with a catalog
+};
+
+class Cluster {
+ public:
+  // Builds the pools (no connection is opened yet) and, with a catalog,
+  // reads its directory and starts the watcher. Throws ConfigError,
+  // CatalogError (the catalog cannot be read) or DirectoryError.
+  [[nodiscard]] static std::unique_ptr<Cluster> Open(const ClusterConfig& config, ClusterOptions options = {});
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // The customer's bucket, shard, directory version and pool, from one
+  // snapshot of the current directory.
+  [[nodiscard]] shardkit::Route Route(CustomerId customer) const;
+
+  // fn(tx, context) in a transaction on the customer's shard, following the
+  // bucket through moves (routed.hpp).
+  template <class Fn>
+  auto Run(CustomerId customer, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
+    return transactions_->Run(customer, std::forward<Fn>(fn), options, outcome);
+  }
+
+  // One statement on every (or the chosen) shard (scatter.hpp).
+  [[nodiscard]] ScatterResult Scatter(const std::string& sql, const SqlParams& params = {},
+                                      const ScatterOptions& options = {});
+  // A merge plan's per-shard SQL on every shard, merged: the answer one
+  // unsharded server would give, or UnmergeableQuery (scatter_merge.hpp).
+  [[nodiscard]] MergedResult Merge(const MergePlan& plan, const SqlParams& params = {},
+                                   const ScatterOptions& options = {}, const MergeOptions& merge_options = {});
+  // Exact top-k by a summed measure (topk.hpp), by `method` (default: auto).
+  [[nodiscard]] TopKResult<std::int64_t> TopK(const TopKQuery& query, TopKMethod method = TopKMethod::kAuto,
+                                              const ScatterOptions& options = {});
+  [[nodiscard]] TopKResult<Decimal> TopKDecimal(const TopKQuery& query, TopKMethod method = TopKMethod::kAuto,
+                                                const ScatterOptions& options = {});
+
+  [[nodiscard]] ClusterStats Stats() const;
+
+  [[nodiscard]] const ClusterConfig& Config() const noexcept { return config_; }
+  [[nodiscard]] int ShardCount() const noexcept { return resolver_->ShardCount(); }
+  [[nodiscard]] BucketShardResolver& Resolver() const noexcept { return *resolver_; }
+  [[nodiscard]] ScatterGather& Scatters() const noexcept { return *scatter_; }
+  [[nodiscard]] RoutedTransactions& Transactions() const noexcept { return *transactions_; }
+  // Null without a catalog.
+  [[nodiscard]] DirectoryWatcher* Watcher() const noexcept { return watcher_.get(); }
+
+ private:
+  Cluster(const ClusterConfig& config, ClusterOptions options);
+  ClusterConfig config_;
+  // Destroyed in reverse order: scatters and transactions before the
+  // watcher, the watcher before the resolver and its pools.
+  std::unique_ptr<BucketShardResolver> resolver_;
+  std::unique_ptr<DirectoryWatcher> watcher_;
+  std::unique_ptr<ScatterGather> scatter_;
+  std::unique_ptr<RoutedTransactions> transactions_;
+};
+
+}  // namespace shardkit

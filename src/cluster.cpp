@@ -1,0 +1,56 @@
+// Cluster: the configuration's pools, resolver, watcher, scatters and
+// routed transactions, wired once.
+#include "shardkit/cluster.hpp"
+
+#include <utility>
+
+namespace shardkit {
+
+std::unique_ptr<Cluster> Cluster::Open(const ClusterConfig& config, ClusterOptions options) {
+  return std::unique_ptr<Cluster>(new Cluster(config, std::move(options)));
+}
+
+Cluster::Cluster(const ClusterConfig& config, ClusterOptions options) : config_(config) {
+  // With a catalog, FromConfig reads its directory: routing is current
+  // before the first call, and the watcher keeps it so.
+  resolver_ = BucketShardResolver::FromConfig(config_);
+  if (config_.catalog_dsn && config_.directory_source == DirectorySource::kCatalog) {
+    watcher_ = std::make_unique<DirectoryWatcher>(*resolver_, *config_.catalog_dsn, options.watcher);
+  }
+  scatter_ = std::make_unique<ScatterGather>(*resolver_, options.scatter_threads);
+  scatter_->FollowDirectory(watcher_.get());
+  transactions_ = std::make_unique<RoutedTransactions>(*resolver_, watcher_.get());
+}
+
+Cluster::~Cluster() = default;
+
+shardkit::Route Cluster::Route(CustomerId customer) const { return resolver_->Resolve(customer); }
+
+ScatterResult Cluster::Scatter(const std::string& sql, const SqlParams& params, const ScatterOptions& options) {
+  return scatter_->Run(sql, params, options);
+}
+
+MergedResult Cluster::Merge(const MergePlan& plan, const SqlParams& params, const ScatterOptions& options,
+                            const MergeOptions& merge_options) {
+  return ScatterMerge(*scatter_, plan, params, options, merge_options);
+}
+
+TopKResult<std::int64_t> Cluster::TopK(const TopKQuery& query, TopKMethod method, const ScatterOptions& options) {
+  return TopKBySum<std::int64_t>(*scatter_, query, method, options);
+}
+
+TopKResult<Decimal> Cluster::TopKDecimal(const TopKQuery& query, TopKMethod method, const ScatterOptions& options) {
+  return TopKBySum<Decimal>(*scatter_, query, method, options);
+}
+
+ClusterStats Cluster::Stats() const {
+  ClusterStats stats;
+  stats.directory_version = resolver_->Directory()->Version();
+  for (const ConnectionPool& pool : resolver_->AllShards()) stats.pools.push_back(pool.Stats());
+  stats.scatters = scatter_->Stats();
+  stats.transactions = transactions_->Stats();
+  if (watcher_) stats.watcher = watcher_->Stats();
+  return stats;
+}
+
+}  // namespace shardkit

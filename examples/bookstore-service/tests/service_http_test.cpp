@@ -19,6 +19,7 @@
 #include <pqxx/pqxx>
 #include <regex>
 #include <set>
+#include <shardkit/move.hpp>
 #include <shardkit/snowflake.hpp>
 #include <string>
 #include <thread>
@@ -406,6 +407,43 @@ TEST_F(BookstoreServiceTest, MetricsAreValidPrometheusText) {
   const auto after = MetricValue(client.Get("/metrics").body,
                                  "bookstore_http_request_duration_seconds_count{route=\"/reports/top-books\"}");
   EXPECT_EQ(after.value_or(-1), before + 1);
+}
+
+// The reports follow a bucket move: called in a loop while a bucket moves
+// to the other shard and back, every answer is a 200 with the same rows.
+TEST_F(BookstoreServiceTest, ReportsAnswerThroughABucketMove) {
+  auto first = Client();
+  const std::string avg_before = Body(first.Get("/reports/category-avg?days=3650"))["categories"].dump();
+  const std::string top_before = Body(first.Get("/reports/top-books?days=3650&k=10"))["books"].dump();
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0};
+  std::vector<std::string> problems;
+  std::thread reports([&] {
+    auto client = Client();
+    while (!stop.load() && problems.size() < 5) {
+      const auto avg = client.Get("/reports/category-avg?days=3650");
+      const auto top = client.Get("/reports/top-books?days=3650&k=10");
+      if (avg.status != 200 || top.status != 200) {
+        problems.push_back(std::to_string(avg.status) + " " + avg.body + " / " + std::to_string(top.status) + " " +
+                           top.body);
+      } else if (Body(avg)["categories"].dump() != avg_before || Body(top)["books"].dump() != top_before) {
+        problems.push_back("another answer: " + avg.body + " / " + top.body);
+      }
+      ++answered;
+    }
+  });
+  shardkit::MoveOptions quick;
+  quick.cleanup_grace = 0ms;
+  shardkit::BucketMover mover{bookstore_->Config(), quick};
+  const shardkit::BucketId bucket{5};
+  (void)mover.Move(bucket, shardkit::ShardId{1});
+  const int after_first = answered.load();
+  (void)mover.Move(bucket, shardkit::ShardId{0});  // back: the other tests expect the even split
+  EXPECT_TRUE(WaitFor([&] { return answered.load() >= after_first + 5; }));
+  stop = true;
+  reports.join();
+  EXPECT_EQ(problems, std::vector<std::string>{});
+  EXPECT_GT(answered.load(), 5);
 }
 
 // ----------------------------------------------- services of their own

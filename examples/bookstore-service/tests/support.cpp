@@ -20,6 +20,7 @@
 
 #include <shardkit/directory.hpp>
 #include <shardkit/errors.hpp>
+#include <shardkit/ownership.hpp>
 #include <shardkit/migrate.hpp>
 
 extern char** environ;
@@ -158,6 +159,10 @@ ScratchBookstore::ScratchBookstore(const std::string& prefix) : base_(LoadCluste
     Exec(*dsns[i], "CREATE DATABASE " + name);
     *dsns[i] = WithDatabase(*dsns[i], name);
   }
+  // Bucket moves use the superuser's connection to the same databases.
+  for (auto& shard : config_.shards) {
+    if (!shard.admin_dsn.empty()) shard.admin_dsn = WithDatabase(shard.admin_dsn, database_);
+  }
   // The schema, as shardkit's migrator applies it from the installed sql/.
   shardkit::Migrator migrator(shardkit::MigrationSet::Load(SHARDKIT_SQL_DIR), shardkit::MigrationServers(config_));
   const shardkit::MigrationReport report = migrator.Apply();
@@ -195,6 +200,9 @@ ScratchBookstore::ScratchBookstore(const std::string& prefix) : base_(LoadCluste
   std::vector<shardkit::BucketId> all;
   for (shardkit::BucketId b : shardkit::AllBuckets()) all.push_back(b);
   seed(*config_.reference_dsn, BucketArray(all));
+  // Each shard owns its buckets (the fence), as lab/cluster start does, so
+  // that buckets can move.
+  (void)shardkit::EnrollShards(config_);
 }
 
 ScratchBookstore::~ScratchBookstore() {

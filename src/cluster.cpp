@@ -2,6 +2,9 @@
 // routed transactions, wired once.
 #include "shardkit/cluster.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
 #include <utility>
 
 namespace shardkit {
@@ -35,12 +38,58 @@ MergedResult Cluster::Merge(const MergePlan& plan, const SqlParams& params, cons
   return ScatterMerge(*scatter_, plan, params, options, merge_options);
 }
 
+namespace {
+
+// Top-k runs its phases in one session per shard; a shard that refuses a
+// bucket for a stale directory fails the session, so the whole top-k runs
+// again on the refreshed directory, as a scatter does: at most 3 newer
+// directories, and while the catalog has nothing newer yet (a move's
+// cutover, between the source's retirement and the flip) again after short
+// pauses, for up to 250 ms; never past the deadline.
+template <class Measure>
+TopKResult<Measure> TopKFollowingDirectory(BucketShardResolver& resolver, ScatterGather& scatter,
+                                           DirectoryWatcher* watcher, const TopKQuery& query, TopKMethod method,
+                                           const ScatterOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kMaxNewerDirectories = 3;
+  constexpr auto kMaxFlipWait = std::chrono::milliseconds(250);
+  int newer = 0;
+  auto waited = std::chrono::milliseconds(0);
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    const std::int64_t used = resolver.Directory()->Version();
+    try {
+      return TopKBySum<Measure>(scatter, query, method, options);
+    } catch (const ScatterError& e) {
+      const bool stale = std::any_of(e.failures().begin(), e.failures().end(),
+                                     [](const ScatterError::Failure& f) { return f.stale_directory; });
+      if (!stale || watcher == nullptr) throw;
+      std::int64_t now_version = used;
+      try {
+        now_version = watcher->RefreshNow();
+      } catch (const Error&) {
+        throw e;
+      }
+      if (now_version > used) {
+        if (++newer > kMaxNewerDirectories) throw;
+        continue;
+      }
+      if (waited >= kMaxFlipWait || (options.deadline && Clock::now() + pause >= *options.deadline)) throw;
+      std::this_thread::sleep_for(pause);
+      waited += pause;
+      pause = std::min(pause * 2, std::chrono::milliseconds(32));
+    }
+  }
+}
+
+}  // namespace
+
 TopKResult<std::int64_t> Cluster::TopK(const TopKQuery& query, TopKMethod method, const ScatterOptions& options) {
-  return TopKBySum<std::int64_t>(*scatter_, query, method, options);
+  return TopKFollowingDirectory<std::int64_t>(*resolver_, *scatter_, watcher_.get(), query, method, options);
 }
 
 TopKResult<Decimal> Cluster::TopKDecimal(const TopKQuery& query, TopKMethod method, const ScatterOptions& options) {
-  return TopKBySum<Decimal>(*scatter_, query, method, options);
+  return TopKFollowingDirectory<Decimal>(*resolver_, *scatter_, watcher_.get(), query, method, options);
 }
 
 ClusterStats Cluster::Stats() const {

@@ -112,8 +112,9 @@ TEST_F(ClusterPg, AnswersLikeTheReferenceServer) {
   EXPECT_EQ(stats.directory_version, scratch_->Directory().Version());
 }
 
-// Merges in a loop while a bucket moves to the empty shard: every answer is
-// the reference's, none fails, and routing follows the move.
+// Merges and top-k in a loop while a bucket moves to the empty shard: every
+// answer is the reference's (the top-k the one before the move), none
+// fails, and routing follows the move.
 TEST_F(ClusterPg, MergesStayExactWhileABucketMoves) {
   const auto cluster = Cluster::Open(scratch_->Config());
   const MergePlan plan = AggregateQuery::From("order_items").Count("n").Sum("quantity", "q").Plan();
@@ -125,11 +126,18 @@ TEST_F(ClusterPg, MergesStayExactWhileABucketMoves) {
   std::atomic<int> answered{0};
   std::atomic<int> wrong{0};
   std::vector<std::string> errors;
+  TopKQuery best;
+  best.from = "order_items";
+  best.key = "book_id";
+  best.measure = "quantity";
+  best.k = 5;
+  const auto want_top = cluster->TopK(best).items;
   std::thread reader([&] {
     while (!stop.load()) {
       try {
         const MergedResult m = cluster->Merge(plan);
         if (m.rows.at(0).at(0).ToString() != want_n || m.rows.at(0).at(1).ToString() != want_q) ++wrong;
+        if (cluster->TopK(best).items != want_top) ++wrong;
         ++answered;
       } catch (const std::exception& e) {
         errors.emplace_back(e.what());

@@ -505,7 +505,7 @@ HttpResponse BookstoreService::TopBooks(const Target& target) {
   shardkit::ScatterOptions options;
   options.deadline = deadline;
   options.label = "top-books";
-  const auto top = shardkit::TopKBySum(cluster_->Scatters(), query, shardkit::TopKMethod::kTput, options);
+  const auto top = cluster_->TopK(query, shardkit::TopKMethod::kTput, options);
 
   // Titles from one shard's copy of books (a reference table).
   std::vector<std::int64_t> ids;

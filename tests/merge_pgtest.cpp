@@ -121,8 +121,8 @@ std::string RowText(const std::vector<Value>& row) {
 
 // An empty string when equal, else what differs.
 // A group key as its equality sees it: the server's choice of text for a
-// group whose values print differently (1.5 or 1.50, 'a' or 'a ') is not
-// determined, so keys of those types are compared by value.
+// group whose values print differently (1.5 or 1.50, 'a' or 'a ', -0 or 0)
+// is not determined, so keys of those types are compared by value.
 Value CanonicalKey(const Value& v, const std::string& type) {
   if (v.IsNull()) return v;
   if (type == "numeric") {
@@ -134,6 +134,7 @@ Value CanonicalKey(const Value& v, const std::string& type) {
     if (t == "-0") t = "0";
     return Value::Text(t);
   }
+  if (type == "double precision" && v.AsDouble() == 0) return Value::Double(0);  // -0 = 0
   if (type == "character") {
     std::string t = v.AsText();
     while (!t.empty() && t.back() == ' ') t.pop_back();
@@ -456,7 +457,7 @@ struct Coverage {
   int refused = 0;
   int real_values = 0;
   int timestamptz_key = 0;
-  int typed_key = 0;  // numeric, bpchar, date, bytea, uuid keys
+  int typed_key = 0;  // numeric, bpchar, date, bytea, uuid, double precision, bigint keys
 };
 
 // A shape with a column shardkit must refuse: refused when planned or when
@@ -611,6 +612,8 @@ std::vector<DataRow> RandomData(std::mt19937_64& rng, const BucketDirectory& dir
       double v = static_cast<double>(pick(100000)) / 100.0;  // not exact in binary: order matters
       if (huge) v *= 1e10 / 7;
       if (special_doubles && chance(0.05)) v = chance(0.5) ? std::nan("") : HUGE_VAL;
+      if (v == 0 && chance(0.5)) v = -0.0;  // -0 = 0: one group
+
       r.score = v;
     }
     if (!chance(null_rate)) r.flag = chance(0.5);
@@ -643,7 +646,8 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data, c
                                              {"r", Kind::kReal},           {"ts", Kind::kTimestamptz},
                                              {"num", Kind::kOther},        {"bp", Kind::kOther},
                                              {"d", Kind::kOther},          {"by", Kind::kOther},
-                                             {"u", Kind::kOther}};
+                                             {"u", Kind::kOther},          {"score", Kind::kOther},
+                                             {"big", Kind::kOther}};
   static const std::vector<AggSpec> kAggregates = {
       {"count(*)", Kind::kInt, true},
       {"count(qty)", Kind::kInt, true},
@@ -1431,7 +1435,7 @@ TEST_F(MergePg, RandomDataAndShapesMatchTheReference) {
       "[ merge ] seed %llu: %d cases (%d grouped, %d scalar; %d ordered, %d unordered); groups on one shard "
       "only: %d, a shard without rows: %d, all shards empty: %d, HAVING: %d, LIMIT: %d, OFFSET: %d, text "
       "keys: %d, NULL groups: %d, numeric AVG: %d, scalar zero counts: %d, real values: %d, timestamptz "
-      "keys: %d, numeric/bpchar/date/bytea/uuid keys: %d, refused: %d\n",
+      "keys: %d, numeric/bpchar/date/bytea/uuid/double/bigint keys: %d, refused: %d\n",
       static_cast<unsigned long long>(seed), coverage.cases, coverage.grouped, coverage.scalar, coverage.ordered,
       coverage.unordered, coverage.group_on_one_shard_only, coverage.shard_without_rows, coverage.all_shards_empty,
       coverage.having, coverage.limit, coverage.offset, coverage.text_key, coverage.null_group,

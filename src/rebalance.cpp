@@ -156,7 +156,6 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
   report.plan_id = std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
-  if (plan.moves.empty()) return report;
 
   struct Cleanup {
     std::int64_t move_id;
@@ -164,12 +163,18 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
   };
   std::mutex mutex;
   std::condition_variable wake;
-  std::deque<PlannedMove> pending(plan.moves.begin(), plan.moves.end());
+  // A job: a planned move, or a live move (of a run that stopped) to
+  // resume first.
+  struct Job {
+    PlannedMove move;
+    std::optional<std::int64_t> resume;
+  };
+  std::deque<Job> pending;
   std::vector<Cleanup> cleanups;
   bool stop = false;
   int running_moves = 0;
-  const int total = static_cast<int>(plan.moves.size());
   int finished = 0;
+  int total = 0;
 
   std::mutex progress_mutex;
   auto report_progress = [&](const MoveProgress& p) {
@@ -193,9 +198,28 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
   BucketMover mover{config, first};
   BucketMover cleaner{config, second};
 
+  // Live moves first (a rebalance or move that stopped left them): each is
+  // resumed where it stopped; a planned move of the same bucket to the same
+  // shard is that move, one to another shard runs after it.
+  for (const MoveRecord& live : mover.List(true, 1000)) {
+    const auto planned = std::find_if(plan.moves.begin(), plan.moves.end(),
+                                      [&](const PlannedMove& m) { return m.bucket == live.bucket; });
+    PlannedMove m{live.bucket, live.source, live.target, planned != plan.moves.end() ? planned->rows : 0};
+    pending.push_back({m, live.move_id});
+    report.resumed.push_back(live.move_id);
+  }
+  for (const PlannedMove& m : plan.moves) {
+    const bool resumed = std::any_of(pending.begin(), pending.end(), [&](const Job& j) {
+      return j.resume && j.move.bucket == m.bucket && j.move.to == m.to;
+    });
+    if (!resumed) pending.push_back({m, std::nullopt});
+  }
+  if (pending.empty()) return report;
+  total = static_cast<int>(pending.size());
+
   auto worker = [&] {
     for (;;) {
-      std::optional<PlannedMove> move;
+      std::optional<Job> move;
       std::optional<std::int64_t> cleanup;
       {
         std::unique_lock lock(mutex);
@@ -227,9 +251,10 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
       }
       if (move) {
         try {
-          const MoveRecord r = mover.Move(move->bucket, move->to, report.plan_id);
+          const MoveRecord r = move->resume ? mover.Resume(*move->resume)
+                                            : mover.Move(move->move.bucket, move->move.to, report.plan_id);
           std::lock_guard lock(mutex);
-          if (r.state == MoveState::kDone) {
+          if (r.state == MoveState::kDone || r.state == MoveState::kAborted) {
             report.moves.push_back(r);
             ++finished;
           } else {
@@ -237,8 +262,10 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
           }
         } catch (const std::exception& e) {
           std::lock_guard lock(mutex);
-          report.failures.push_back(fmt::format("bucket {} (shard {} -> shard {}): {}", move->bucket, move->from,
-                                                move->to, FirstLine(e.what())));
+          report.failures.push_back(
+              fmt::format("bucket {} (shard {} -> shard {}{}): {}", move->move.bucket, move->move.from, move->move.to,
+                          move->resume ? fmt::format(", resuming move {}", *move->resume) : std::string(),
+                          FirstLine(e.what())));
           ++finished;
           stop = true;
         }
@@ -265,7 +292,7 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
   std::vector<std::thread> threads;
   for (int i = 0; i < std::max(1, options.parallel); ++i) threads.emplace_back(worker);
   for (auto& t : threads) t.join();
-  report.not_started.assign(pending.begin(), pending.end());
+  for (const Job& j : pending) report.not_started.push_back(j.move);
   report.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
   return report;
 }

@@ -12,6 +12,7 @@
 
 #include "shardkit/errors.hpp"
 #include "shardkit/ownership.hpp"
+#include "shardkit/resolver.hpp"
 
 namespace shardkit {
 namespace {
@@ -163,13 +164,7 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
   };
   std::mutex mutex;
   std::condition_variable wake;
-  // A job: a planned move, or a live move (of a run that stopped) to
-  // resume first.
-  struct Job {
-    PlannedMove move;
-    std::optional<std::int64_t> resume;
-  };
-  std::deque<Job> pending;
+  std::deque<PlannedMove> pending;
   std::vector<Cleanup> cleanups;
   bool stop = false;
   int running_moves = 0;
@@ -199,27 +194,73 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
   BucketMover cleaner{config, second};
 
   // Live moves first (a rebalance or move that stopped left them): each is
-  // resumed where it stopped; a planned move of the same bucket to the same
-  // shard is that move, one to another shard runs after it.
-  for (const MoveRecord& live : mover.List(true, 1000)) {
-    const auto planned = std::find_if(plan.moves.begin(), plan.moves.end(),
-                                      [&](const PlannedMove& m) { return m.bucket == live.bucket; });
-    PlannedMove m{live.bucket, live.source, live.target, planned != plan.moves.end() ? planned->rows : 0};
-    pending.push_back({m, live.move_id});
-    report.resumed.push_back(live.move_id);
+  // resumed where it stopped (or rolled back, if it was aborting), then the
+  // plan is made again from the directory they leave, onto the same shards.
+  std::vector<PlannedMove> moves = plan.moves;
+  {
+    std::deque<MoveRecord> live;
+    for (const MoveRecord& m : mover.List(true, 1000)) {
+      live.push_back(m);
+      report.resumed.push_back(m.move_id);
+    }
+    total = static_cast<int>(live.size() + moves.size());
+    std::vector<std::thread> resumers;
+    for (int i = 0; i < std::max(1, options.parallel) && !live.empty(); ++i) {
+      resumers.emplace_back([&] {
+        for (;;) {
+          MoveRecord m;
+          {
+            std::lock_guard lock(mutex);
+            if (live.empty()) return;
+            m = live.front();
+            live.pop_front();
+          }
+          try {
+            const MoveRecord r = cleaner.Resume(m.move_id);
+            std::lock_guard lock(mutex);
+            report.moves.push_back(r);
+            ++finished;
+          } catch (const std::exception& e) {
+            std::lock_guard lock(mutex);
+            report.failures.push_back(fmt::format("resuming move {} of bucket {} (shard {} -> shard {}): {}",
+                                                  m.move_id, m.bucket, m.source, m.target, FirstLine(e.what())));
+            ++finished;
+          }
+        }
+      });
+    }
+    for (auto& t : resumers) t.join();
+    if (!report.failures.empty()) {
+      report.not_started = moves;
+      report.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+      return report;
+    }
+    if (!report.resumed.empty()) {
+      const BucketDirectory now = LoadCatalogDirectory(config);
+      if (!plan.shards.empty()) {
+        std::vector<PlannedMove> again = PlanRebalance(now, plan.shards).moves;
+        for (auto& m : again) {
+          for (const auto& old : plan.moves) {
+            if (old.bucket == m.bucket) m.rows = old.rows;
+          }
+        }
+        moves = std::move(again);
+      } else {
+        std::erase_if(moves, [&](const PlannedMove& m) { return now.ShardOf(m.bucket) == m.to; });
+        for (auto& m : moves) m.from = now.ShardOf(m.bucket);
+      }
+    }
   }
-  for (const PlannedMove& m : plan.moves) {
-    const bool resumed = std::any_of(pending.begin(), pending.end(), [&](const Job& j) {
-      return j.resume && j.move.bucket == m.bucket && j.move.to == m.to;
-    });
-    if (!resumed) pending.push_back({m, std::nullopt});
+  pending.assign(moves.begin(), moves.end());
+  total = finished + static_cast<int>(pending.size());
+  if (pending.empty()) {
+    report.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+    return report;
   }
-  if (pending.empty()) return report;
-  total = static_cast<int>(pending.size());
 
   auto worker = [&] {
     for (;;) {
-      std::optional<Job> move;
+      std::optional<PlannedMove> move;
       std::optional<std::int64_t> cleanup;
       {
         std::unique_lock lock(mutex);
@@ -251,10 +292,9 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
       }
       if (move) {
         try {
-          const MoveRecord r = move->resume ? mover.Resume(*move->resume)
-                                            : mover.Move(move->move.bucket, move->move.to, report.plan_id);
+          const MoveRecord r = mover.Move(move->bucket, move->to, report.plan_id);
           std::lock_guard lock(mutex);
-          if (r.state == MoveState::kDone || r.state == MoveState::kAborted) {
+          if (r.state == MoveState::kDone) {
             report.moves.push_back(r);
             ++finished;
           } else {
@@ -262,10 +302,8 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
           }
         } catch (const std::exception& e) {
           std::lock_guard lock(mutex);
-          report.failures.push_back(
-              fmt::format("bucket {} (shard {} -> shard {}{}): {}", move->move.bucket, move->move.from, move->move.to,
-                          move->resume ? fmt::format(", resuming move {}", *move->resume) : std::string(),
-                          FirstLine(e.what())));
+          report.failures.push_back(fmt::format("bucket {} (shard {} -> shard {}): {}", move->bucket, move->from,
+                                                move->to, FirstLine(e.what())));
           ++finished;
           stop = true;
         }
@@ -292,7 +330,7 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
   std::vector<std::thread> threads;
   for (int i = 0; i < std::max(1, options.parallel); ++i) threads.emplace_back(worker);
   for (auto& t : threads) t.join();
-  for (const Job& j : pending) report.not_started.push_back(j.move);
+  report.not_started.assign(pending.begin(), pending.end());
   report.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
   return report;
 }

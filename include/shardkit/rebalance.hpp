@@ -16,9 +16,11 @@
 // ApplyRebalance() runs the plan's moves (move.hpp), `parallel` at a time;
 // each move's cleanup waits out its grace period while the next moves run.
 // Live moves that a stopped run left (any bucket) are resumed first where
-// they stopped (a move still 'aborting' is rolled back): a rebalance applied
-// again after one was killed finishes it. A failed move stops new ones from
-// starting; the report says which moved.
+// they stopped (a move still 'aborting' is rolled back), and the plan is
+// made again from the directory they leave, onto plan.shards (a plan
+// without shards keeps its moves, less those already done): a rebalance
+// applied again after one was killed finishes the job. A failed move stops
+// new ones from starting; the report says which moved.
 #pragma once
 
 #include <array>

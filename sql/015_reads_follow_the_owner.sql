@@ -131,16 +131,20 @@ $fn$;
 CREATE OR REPLACE FUNCTION shardkit_check_buckets() RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
-  wanted   bigint := shardkit_visible_mask();
+  requested text := current_setting('shardkit.buckets', true);
+  wanted   bigint;
   enrolled boolean;
   owned    bigint;
   moving   bigint;
   bad      smallint;
   b        smallint;
 BEGIN
-  IF coalesce(current_setting('shardkit.buckets', true), '') IN ('', 'all') THEN
-    RETURN wanted;
+  -- Unset, 'all' or not a mask: shardkit_visible_mask() says what (SK004
+  -- for a malformed one); a mask is checked here, with one read.
+  IF coalesce(requested, '') IN ('', 'all') OR requested !~ '^-?[0-9]{1,19}$' THEN
+    RETURN shardkit_visible_mask();
   END IF;
+  wanted := requested::bigint;
   SELECT EXISTS (SELECT 1 FROM shardkit_shard_identity),
          (SELECT coalesce(bit_or(1::bigint << bucket), 0) FROM shardkit_bucket_ownership WHERE state = 'owned'),
          (SELECT coalesce(bit_or(1::bigint << bucket), 0) FROM shardkit_bucket_ownership

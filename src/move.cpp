@@ -1124,9 +1124,11 @@ void MoveRun::Cleanup() {
     AfterStep();
   }
   pqxx::connection& c = Source();
-  // A REPEATABLE READ transaction whose snapshot predates the retirement
-  // may still read the old rows (as of its snapshot, which is whole):
-  // they are deleted once no such transaction is left.
+  // No statement can read the bucket here with a snapshot taken after the
+  // retirement (refused); a REPEATABLE READ transaction with an older one
+  // still reads it, whole, as of then. The rows are deleted once every
+  // transaction older than this point has ended, so that such reads and
+  // the deletion never overlap (and a long transaction is named here).
   AwaitOlderTransactions(impl.options.cleanup_wait_timeout, "may still read the old rows",
                          fmt::format("shardctl move resume {}", record.move_id));
   const auto tables = RegisteredTables(c);

@@ -103,6 +103,11 @@ BEGIN
                        'is bucket b, ''all'', or nothing', requested);
   END IF;
   wanted := requested::bigint;
+  -- Checked by shardkit_check_buckets() in this transaction (which holds
+  -- the buckets to its end): nothing to read again.
+  IF current_setting('shardkit.checked', true) = requested THEN
+    RETURN wanted;
+  END IF;
   SELECT EXISTS (SELECT 1 FROM shardkit_shard_identity),
          (SELECT coalesce(bit_or(1::bigint << bucket), 0) FROM shardkit_bucket_ownership WHERE state = 'owned')
   INTO enrolled, owned;
@@ -121,6 +126,10 @@ $fn$;
 -- after setting the mask): every bucket of shardkit.buckets is owned here,
 -- else SK003; and the read hold on each of them that a move is taking away
 -- (see the top). Returns the mask.
+--
+-- It records the mask it checked in shardkit.checked (transaction-local,
+-- shardkit's own: do not set it), so that the policies' per-statement check
+-- of the same mask reads nothing again: the transaction holds it anyway.
 --
 -- Why the hold is enough: a bucket that is owned with no move marked in the
 -- snapshot read here gets its move's mark only after this transaction
@@ -146,10 +155,9 @@ BEGIN
   END IF;
   wanted := requested::bigint;
   SELECT EXISTS (SELECT 1 FROM shardkit_shard_identity),
-         (SELECT coalesce(bit_or(1::bigint << bucket), 0) FROM shardkit_bucket_ownership WHERE state = 'owned'),
-         (SELECT coalesce(bit_or(1::bigint << bucket), 0) FROM shardkit_bucket_ownership
-          WHERE state = 'owned' AND move_id IS NOT NULL)
-  INTO enrolled, owned, moving;
+         coalesce(bit_or(1::bigint << bucket) FILTER (WHERE state = 'owned'), 0),
+         coalesce(bit_or(1::bigint << bucket) FILTER (WHERE state = 'owned' AND move_id IS NOT NULL), 0)
+  INTO enrolled, owned, moving FROM shardkit_bucket_ownership;
   -- A database that is not enrolled knows no ownership (and has no fence
   -- nor visibility policies): whatever the caller's directory says.
   IF NOT enrolled THEN
@@ -161,6 +169,7 @@ BEGIN
     PERFORM shardkit_read_refuse(bad);
   END IF;
   IF wanted & moving = 0 THEN
+    PERFORM set_config('shardkit.checked', requested, true);
     RETURN wanted;
   END IF;
   FOR b IN SELECT g::smallint FROM generate_series(0, 63) AS g WHERE (((wanted & moving) >> g) & 1) = 1 LOOP
@@ -176,6 +185,7 @@ BEGIN
       PERFORM shardkit_read_refuse(bad);
     END IF;
   END IF;
+  PERFORM set_config('shardkit.checked', requested, true);
   RETURN wanted;
 END
 $fn$;

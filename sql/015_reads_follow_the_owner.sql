@@ -15,9 +15,10 @@
 --
 -- The read hold: shardkit_check_buckets() (the library sends it with BEGIN)
 -- takes pg_try_advisory_xact_lock_shared(21326, bucket) for each asked
--- bucket that a move is taking away from this shard, so a transaction that
--- checked a bucket keeps a whole view of it to its end, in READ COMMITTED
--- too. The move waits for those holds (pg_advisory_lock(21326, bucket),
+-- bucket that a move is taking away from this shard, so a READ COMMITTED
+-- transaction that checked a bucket keeps a whole view of it to its end
+-- (REPEATABLE READ and SERIALIZABLE ones read as of the checked snapshot
+-- and need none). The move waits for those holds (pg_advisory_lock(21326, bucket),
 -- bounded by its drain timeout) before it retires the bucket; while it
 -- waits or holds it, new readers of the bucket are refused at once (SK003,
 -- state=frozen: retry shortly), as writers are by the freeze.
@@ -168,7 +169,9 @@ BEGIN
     WHERE (((wanted & ~owned) >> g) & 1) = 1 ORDER BY g LIMIT 1;
     PERFORM shardkit_read_refuse(bad);
   END IF;
-  IF wanted & moving = 0 THEN
+  -- REPEATABLE READ and SERIALIZABLE read as of this snapshot, in which
+  -- the buckets are owned: whole to the end without a hold.
+  IF wanted & moving = 0 OR current_setting('transaction_isolation') <> 'read committed' THEN
     PERFORM set_config('shardkit.checked', requested, true);
     RETURN wanted;
   END IF;
@@ -177,13 +180,11 @@ BEGIN
       PERFORM shardkit_read_refuse(b, true);
     END IF;
   END LOOP;
-  IF current_setting('transaction_isolation') = 'read committed' THEN
-    SELECT coalesce(bit_or(1::bigint << bucket), 0) INTO owned FROM shardkit_bucket_ownership WHERE state = 'owned';
-    IF wanted & ~owned <> 0 THEN
-      SELECT g::smallint INTO bad FROM generate_series(0, 63) AS g
-      WHERE (((wanted & ~owned) >> g) & 1) = 1 ORDER BY g LIMIT 1;
-      PERFORM shardkit_read_refuse(bad);
-    END IF;
+  SELECT coalesce(bit_or(1::bigint << bucket), 0) INTO owned FROM shardkit_bucket_ownership WHERE state = 'owned';
+  IF wanted & ~owned <> 0 THEN
+    SELECT g::smallint INTO bad FROM generate_series(0, 63) AS g
+    WHERE (((wanted & ~owned) >> g) & 1) = 1 ORDER BY g LIMIT 1;
+    PERFORM shardkit_read_refuse(bad);
   END IF;
   PERFORM set_config('shardkit.checked', requested, true);
   RETURN wanted;

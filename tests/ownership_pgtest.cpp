@@ -503,6 +503,19 @@ TEST_F(Fence, AReaderOfAMovingBucketHoldsItAgainstTheHandover) {
     tx.exec(fmt::format("SELECT pg_advisory_unlock({}, {})", kReadHoldLockKey, bucket));
   }
   EXPECT_FALSE(Refusal(Shard0(), check + "; SELECT count(*) FROM customers"));
+  // A REPEATABLE READ reader reads as of its snapshot and holds nothing:
+  // the handover does not wait for it.
+  {
+    pqxx::connection snapshot_reader{Shard0()};
+    pqxx::nontransaction rr{snapshot_reader};
+    rr.exec("BEGIN ISOLATION LEVEL REPEATABLE READ");
+    rr.exec(check);
+    pqxx::nontransaction tx{mover};
+    tx.exec("SET lock_timeout = 200");
+    EXPECT_NO_THROW(tx.exec(fmt::format("SELECT pg_advisory_lock({}, {})", kReadHoldLockKey, bucket)));
+    tx.exec(fmt::format("SELECT pg_advisory_unlock({}, {})", kReadHoldLockKey, bucket));
+    rr.exec("COMMIT");
+  }
   cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET move_id = NULL, new_owner = NULL WHERE bucket = 9");
 }
 

@@ -18,10 +18,10 @@
 -- bucket that a move is taking away from this shard, so a READ COMMITTED
 -- transaction that checked a bucket keeps a whole view of it to its end
 -- (REPEATABLE READ and SERIALIZABLE ones read as of the checked snapshot
--- and need none). The move waits for those holds (pg_advisory_lock(21326, bucket),
--- bounded by its drain timeout) before it retires the bucket; while it
--- waits or holds it, new readers of the bucket are refused at once (SK003,
--- state=frozen: retry shortly), as writers are by the freeze.
+-- and need none). The move waits for those holds (pg_advisory_lock(21326,
+-- bucket), bounded by its drain timeout) before it retires the bucket;
+-- while it waits or holds it, new readers of the bucket are refused at once
+-- (SK003, state=frozen: retry shortly), as writers are by the freeze.
 --
 -- Raw SQL: the row-level security policies call shardkit_visible_mask()
 -- once per statement, and that now refuses (SK003) a shardkit.buckets mask

@@ -1192,9 +1192,10 @@ void MoveRun::Abort(const std::string& reason) {
           fmt::format("{}: cannot abort: the source has retired the bucket ({}) and {}; finish it with shardctl move "
                       "resume {}, then move the bucket back",
                       Where(), OwnershipStateName(at_source->state),
-                      !target_unknown.empty() ? fmt::format("whether the target owns it is unknown ({})", target_unknown)
-                      : target_took_it        ? std::string("the target owns it (it may have accepted writes)")
-                                              : std::string("its old rows are being deleted"),
+                      !target_unknown.empty()
+                          ? fmt::format("whether the target owns it is unknown ({})", target_unknown)
+                      : target_took_it ? std::string("the target owns it (it may have accepted writes)")
+                                       : std::string("its old rows are being deleted"),
                       record.move_id),
           record.move_id, record.bucket);
     }

@@ -271,9 +271,10 @@ class Load {
       } catch (const ScatterError& e) {
         const bool refused = !e.failures().empty() && std::all_of(e.failures().begin(), e.failures().end(),
                                                                   [](const auto& f) { return f.stale_directory; });
-        const bool late = !e.failures().empty() && std::all_of(e.failures().begin(), e.failures().end(), [](const auto& f) {
-          return !f.stale_directory && (f.sqlstate.empty() || f.sqlstate == "57014");
-        });
+        const bool late =
+            !e.failures().empty() && std::all_of(e.failures().begin(), e.failures().end(), [](const auto& f) {
+              return !f.stale_directory && (f.sqlstate.empty() || f.sqlstate == "57014");
+            });
         if (refused) {
           ++(stale ? tally.stale_refused : tally.scatter_refused);
         } else if (late) {

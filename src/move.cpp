@@ -1,6 +1,7 @@
 #include "shardkit/move.hpp"
 
 #include <fmt/format.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,13 +37,16 @@
 // means they are all gone, and new ones are refused (SK002) from the moment
 // the request waits. A second marker, written after the freeze (in the same
 // round trip as the lock), arrives after everything the bucket's writers
-// committed: the barrier. Then, with the catalog's flip lock held (21325,
-// serialising flips of parallel moves): the source retires the bucket
-// (naming the target: a stale router's write is refused with the new
-// owner), the target owns it, the catalog's directory is compare-and-set to
-// the next version together with the journal's 'flipped', and the freeze is
-// released. Retiring before owning means that no instant has two owners; a
-// mover dying between the two leaves no owner until `move resume`, never two.
+// committed: the barrier. Then the readers are drained the same way (the
+// read hold (21326, bucket) that shardkit_check_buckets() takes, sql/015),
+// and, with the catalog's flip lock held (21325, serialising flips of
+// parallel moves): the source retires the bucket (its writes and reads are
+// refused from then on, naming the target), the target owns it, the
+// catalog's directory is compare-and-set to the next version together with
+// the journal's 'flipped', and the freeze is released. Retiring before
+// owning means that no instant has two shards serving the bucket; a mover
+// dying between the two leaves none until `move resume` or `move abort`,
+// never two.
 //
 // The stall (freeze -> flip) is a handful of round trips plus logical
 // replication's apply latency for the barrier. Every commit of the mover's
@@ -95,11 +99,22 @@ std::string FirstLine(std::string text) {
   return RedactDsn(text);
 }
 
+// The effective user (as the server's logs would show the process), not
+// $USER, which services and containers often leave unset.
 std::string DefaultRequester() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  const char* user = std::getenv("USER");
-  return fmt::format("{}@{} pid {}", user != nullptr ? user : "?", host, ::getpid());
+  std::string user;
+  std::vector<char> buffer(16384);
+  passwd entry{};
+  passwd* found = nullptr;
+  if (::getpwuid_r(::geteuid(), &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr &&
+      found->pw_name != nullptr) {
+    user = found->pw_name;
+  } else {
+    user = fmt::format("uid {}", ::geteuid());
+  }
+  return fmt::format("{}@{} pid {}", user, host, ::getpid());
 }
 
 double Ms(Clock::duration d) { return static_cast<double>(duration_cast<microseconds>(d).count()) / 1000.0; }
@@ -225,6 +240,7 @@ bool CanAbort(MoveState state) noexcept {
     case MoveState::kCopying:
     case MoveState::kCopied:
     case MoveState::kStreaming:
+    case MoveState::kRetired:
     case MoveState::kAborting:
       return true;
     default:
@@ -418,6 +434,12 @@ struct MoveRun {
   }
   // Waits for marker `marker` on the target; false at the deadline.
   bool AwaitMarker(int marker, Clock::time_point deadline, bool report_lag);
+  // Waits until every transaction of the source's database that began
+  // before `since` (a timestamptz as text; empty: now) has ended; at
+  // `timeout`, throws MoveError naming one, with `why` (what they might do)
+  // and `then` (what to run afterwards).
+  void AwaitOlderTransactions(std::chrono::milliseconds timeout, const std::string& why, const std::string& then,
+                              std::string since = {});
   std::optional<std::int64_t> Lag();
 };
 
@@ -571,6 +593,15 @@ void MoveRun::Prepare() {
     }
     tx.commit();
   }
+  {
+    // The mark's time, taken after its COMMIT: a transaction that began
+    // later sees the mark, so it takes a read hold (sql/015); the cutover
+    // waits for those that began earlier.
+    pqxx::nontransaction tx{source_c};
+    tx.exec_params("UPDATE shardkit_bucket_ownership SET updated_at = clock_timestamp() WHERE bucket = $1 AND "
+                   "move_id = $2 AND state = 'owned'",
+                   ToInt(record.bucket), record.move_id);
+  }
   Journal(MoveState::kPrepared,
           fmt::format("{} sharded tables, schemas equal; source marked with the move", source_tables.size()));
 }
@@ -646,6 +677,39 @@ bool MoveRun::AwaitMarker(int marker, Clock::time_point deadline, bool report_la
       next_report = now + milliseconds(250);
     }
     std::this_thread::sleep_for(milliseconds(1));
+  }
+}
+
+void MoveRun::AwaitOlderTransactions(std::chrono::milliseconds timeout, const std::string& why,
+                                     const std::string& then, std::string since) {
+  pqxx::connection& c = Source();
+  if (since.empty()) {
+    pqxx::nontransaction tx{c};
+    since = tx.exec1("SELECT clock_timestamp()::text")[0].as<std::string>();
+  }
+  const auto give_up = Clock::now() + timeout;
+  auto next_report = Clock::now();
+  for (;;) {
+    pqxx::read_transaction tx{c};
+    const auto older = tx.exec_params(
+        "SELECT a.pid, to_char(a.xact_start AT TIME ZONE 'UTC', 'HH24:MI:SS'), coalesce(a.application_name, ''), "
+        "left(a.query, 60) FROM pg_stat_activity a WHERE a.datname = current_database() AND "
+        "a.backend_type = 'client backend' AND a.pid <> pg_backend_pid() AND a.xact_start < $1::timestamptz "
+        "ORDER BY a.xact_start LIMIT 1",
+        since);
+    if (older.empty()) return;
+    if (Clock::now() > give_up) {
+      throw MoveError(fmt::format("{}: transaction pid {} on {} (started {} UTC, {}: '{}') {}; it did not end within "
+                                  "{} ms: end it, then {}",
+                                  Where(), older[0][0].c_str(), impl.ShardLabel(record.source), older[0][1].c_str(),
+                                  older[0][2].c_str(), older[0][3].c_str(), why, timeout.count(), then),
+                      record.move_id, record.bucket);
+    }
+    if (Clock::now() >= next_report) {
+      Progress(fmt::format("waiting for transaction pid {} (older than this step) to end", older[0][0].c_str()));
+      next_report = Clock::now() + std::chrono::seconds(1);
+    }
+    std::this_thread::sleep_for(milliseconds(10));
   }
 }
 
@@ -765,7 +829,11 @@ void MoveRun::Cutover() {
   // A run that died after retiring: the source refuses writes already.
   if (const auto at_source = OwnershipOf(Source());
       at_source && at_source->state != OwnershipState::kOwned && at_source->move_id == record.move_id) {
-    record.directory_version = at_source->directory_version;
+    {
+      pqxx::read_transaction tx{*catalog};
+      const BucketDirectory current = DirectoryIn(tx, impl.ShardCount());
+      record.directory_version = current.Version() + (current.ShardOf(record.bucket) == record.source ? 1 : 0);
+    }
     Journal(MoveState::kRetired, "the source had retired the bucket in an earlier run");
     AfterStep();
     return;
@@ -790,6 +858,23 @@ void MoveRun::Cutover() {
     }
     if (Clock::now() - sent <= kQuickMarker || catchup_rounds >= kMaxCatchupRounds) break;
   }
+  // Readers that checked the bucket before the source was marked with this
+  // move took no read hold (sql/015): wait for them before anything is
+  // frozen (no stall yet); later ones hold it, and the handover waits for
+  // those.
+  Progress("waiting for transactions older than the move");
+  std::string marked;
+  {
+    pqxx::read_transaction tx{Source()};
+    const auto rows = tx.exec_params(
+        "SELECT updated_at::text FROM shardkit_bucket_ownership WHERE bucket = $1 AND move_id = $2 AND state = 'owned'",
+        ToInt(record.bucket), record.move_id);
+    if (!rows.empty()) marked = rows[0][0].as<std::string>();
+  }
+  AwaitOlderTransactions(impl.options.older_transactions_timeout,
+                         "began before the move was marked and may read the bucket without a read hold",
+                         fmt::format("shardctl move resume {} (or move abort {})", record.move_id, record.move_id),
+                         marked);
   // Freeze, draining the writers already in the bucket. Everything that
   // can be is ready before: the connections, the lock timeout, the flip's
   // catalog transaction (BEGIN takes no snapshot), the statements.
@@ -834,10 +919,12 @@ void MoveRun::Cutover() {
     throw;
   }
   lap("freeze+marker");
+  bool readers_held = false;
   auto unfreeze = [&] {
     if (!freeze) return;
     try {
       pqxx::nontransaction tx{*freeze};
+      if (readers_held) tx.exec_params("SELECT pg_advisory_unlock($1, $2)", kReadHoldLockKey, ToInt(record.bucket));
       tx.exec_params("SELECT pg_advisory_unlock($1, $2)", kFenceLockKey, ToInt(record.bucket));
     } catch (const std::exception&) {
       // Closing the session releases it as well.
@@ -853,6 +940,25 @@ void MoveRun::Cutover() {
                       record.move_id, record.bucket);
     }
     lap("barrier");
+    // The readers: transactions that checked the bucket hold (21326,
+    // bucket) shared until they end; new ones are refused (SK003, frozen)
+    // from the moment this waits. Once granted, no transaction can read the
+    // bucket here as owned any more after the retirement below.
+    try {
+      pqxx::nontransaction tx{*freeze};
+      tx.exec_params("SELECT pg_advisory_lock($1, $2)", kReadHoldLockKey, ToInt(record.bucket));
+      readers_held = true;
+    } catch (const pqxx::sql_error& e) {
+      if (e.sqlstate() == "55P03") {
+        throw MoveError(fmt::format("{}: draining the bucket's readers timed out after {} ms: a transaction kept "
+                                    "reading it (a long transaction on the source?); unfrozen and aborted, the data "
+                                    "left untouched",
+                                    Where(), impl.options.drain_timeout.count()),
+                        record.move_id, record.bucket);
+      }
+      throw;
+    }
+    lap("readers");
     // The flip lock: one cutover at a time reads and bumps the version.
     flip->exec_params("SELECT pg_advisory_xact_lock($1, 0)", kFlipLockKey);
     const BucketDirectory current = DirectoryIn(*flip, impl.ShardCount());
@@ -865,11 +971,14 @@ void MoveRun::Cutover() {
     }
     const std::int64_t version = current.Version() + 1;
     {
+      // The source keeps the version that gave it the bucket until the
+      // flip is in the catalog (DropReplication): a refusal must not name a
+      // version routers cannot find yet.
       pqxx::nontransaction tx{*freeze};
       const auto retired = tx.exec_params(
-          "UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = $2, directory_version = $3, "
-          "move_id = $4, updated_at = clock_timestamp() WHERE bucket = $1 AND state = 'owned'",
-          ToInt(record.bucket), ToInt(record.target), version, record.move_id);
+          "UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = $2, "
+          "move_id = $3, updated_at = clock_timestamp() WHERE bucket = $1 AND state = 'owned'",
+          ToInt(record.bucket), ToInt(record.target), record.move_id);
       if (retired.affected_rows() != 1) {
         throw MoveError(fmt::format("{}: the source no longer owned the bucket at the cutover", Where()),
                         record.move_id, record.bucket);
@@ -877,9 +986,14 @@ void MoveRun::Cutover() {
     }
     record.directory_version = version;
     lap("retire");
-    // From here on there is no way back: only forward (resume).
+    // Journaled now, so that a run resuming from here adds its own wait.
+    record.stall_ms = Ms(Clock::now() - freeze_start);
+    // From here on the way back is only an explicit abort (while the target
+    // does not own the bucket), never an automatic one.
     try {
-      Journal(MoveState::kRetired, fmt::format("frozen, barrier passed; retired on the source for version {}", version));
+      Journal(MoveState::kRetired, fmt::format("frozen, readers drained, barrier passed; retired on the source for "
+                                               "directory version {}",
+                                               version));
       AfterStep();
       MakeTargetOwner();
       lap("owned");
@@ -931,6 +1045,18 @@ void MoveRun::Flip() {
   pqxx::work flip{*flip_catalog};
   flip.exec_params("SELECT pg_advisory_xact_lock($1, 0)", kFlipLockKey);
   const BucketDirectory current = DirectoryIn(flip, impl.ShardCount());
+  // The bucket has been refusing writes since the freeze of the run that
+  // retired it: that run's stall up to the retirement (journaled with
+  // 'retired') plus the time since, by the catalog's clock.
+  {
+    const auto since = flip.exec_params(
+        "SELECT extract(epoch FROM clock_timestamp() - min(at)) * 1000 FROM shardkit_move_events "
+        "WHERE move_id = $1 AND state = 'retired'",
+        record.move_id);
+    if (!since.empty() && !since[0][0].is_null()) {
+      record.stall_ms = record.stall_ms.value_or(0) + std::max(0.0, since[0][0].as<double>());
+    }
+  }
   if (current.ShardOf(record.bucket) == record.target) {
     record.directory_version = current.Version();
     Journal(MoveState::kFlipped, fmt::format("the directory already placed the bucket there (version {})",
@@ -957,6 +1083,14 @@ void MoveRun::DropReplication() {
   for (pqxx::connection* c : {&Source(), &Target()}) {
     pqxx::nontransaction tx{*c};
     tx.exec_params("DELETE FROM shardkit_move_markers WHERE move_id = $1", record.move_id);
+  }
+  // The catalog has the flip's version now: the source's refusals may
+  // name it.
+  if (record.directory_version) {
+    pqxx::nontransaction tx{Source()};
+    tx.exec_params("UPDATE shardkit_bucket_ownership SET directory_version = $3, updated_at = clock_timestamp() "
+                   "WHERE bucket = $1 AND move_id = $2 AND state IN ('retired', 'cleaning')",
+                   ToInt(record.bucket), record.move_id, *record.directory_version);
   }
   // The target owns the bucket since the flip: its writes take the fence's
   // fast path from now on (sql/014; until this, the slow path admits them).
@@ -990,42 +1124,13 @@ void MoveRun::Cleanup() {
     AfterStep();
   }
   pqxx::connection& c = Source();
-  // Transactions that checked the bucket before it was marked 'cleaning'
-  // may read it until they end (shardkit_check_buckets): wait for every
-  // transaction of the source's database that began before now (the mark
-  // is committed: whatever begins later is refused the bucket).
-  {
-    std::string marked;
-    {
-      pqxx::nontransaction tx{c};
-      marked = tx.exec1("SELECT clock_timestamp()::text")[0].as<std::string>();
-    }
-    const auto give_up = Clock::now() + impl.options.cleanup_wait_timeout;
-    auto next_report = Clock::now();
-    for (;;) {
-      pqxx::read_transaction tx{c};
-      const auto older = tx.exec_params(
-          "SELECT a.pid, to_char(a.xact_start AT TIME ZONE 'UTC', 'HH24:MI:SS'), coalesce(a.application_name, ''), "
-          "left(a.query, 60) FROM pg_stat_activity a WHERE a.datname = current_database() AND "
-          "a.backend_type = 'client backend' AND a.pid <> pg_backend_pid() AND a.xact_start < $1::timestamptz "
-          "ORDER BY a.xact_start LIMIT 1",
-          marked);
-      if (older.empty()) break;
-      if (Clock::now() > give_up) {
-        throw MoveError(fmt::format("{}: the old rows cannot be deleted yet: transaction pid {} (started {} UTC, {}: "
-                                    "'{}') began before the cleanup and may still read them; end it, then shardctl "
-                                    "move resume {}",
-                                    Where(), older[0][0].c_str(), older[0][1].c_str(), older[0][2].c_str(),
-                                    older[0][3].c_str(), record.move_id),
-                        record.move_id, record.bucket);
-      }
-      if (Clock::now() >= next_report) {
-        Progress(fmt::format("waiting for transaction pid {} (older than the cleanup) to end", older[0][0].c_str()));
-        next_report = Clock::now() + std::chrono::seconds(1);
-      }
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-  }
+  // No statement can read the bucket here with a snapshot taken after the
+  // retirement (refused); a REPEATABLE READ transaction with an older one
+  // still reads it, whole, as of then. The rows are deleted once every
+  // transaction older than this point has ended, so that such reads and
+  // the deletion never overlap (and a long transaction is named here).
+  AwaitOlderTransactions(impl.options.cleanup_wait_timeout, "may still read the old rows",
+                         fmt::format("shardctl move resume {}", record.move_id));
   const auto tables = RegisteredTables(c);
   {
     pqxx::nontransaction tx{c};
@@ -1069,11 +1174,32 @@ void MoveRun::Abort(const std::string& reason) {
       source_up = false;
     }
   }
+  // A retired source takes the bucket back only while the target has not
+  // owned it (it may have accepted writes since): read on the target, which
+  // only this run (holding the move's lock) could change.
+  bool take_back = false;
   if (at_source && at_source->move_id == record.move_id && at_source->state != OwnershipState::kOwned) {
-    throw MoveError(fmt::format("{}: cannot abort: the source has already retired the bucket ({}); finish it with "
-                                "shardctl move resume {}, then move the bucket back",
-                                Where(), OwnershipStateName(at_source->state), record.move_id),
-                    record.move_id, record.bucket);
+    std::optional<BucketOwnership> at_target;
+    std::string target_unknown;
+    try {
+      at_target = OwnershipOf(Target());
+    } catch (const std::exception& e) {
+      target_unknown = FirstLine(e.what());
+    }
+    const bool target_took_it = at_target && at_target->state != OwnershipState::kIncoming;
+    if (at_source->state != OwnershipState::kRetired || target_took_it || !target_unknown.empty()) {
+      throw MoveError(
+          fmt::format("{}: cannot abort: the source has retired the bucket ({}) and {}; finish it with shardctl move "
+                      "resume {}, then move the bucket back",
+                      Where(), OwnershipStateName(at_source->state),
+                      !target_unknown.empty()
+                          ? fmt::format("whether the target owns it is unknown ({})", target_unknown)
+                      : target_took_it ? std::string("the target owns it (it may have accepted writes)")
+                                       : std::string("its old rows are being deleted"),
+                      record.move_id),
+          record.move_id, record.bucket);
+    }
+    take_back = true;
   }
   record.error = reason;
   if (record.state != MoveState::kAborting) {
@@ -1103,17 +1229,24 @@ void MoveRun::Abort(const std::string& reason) {
     pending.push_back(fmt::format("{} (the subscription, copied rows and 'incoming' row of the bucket): {}",
                                   impl.ShardLabel(record.target), FirstLine(e.what())));
   }
-  // The source: slot, publication, markers, and the move's mark.
+  // The source: slot, publication, markers, and the move's mark; a retired
+  // bucket is owned again only once the target's copy is gone (else the
+  // next abort does it).
   if (!source_known_clean) try {
     if (!source_up) (void)OwnershipOf(Source());
     DropSlot();
     DropPublication();
-    pqxx::work tx{Source()};
-    tx.exec_params("DELETE FROM shardkit_move_markers WHERE move_id = $1", record.move_id);
-    tx.exec_params("UPDATE shardkit_bucket_ownership SET move_id = NULL, new_owner = NULL, "
-                   "updated_at = clock_timestamp() WHERE bucket = $1 AND move_id = $2 AND state = 'owned'",
-                   ToInt(record.bucket), record.move_id);
-    tx.commit();
+    const bool target_clean = pending.empty();
+    {
+      pqxx::work tx{Source()};
+      tx.exec_params("DELETE FROM shardkit_move_markers WHERE move_id = $1", record.move_id);
+      tx.exec_params("UPDATE shardkit_bucket_ownership SET state = 'owned', move_id = NULL, new_owner = NULL, "
+                     "updated_at = clock_timestamp() WHERE bucket = $1 AND move_id = $2 AND "
+                     "(state = 'owned' OR (state = 'retired' AND $3))",
+                     ToInt(record.bucket), record.move_id, take_back && target_clean);
+      tx.commit();
+    }
+    if (take_back && target_clean) SyncFence(Source());
   } catch (const std::exception& e) {
     pending.push_back(fmt::format("{} (the replication slot and publication {}): {}", impl.ShardLabel(record.source),
                                   record.token, FirstLine(e.what())));
@@ -1163,6 +1296,7 @@ MoveRecord BucketMover::Impl::Plan(BucketId bucket, ShardId target, std::optiona
                    fmt::format("bucket {}: shard {} -> shard {} (directory version {}), by {}", bucket, source, target,
                                directory.Version(), options.requested_by));
     tx.commit();
+    if (options.after_step) options.after_step(move_id, MoveState::kPlanned);
   } catch (const pqxx::unique_violation&) {
     tx.abort();
     const auto live = Query(*catalog, fmt::format("WHERE bucket = {} AND state NOT IN ('done', 'aborted')",
@@ -1233,8 +1367,9 @@ MoveRecord BucketMover::Impl::Run(std::int64_t move_id, bool abort, const std::s
                     move_id, r.bucket);
   }
   if (abort && !CanAbort(r.state)) {
-    throw MoveError(fmt::format("move {} of bucket {} cannot be aborted: it is {} (the source retired the bucket); "
-                                "finish it with shardctl move resume {}, then move the bucket back",
+    throw MoveError(fmt::format("move {} of bucket {} cannot be aborted: it is {} (the target owns the bucket and may "
+                                "have accepted writes); finish it with shardctl move resume {}, then move the bucket "
+                                "back",
                                 move_id, r.bucket, MoveStateName(r.state), move_id),
                     move_id, r.bucket);
   }
@@ -1285,7 +1420,10 @@ MoveRecord BucketMover::Impl::Run(std::int64_t move_id, bool abort, const std::s
   } catch (const HookThrew& death) {
     std::rethrow_exception(death.error);
   } catch (const std::exception& e) {
-    const bool past_return = dynamic_cast<const NoAbort*>(&e) != nullptr || !CanAbort(r.state);
+    // From 'retired' on only an explicit abort goes back: a step that failed
+    // there (making the target the owner) may have taken effect.
+    const bool past_return =
+        dynamic_cast<const NoAbort*>(&e) != nullptr || !CanAbort(r.state) || r.state == MoveState::kRetired;
     const std::string why = FirstLine(e.what());
     const std::string step = run.step;
     if (past_return || abort) {

@@ -12,6 +12,7 @@
 
 #include "shardkit/errors.hpp"
 #include "shardkit/ownership.hpp"
+#include "shardkit/resolver.hpp"
 
 namespace shardkit {
 namespace {
@@ -156,7 +157,6 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
   report.plan_id = std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
-  if (plan.moves.empty()) return report;
 
   struct Cleanup {
     std::int64_t move_id;
@@ -164,12 +164,12 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
   };
   std::mutex mutex;
   std::condition_variable wake;
-  std::deque<PlannedMove> pending(plan.moves.begin(), plan.moves.end());
+  std::deque<PlannedMove> pending;
   std::vector<Cleanup> cleanups;
   bool stop = false;
   int running_moves = 0;
-  const int total = static_cast<int>(plan.moves.size());
   int finished = 0;
+  int total = 0;
 
   std::mutex progress_mutex;
   auto report_progress = [&](const MoveProgress& p) {
@@ -192,6 +192,71 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
   second.on_progress = report_progress;
   BucketMover mover{config, first};
   BucketMover cleaner{config, second};
+
+  // Live moves first (a rebalance or move that stopped left them): each is
+  // resumed where it stopped (or rolled back, if it was aborting), then the
+  // plan is made again from the directory they leave, onto the same shards.
+  std::vector<PlannedMove> moves = plan.moves;
+  {
+    std::deque<MoveRecord> live;
+    for (const MoveRecord& m : mover.List(true, 1000)) {
+      live.push_back(m);
+      report.resumed.push_back(m.move_id);
+    }
+    total = static_cast<int>(live.size() + moves.size());
+    std::vector<std::thread> resumers;
+    for (int i = 0; i < std::max(1, options.parallel) && !live.empty(); ++i) {
+      resumers.emplace_back([&] {
+        for (;;) {
+          MoveRecord m;
+          {
+            std::lock_guard lock(mutex);
+            if (live.empty()) return;
+            m = live.front();
+            live.pop_front();
+          }
+          try {
+            const MoveRecord r = cleaner.Resume(m.move_id);
+            std::lock_guard lock(mutex);
+            report.moves.push_back(r);
+            ++finished;
+          } catch (const std::exception& e) {
+            std::lock_guard lock(mutex);
+            report.failures.push_back(fmt::format("resuming move {} of bucket {} (shard {} -> shard {}): {}",
+                                                  m.move_id, m.bucket, m.source, m.target, FirstLine(e.what())));
+            ++finished;
+          }
+        }
+      });
+    }
+    for (auto& t : resumers) t.join();
+    if (!report.failures.empty()) {
+      report.not_started = moves;
+      report.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+      return report;
+    }
+    if (!report.resumed.empty()) {
+      const BucketDirectory now = LoadCatalogDirectory(config);
+      if (!plan.shards.empty()) {
+        std::vector<PlannedMove> again = PlanRebalance(now, plan.shards).moves;
+        for (auto& m : again) {
+          for (const auto& old : plan.moves) {
+            if (old.bucket == m.bucket) m.rows = old.rows;
+          }
+        }
+        moves = std::move(again);
+      } else {
+        std::erase_if(moves, [&](const PlannedMove& m) { return now.ShardOf(m.bucket) == m.to; });
+        for (auto& m : moves) m.from = now.ShardOf(m.bucket);
+      }
+    }
+  }
+  pending.assign(moves.begin(), moves.end());
+  total = finished + static_cast<int>(pending.size());
+  if (pending.empty()) {
+    report.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+    return report;
+  }
 
   auto worker = [&] {
     for (;;) {

@@ -96,7 +96,9 @@ void RoutedTransactions::RunErased(CustomerId customer,
   const BucketId bucket = BucketOf(customer);
   const std::string bucket_setting = BucketSet::One(bucket).Setting();
   RoutedOutcome outcome;
-  int named_owner = -1;  // a refusal said where the bucket went (a shard number), else -1
+  // A refusal named where the bucket went: while the directory still sends
+  // us to the refusing shard (`first`), go to the named owner (`second`).
+  std::optional<std::pair<ShardId, ShardId>> redirect;
   std::optional<BucketRefused> last_refusal;
   std::string last_failure;
   int backoff_round = 0;
@@ -138,7 +140,7 @@ void RoutedTransactions::RunErased(CustomerId customer,
     ShardId shard = directory->ShardOf(bucket);
     // Follow a refusal's named owner only while the directory still sends us
     // to the shard that refused (it has not caught up yet).
-    if (named_owner >= 0 && last_refusal && shard == last_refusal->shard()) shard = ShardId{named_owner};
+    if (redirect && shard == redirect->first) shard = redirect->second;
     RoutedContext at{customer, bucket, shard, directory->Version(), outcome.attempts + 1};
     ++outcome.attempts;
 
@@ -231,26 +233,40 @@ void RoutedTransactions::RunErased(CustomerId customer,
       last_refusal.emplace(ToException(*refusal, shard,
                                        fmt::format("{} for customer {} on shard {}", label, customer, shard)));
       last_failure = refusal->message;
+      // The refusing shard names the new owner (it retired the bucket):
+      // go there at once. The named owner not owning it yet (incoming: the
+      // cutover is under way, or its mover stopped) or a frozen bucket:
+      // stay, after a pause.
+      const bool moved_away = refusal->state == "retired" || refusal->state == "cleaning";
+      const bool at_named_owner = redirect && shard == redirect->second;
+      auto follow = [&] {
+        if (moved_away && refusal->new_owner) {
+          redirect.emplace(shard, *refusal->new_owner);
+        } else if (!(refusal->state == "incoming" && at_named_owner) && refusal->state != "frozen") {
+          redirect.reset();
+        }
+      };
       switch (refusal->kind) {
         case BucketRefused::Kind::kNotOwned:
           ++outcome.refused_not_owned;
           refresh();
-          named_owner = refusal->new_owner ? ToInt(*refusal->new_owner) : -1;
-          // A bucket on its way in (incoming) or a refusal that names no new
-          // owner: let the cutover finish before trying again.
-          if (refusal->state == "retired" || refusal->state == "cleaning") {
-            if ((resolver_.Directory()->ShardOf(bucket) != shard || named_owner >= 0) && ++immediate < 3) continue;
+          follow();
+          if (moved_away) {
+            if ((resolver_.Directory()->ShardOf(bucket) != shard || redirect) && ++immediate < 3) continue;
           }
           break;
         case BucketRefused::Kind::kFrozen:
           ++outcome.refused_frozen;
-          named_owner = -1;
+          redirect.reset();
           break;
         case BucketRefused::Kind::kNotReadable:
           ++outcome.refused_not_readable;
+          if (refusal->state == "frozen") break;
           refresh();
-          named_owner = refusal->new_owner ? ToInt(*refusal->new_owner) : -1;
-          if ((resolver_.Directory()->ShardOf(bucket) != shard || named_owner >= 0) && ++immediate < 3) continue;
+          follow();
+          if (moved_away || refusal->state == "absent") {
+            if ((resolver_.Directory()->ShardOf(bucket) != shard || redirect) && ++immediate < 3) continue;
+          }
           break;
       }
     } catch (...) {

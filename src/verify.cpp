@@ -75,6 +75,24 @@ struct ReferenceTableSum {
   std::string hash_sum;
 };
 
+// A shard's ownership row of a bucket (sql/010).
+struct OwnershipRow {
+  std::string state;
+  std::optional<std::int64_t> move_id;
+  std::optional<int> new_owner;
+};
+
+// A live move in the catalog's journal.
+struct LiveMove {
+  std::int64_t move_id = 0;
+  int bucket = 0;
+  int source = 0;
+  int target = 0;
+  std::string state;
+  double idle_s = 0;              // since its last journaled step
+  std::optional<int> mover_pid;   // the catalog session running it, if any
+};
+
 struct Server {
   std::string name;
   std::string dsn;
@@ -85,6 +103,7 @@ struct Server {
   std::vector<TableScan> scans;
   std::map<std::string, ReferenceTableSum> reference_sums;
   std::map<std::string, std::vector<std::string>> columns;  // table -> "name type [not null]"
+  std::map<int, OwnershipRow> ownership;                     // bucket -> row (enrolled shards)
   std::chrono::microseconds elapsed{0};
 };
 
@@ -119,6 +138,15 @@ void ScanServer(Server& s, const std::vector<std::string>& reference_tables,
     tx.exec0("SET LOCAL jit = off");
     tx.exec0("SET LOCAL application_name = 'shardkit verify'");
     for (const auto& row : tx.exec(kShardedTables)) s.sharded_tables.push_back(row[0].as<std::string>());
+    if (s.shard && tx.exec1("SELECT to_regclass('shardkit_bucket_ownership') IS NOT NULL")[0].as<bool>()) {
+      for (const auto& row : tx.exec("SELECT bucket, state, move_id, new_owner FROM shardkit_bucket_ownership")) {
+        OwnershipRow o;
+        o.state = row[1].as<std::string>();
+        if (!row[2].is_null()) o.move_id = row[2].as<std::int64_t>();
+        if (!row[3].is_null()) o.new_owner = row[3].as<int>();
+        s.ownership[row[0].as<int>()] = std::move(o);
+      }
+    }
     {
       for (const auto& table : s.sharded_tables) {
         if (!s.shard && std::find(mirrored_tables.begin(), mirrored_tables.end(), table) == mirrored_tables.end()) {
@@ -231,6 +259,38 @@ std::map<std::vector<std::string>, std::int64_t> RowHashes(pqxx::connection_base
   return out;
 }
 
+// The catalog's live moves; empty without a catalog or its journal.
+std::vector<LiveMove> LiveMoves(const ClusterConfig& config, std::chrono::milliseconds connect_timeout,
+                                std::string& error) {
+  std::vector<LiveMove> moves;
+  if (!config.catalog_dsn) return moves;
+  try {
+    pqxx::connection c{WithConnectTimeout(*config.catalog_dsn, connect_timeout)};
+    pqxx::read_transaction tx{c, "verify moves"};
+    if (tx.exec1("SELECT to_regclass('shardkit_moves') IS NULL")[0].as<bool>()) return moves;
+    for (const auto& row : tx.exec(
+             "SELECT m.move_id, m.bucket, m.source, m.target, m.state, "
+             "extract(epoch FROM clock_timestamp() - m.updated_at)::float8, "
+             "(SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = 21324 "
+             "AND l.objid::bigint = m.move_id AND l.objsubid = 2 AND l.granted AND l.database = "
+             "(SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1) "
+             "FROM shardkit_moves m WHERE m.state NOT IN ('done', 'aborted') ORDER BY m.bucket")) {
+      LiveMove m;
+      m.move_id = row[0].as<std::int64_t>();
+      m.bucket = row[1].as<int>();
+      m.source = row[2].as<int>();
+      m.target = row[3].as<int>();
+      m.state = row[4].as<std::string>();
+      m.idle_s = row[5].as<double>();
+      if (!row[6].is_null()) m.mover_pid = row[6].as<int>();
+      moves.push_back(std::move(m));
+    }
+  } catch (const std::exception& e) {
+    error = ErrorText(e);
+  }
+  return moves;
+}
+
 }  // namespace
 
 std::string_view FindingName(FindingKind kind) noexcept {
@@ -255,6 +315,8 @@ std::string_view FindingName(FindingKind kind) noexcept {
       return "reference table differs";
     case FindingKind::kCountDiffers:
       return "count differs";
+    case FindingKind::kMoveInProgress:
+      return "move in progress";
   }
   return "?";
 }
@@ -299,10 +361,10 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
   std::vector<Server> servers;
   for (std::size_t i = 0; i < config.shards.size(); ++i) {
     servers.push_back(Server{config.shards[i].name.empty() ? fmt::format("shard{}", i) : config.shards[i].name,
-                             config.shards[i].dsn, static_cast<ShardId>(i), {}, {}, {}, {}, {}, {}});
+                             config.shards[i].dsn, static_cast<ShardId>(i), {}, {}, {}, {}, {}, {}, {}});
   }
   if (config.reference_dsn) {
-    servers.push_back(Server{"reference", *config.reference_dsn, std::nullopt, {}, {}, {}, {}, {}, {}});
+    servers.push_back(Server{"reference", *config.reference_dsn, std::nullopt, {}, {}, {}, {}, {}, {}, {}});
   }
   {
     std::vector<std::thread> threads;
@@ -378,6 +440,83 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
     }
   }
 
+  // Buckets in a move (live in the journal, or marked on a shard): their
+  // rows are on two shards on purpose, and the one the directory names may
+  // not be the one holding the latest writes (the target owns the bucket
+  // before the directory flips). One finding each, naming the move and
+  // what to run; no orphan, misplaced or count finding for them, since
+  // deleting either copy by hand could delete the only copy of writes.
+  std::set<int> in_motion;
+  {
+    std::string moves_error;
+    const std::vector<LiveMove> live = LiveMoves(config, options.connect_timeout, moves_error);
+    std::map<int, const LiveMove*> live_by_bucket;
+    for (const auto& m : live) live_by_bucket[m.bucket] = &m;
+    auto shard_name = [&](int shard) {
+      return shard >= 0 && static_cast<std::size_t>(shard) < config.shards.size()
+                 ? servers[static_cast<std::size_t>(shard)].name
+                 : fmt::format("shard {}", shard);
+    };
+    for (int bucket = 0; bucket < kBucketCount; ++bucket) {
+      std::vector<std::string> marks;   // "shard0: retired (move 12)"
+      std::vector<std::string> serving;  // shards that own it
+      std::optional<std::int64_t> marked_move;
+      for (const auto& srv : servers) {
+        if (!srv.shard || !srv.connection) continue;
+        const auto it = srv.ownership.find(bucket);
+        if (it == srv.ownership.end()) continue;
+        const OwnershipRow& o = it->second;
+        if (o.state == "owned") serving.push_back(srv.name);
+        if (o.state != "owned" || o.move_id) {
+          marks.push_back(fmt::format("{} {}{}", srv.name, o.state,
+                                      o.move_id ? fmt::format(" (move {})", *o.move_id) : std::string()));
+          if (o.move_id) marked_move = o.move_id;
+        }
+      }
+      const auto live_it = live_by_bucket.find(bucket);
+      if (live_it == live_by_bucket.end() && marks.empty()) continue;
+      in_motion.insert(bucket);
+      std::string marks_text;
+      for (const auto& m : marks) marks_text += (marks_text.empty() ? "" : ", ") + m;
+      std::string serving_text =
+          serving.size() == 1 ? fmt::format("{} serves the bucket (it holds every acknowledged write of it)",
+                                            serving.front())
+          : serving.empty()   ? std::string("no shard serves the bucket for now (its reads and writes are refused, "
+                                            "retryably)")
+                              : fmt::format("{} shards own the bucket at once", serving.size());
+      std::string detail;
+      std::string server;
+      if (live_it != live_by_bucket.end()) {
+        const LiveMove& m = *live_it->second;
+        server = shard_name(m.source);
+        const bool abortable = m.state != "owned" && m.state != "flipped" && m.state != "replication_dropped" &&
+                               m.state != "cleaning";
+        detail = fmt::format(
+            "bucket {}: move {} ({} -> {}) is in progress, state {}, last step {:.1f} s ago, {}; {}{}; its rows on "
+            "{} and {} belong to the move: delete none of them by hand; {}",
+            bucket, m.move_id, shard_name(m.source), shard_name(m.target), m.state, m.idle_s,
+            m.mover_pid ? fmt::format("run by a mover (catalog session pid {})", *m.mover_pid)
+                        : std::string("and no mover is running it"),
+            serving_text, marks_text.empty() ? "" : " (" + marks_text + ")", shard_name(m.source),
+            shard_name(m.target),
+            m.mover_pid ? std::string("wait for it (shardctl moves --live)")
+                        : abortable ? fmt::format("finish it with shardctl move resume {} or roll it back with "
+                                                  "shardctl move abort {}",
+                                                  m.move_id, m.move_id)
+                                    : fmt::format("finish it with shardctl move resume {}", m.move_id));
+      } else {
+        server = marks.front().substr(0, marks.front().find(' '));
+        detail = fmt::format("bucket {}: {} (marked for a move the catalog does not list as live{}); {}; delete none "
+                             "of its rows by hand; see shardctl move show {} and finish it with shardctl move "
+                             "resume {}",
+                             bucket, marks_text, moves_error.empty() ? "" : ": the catalog: " + moves_error,
+                             serving_text, marked_move ? std::to_string(*marked_move) : "<id>",
+                             marked_move ? std::to_string(*marked_move) : "<id>");
+      }
+      add(FindingKind::kMoveInProgress, server, "", BucketId{bucket}, 0, "", detail);
+    }
+  }
+
   // Rows on the wrong shard or with the wrong bucket.
   for (auto& s : servers) {
     if (!s.shard || !s.connection) continue;
@@ -406,6 +545,7 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
         }
       }
       for (const auto& [bucket, rows] : not_owned) {
+        if (in_motion.contains(bucket)) continue;
         const ShardId owner = directory->ShardOf(BucketId{bucket});
         const Server& owner_server = servers[static_cast<std::size_t>(ToInt(owner))];
         std::vector<std::string> sample_values;
@@ -456,6 +596,7 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
       const TableScan* ref_scan = mirrored(table) ? scan_of(reference, table) : nullptr;
       if (ref_scan == nullptr) continue;
       for (int bucket = 0; bucket < kBucketCount; ++bucket) {
+        if (in_motion.contains(bucket)) continue;
         const ShardId owner = directory->ShardOf(BucketId{bucket});
         const Server& owner_server = servers[static_cast<std::size_t>(ToInt(owner))];
         const TableScan* owner_scan = owner_server.connection ? scan_of(owner_server, table) : nullptr;

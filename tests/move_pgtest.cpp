@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <pqxx/pqxx>
@@ -212,7 +213,10 @@ TEST_F(Move, AStaleRoutersWriteIsRefusedByTheFenceAndLandsOnTheNewOwner) {
       },
       {}, &outcome);
   EXPECT_EQ(outcome.shard, ShardId{2});
-  EXPECT_EQ(outcome.refused_not_owned, 1);
+  // Refused at BEGIN already, by the bucket check the transaction opens
+  // with (the retired source serves the bucket no more), naming the owner.
+  EXPECT_EQ(outcome.refused_not_readable, 1);
+  EXPECT_EQ(outcome.refused_not_owned, 0);
   EXPECT_EQ(outcome.attempts, 2);
   cluster_->ExecOnReference(fmt::format(
       "INSERT INTO customers (customer_id, bucket, name, email) VALUES ({0}, bucket_of({0}), 'stale', 'w')", customer));
@@ -252,8 +256,11 @@ TEST_F(Move, AStaleRoutersWriteIsRefusedByTheFenceAndLandsOnTheNewOwner) {
 
 // A scatter during every phase of a move: one with the current directory,
 // one with the directory from before the move (stale), one stale that
-// follows the catalog. Each equals the reference or (stale, without a
-// watcher, once the source forgot the bucket) refuses; none answers wrong.
+// follows the catalog. Each equals the reference or refuses (stale
+// directory); none answers wrong. From the retirement on the source refuses
+// the bucket, so a directory that still names it is refused: until the
+// flip that is the catalog's too (the mover is stopped in 'retired' and
+// 'owned' here), after it only the stale one's.
 TEST_F(Move, ScattersDuringEveryPhaseEqualTheReference) {
   const std::string sql = "SELECT bucket, count(*), sum(total) FROM orders GROUP BY bucket ORDER BY bucket";
   std::map<int, std::pair<std::int64_t, std::string>> expected;
@@ -284,35 +291,48 @@ TEST_F(Move, ScattersDuringEveryPhaseEqualTheReference) {
   int phases = 0;
   int stale_refusals = 0;
   MoveOptions options = Quick();
+  int current_refusals = 0;
   options.after_step = [&](std::int64_t, MoveState state) {
     SCOPED_TRACE(std::string(MoveStateName(state)));
     ++phases;
+    const bool unflipped_refused = state == MoveState::kRetired || state == MoveState::kOwned;
+    const bool stale_refused = state >= MoveState::kRetired && state <= MoveState::kDone;
+    // Exact, or refused for a stale directory where `refused` allows it.
+    auto check = [&](const std::function<ScatterResult()>& run, bool refused, const char* what) {
+      SCOPED_TRACE(what);
+      try {
+        EXPECT_EQ(merged(run()), expected);
+        EXPECT_FALSE(refused) << "answered by a directory whose shard refuses the bucket";
+      } catch (const ScatterError& e) {
+        ASSERT_FALSE(e.failures().empty());
+        EXPECT_TRUE(e.failures()[0].stale_directory) << e.what();
+        EXPECT_TRUE(refused) << e.what();
+        if (std::string_view(what) == "stale") ++stale_refusals;
+        if (std::string_view(what) == "current") ++current_refusals;
+      }
+    };
     auto fresh = cluster_->MakeResolver();  // the catalog's directory now
     ScatterGather fresh_scatter{*fresh};
-    EXPECT_EQ(merged(fresh_scatter.Run(sql)), expected);
-    {
-      // A session (top-k runs its phases in one) counts each bucket once too.
-      ScatterSession session{fresh_scatter};
-      EXPECT_EQ(merged(session.Run(sql)), expected);
-    }
-    try {
-      EXPECT_EQ(merged(stale_scatter.Run(sql)), expected);
-    } catch (const ScatterError& e) {
-      ++stale_refusals;
-      ASSERT_FALSE(e.failures().empty());
-      EXPECT_TRUE(e.failures()[0].stale_directory) << e.what();
-      EXPECT_TRUE(state == MoveState::kCleaning || state == MoveState::kDone) << e.what();
-    }
+    check([&] { return fresh_scatter.Run(sql); }, unflipped_refused, "current");
+    // A session (top-k runs its phases in one) counts each bucket once too.
+    check(
+        [&] {
+          ScatterSession session{fresh_scatter};
+          return session.Run(sql);
+        },
+        unflipped_refused, "session");
+    check([&] { return stale_scatter.Run(sql); }, stale_refused, "stale");
     if (!watcher) {
       watcher = std::make_unique<DirectoryWatcher>(*followed, cluster_->CatalogDsn(), slow);
       followed_scatter.FollowDirectory(watcher.get());
     }
-    EXPECT_EQ(merged(followed_scatter.Run(sql)), expected);
+    check([&] { return followed_scatter.Run(sql); }, unflipped_refused, "followed");
   };
   BucketMover mover{cluster_->Config(), options};
   EXPECT_EQ(mover.Move(BucketId{28}, ShardId{2}).state, MoveState::kDone);
-  EXPECT_EQ(phases, 10);  // prepared .. done
-  EXPECT_GE(stale_refusals, 1);  // the stale router's read is refused once the rows go, never answered short
+  EXPECT_EQ(phases, 11);  // planned .. done
+  EXPECT_EQ(current_refusals, 2);  // retired, owned: the source refuses, the catalog still names it
+  EXPECT_EQ(stale_refusals, 6);  // retired .. done: the old owner refuses, never answers short
   ExpectConsistent("after the scatters");
 }
 

@@ -245,13 +245,21 @@ TEST_F(Fence, ARetiredBucketNamesItsNewOwnerAndIsHiddenFromRawReads) {
   EXPECT_NE(refusal->message.find("it moved to shard 1"), std::string::npos) << refusal->message;
   // Raw SQL sees only owned buckets: the retired copy is out of sight...
   EXPECT_LT(Count(Shard0(), "SELECT count(*) FROM customers"), before);
-  // ...but a router whose directory still places bucket 7 here reads it, as
-  // of the freeze.
-  {
-    pqxx::connection c{Shard0()};
-    pqxx::work tx{c};
-    tx.exec("SET LOCAL shardkit.buckets = '" + BucketSet::One(BucketId{bucket}).Setting() + "'");
-    EXPECT_EQ(tx.exec1(fmt::format("SELECT count(*) FROM customers WHERE customer_id = {}", id))[0].as<int>(), 1);
+  // ...and a reader whose directory still places bucket 7 here is refused,
+  // naming the new owner (the new owner may have taken writes this shard
+  // never saw), by the check and by the setting itself.
+  for (const std::string& ask :
+       {"SELECT set_config('shardkit.buckets', '" + BucketSet::One(BucketId{bucket}).Setting() +
+            "', true), shardkit_check_buckets(); SELECT count(*) FROM customers",
+        "SET LOCAL shardkit.buckets = '" + BucketSet::One(BucketId{bucket}).Setting() + "'; " +
+            fmt::format("SELECT count(*) FROM customers WHERE customer_id = {}", id)}) {
+    SCOPED_TRACE(ask);
+    const auto read = Refusal(Shard0(), ask);
+    ASSERT_TRUE(read);
+    EXPECT_EQ(read->kind, BucketRefused::Kind::kNotReadable);
+    EXPECT_EQ(read->state, "retired");
+    EXPECT_EQ(read->new_owner, ShardId{1});
+    EXPECT_NE(read->message.find("it moved to shard 1"), std::string::npos) << read->message;
   }
   // Raw deletes of the retired rows find nothing; with every row in sight the
   // fence refuses them.
@@ -451,6 +459,64 @@ TEST_F(Fence, TheBucketSettingShowsExactlyTheAskedBucketsOrRefuses) {
   }
   EXPECT_THROW((void)count("not a mask"), pqxx::sql_error);
   cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL WHERE bucket = 21");
+}
+
+// A reader that checked a bucket a move is taking away holds it: the
+// handover's exclusive lock waits for it, and readers arriving meanwhile are
+// refused at once (frozen: retry), as writers are by the freeze.
+TEST_F(Fence, AReaderOfAMovingBucketHoldsItAgainstTheHandover) {
+  const int bucket = 9;
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET move_id = 88, new_owner = 1 WHERE bucket = 9");
+  const std::string check = "SELECT set_config('shardkit.buckets', '" + BucketSet::One(BucketId{bucket}).Setting() +
+                            "', true), shardkit_check_buckets()";
+  pqxx::connection reader{Shard0()};
+  auto reading = std::make_unique<pqxx::work>(reader);
+  reading->exec(check);
+  pqxx::connection mover{Shard0()};
+  {
+    pqxx::nontransaction tx{mover};
+    tx.exec("SET lock_timeout = 200");
+    try {
+      tx.exec(fmt::format("SELECT pg_advisory_lock({}, {})", kReadHoldLockKey, bucket));
+      ADD_FAILURE() << "the handover did not wait for the reader";
+    } catch (const pqxx::sql_error& e) {
+      EXPECT_EQ(e.sqlstate(), "55P03") << e.what();
+    }
+    tx.exec("SET lock_timeout = 5000");
+  }
+  auto handover = std::async(std::launch::async, [&] {
+    pqxx::nontransaction tx{mover};
+    tx.exec(fmt::format("SELECT pg_advisory_lock({}, {})", kReadHoldLockKey, bucket));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto refused = Refusal(Shard0(), check);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->kind, BucketRefused::Kind::kNotReadable);
+  EXPECT_EQ(refused->state, "frozen");
+  EXPECT_EQ(refused->move_id, 88);
+  EXPECT_EQ(handover.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  reading->commit();
+  reading.reset();
+  handover.get();
+  {
+    pqxx::nontransaction tx{mover};
+    tx.exec(fmt::format("SELECT pg_advisory_unlock({}, {})", kReadHoldLockKey, bucket));
+  }
+  EXPECT_FALSE(Refusal(Shard0(), check + "; SELECT count(*) FROM customers"));
+  // A REPEATABLE READ reader reads as of its snapshot and holds nothing:
+  // the handover does not wait for it.
+  {
+    pqxx::connection snapshot_reader{Shard0()};
+    pqxx::nontransaction rr{snapshot_reader};
+    rr.exec("BEGIN ISOLATION LEVEL REPEATABLE READ");
+    rr.exec(check);
+    pqxx::nontransaction tx{mover};
+    tx.exec("SET lock_timeout = 200");
+    EXPECT_NO_THROW(tx.exec(fmt::format("SELECT pg_advisory_lock({}, {})", kReadHoldLockKey, bucket)));
+    tx.exec(fmt::format("SELECT pg_advisory_unlock({}, {})", kReadHoldLockKey, bucket));
+    rr.exec("COMMIT");
+  }
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET move_id = NULL, new_owner = NULL WHERE bucket = 9");
 }
 
 TEST_F(Fence, TruncateIsRefusedWhileAMoveRuns) {

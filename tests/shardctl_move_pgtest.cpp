@@ -5,7 +5,10 @@
 // rebalance demo and move_pgtest.)
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -13,6 +16,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
+#include <thread>
 
 #include "shardkit/directory.hpp"
 #include "shardkit/move.hpp"
@@ -137,6 +141,64 @@ TEST_F(ShardctlMove, PlanMoveListRebalanceBackWithErrorsAndExitCodes) {
   for (const BucketId b : AllBuckets()) EXPECT_EQ(Directory().ShardOf(b), TwoOfThree().ShardOf(b)) << b;
   EXPECT_EQ(test::DigestsPerShard(*cluster_), start);
   EXPECT_EQ(LeftoverReplicationObjects(cluster_->Config()), std::vector<std::string>{});
+}
+
+// `rebalance --apply` killed (SIGKILL) in the middle, then applied again:
+// the second run resumes the first one's live moves instead of failing on
+// them; meanwhile `verify` names each stopped move and what to run.
+TEST_F(ShardctlMove, ARebalanceAppliedAfterAKilledOneResumesItsMoves) {
+  const std::string config = config_path_->string();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execl(SHARDCTL_PATH, SHARDCTL_PATH, "--config", config.c_str(), "rebalance", "--apply", "--shards", "0,1,2",
+            "--parallel", "2", "--grace-ms", "0", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Killed once a move is past its cutover and another one is under way.
+  auto live_moves = [&] {
+    BucketMover mover{cluster_->Config()};
+    return mover.List(true);
+  };
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool ready = false;
+  while (!ready && std::chrono::steady_clock::now() < give_up) {
+    int flipped = 0;
+    const auto live = live_moves();
+    for (const MoveRecord& m : live) flipped += m.state >= MoveState::kFlipped ? 1 : 0;
+    ready = flipped >= 1 && live.size() >= 2;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(ready) << "the rebalance never got past a cutover";
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const auto left = live_moves();
+  ASSERT_FALSE(left.empty()) << "the killed rebalance left no live move";
+
+  const std::string sql_dir = fmt::format("--sql-dir '{}/sql'", SHARDKIT_SOURCE_DIR);
+  const Ran verify = Shardctl("verify " + sql_dir);
+  EXPECT_EQ(verify.status, 1) << verify.out;
+  for (const MoveRecord& m : left) {
+    EXPECT_NE(verify.out.find(fmt::format("move {} (", m.move_id)), std::string::npos) << verify.out;
+    EXPECT_NE(verify.out.find(fmt::format("shardctl move resume {}", m.move_id)), std::string::npos) << verify.out;
+  }
+  EXPECT_EQ(verify.out.find("orphan"), std::string::npos) << verify.out;
+
+  // Applied again, back to shards 0 and 1: the killed run's moves are
+  // finished first, then every bucket goes back.
+  const Ran again = Shardctl("--json rebalance --apply --shards 0,1 --parallel 2 --grace-ms 0");
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_EQ(Json(again)["resumed"].size(), left.size()) << again.out;
+  EXPECT_TRUE(live_moves().empty());
+  for (const BucketId b : AllBuckets()) EXPECT_EQ(Directory().ShardOf(b), TwoOfThree().ShardOf(b)) << b;
+  EXPECT_EQ(LeftoverReplicationObjects(cluster_->Config()), std::vector<std::string>{});
+  const Ran clean = Shardctl("verify " + sql_dir);
+  EXPECT_EQ(clean.status, 0) << clean.out;
 }
 
 }  // namespace

@@ -6,19 +6,41 @@
 // snapshot for the copy, a subscription on the target), then freezes the
 // bucket on the source (waiting for the writers already in it, bounded by
 // drain_timeout), waits for a marker written after the freeze to arrive on
-// the target, retires the bucket on the source (naming the new owner), makes
-// it owned on the target, flips the catalog's directory (compare-and-set,
-// NOTIFY), unfreezes, drops the replication objects and, after a grace
-// period in which routers learn the new directory, deletes the old rows in
-// batches. Writes to the bucket stall only between freeze and flip (the
-// journal's 'flipped' event says where that time went, step by step);
-// routed transactions (routed.hpp) retry them on the new owner.
+// the target (the barrier), drains the bucket's readers, retires the bucket
+// on the source (naming the new owner), makes it owned on the target, flips
+// the catalog's directory (compare-and-set, NOTIFY), unfreezes, drops the
+// replication objects and, after a grace period in which routers learn the
+// new directory, deletes the old rows in batches. Writes and reads of the
+// bucket stall only between freeze and flip (the journal's 'flipped' event
+// says where that time went, step by step); routed transactions
+// (routed.hpp) and scatters that follow the directory retry them.
+//
+// Reads: a bucket is served by exactly one shard at any instant, the one
+// holding every acknowledged write of it. The source serves it until it
+// retires it (no write is acknowledged anywhere between the freeze and the
+// target's ownership), the target from its ownership on; the source refuses
+// the bucket's reads from the retirement (SK003, naming the new owner and
+// the move), whatever directory the reader has, so a reader learns the new
+// owner the way a writer does. (A retired source that kept serving readers
+// of the old directory "as of the freeze" would answer without the writes
+// the target acknowledged since: a customer not reading its own write.)
+// Readers that checked the bucket before the handover are waited for: those
+// that checked before the move was marked on the source, before the freeze;
+// later ones through their read hold (sql/015), during it.
+//
+// A mover that dies leaves the bucket fully served by one shard (before the
+// retirement: the source; in 'owned' and later: the target, which routed
+// transactions reach through the source's refusal) or, in 'retired' alone,
+// refused everywhere with a retryable error that names the move and says
+// to run `shardctl move resume <id>` or `shardctl move abort <id>`. Between
+// 'owned' and 'flipped' the catalog's directory still names the source, so
+// a scatter by it is refused (stale directory) until the move is resumed.
 //
 // Every step is recorded in the catalog's journal (shardkit_moves,
 // shardkit_move_events) before the next begins, and is idempotent: a mover
 // that dies anywhere is continued with Resume() (shardctl move resume) or
-// rolled back with Abort() (shardctl move abort, allowed until the source
-// retired the bucket; after that, move the bucket back instead). Neither
+// rolled back with Abort() (shardctl move abort, allowed until the target
+// owns the bucket; after that, move the bucket back instead). Neither
 // leaves a replication slot, publication or subscription behind. A move is
 // refused before it starts when the target is unreachable, its schema
 // differs from the source's, or the bucket has another live move.
@@ -55,7 +77,7 @@ enum class MoveState {
   kCopying,             // publication (and slot) on the source; copy under way
   kCopied,              // rows and the 'incoming' ownership committed on the target
   kStreaming,           // subscription on the target: catching up
-  kRetired,             // frozen, caught up to a marker, source retired (no way back)
+  kRetired,             // frozen, caught up, readers drained, source retired (reads and writes refused)
   kOwned,               // the target owns the bucket
   kFlipped,             // the catalog's directory says so (new version)
   kReplicationDropped,  // subscription, slot and publication gone
@@ -67,7 +89,7 @@ enum class MoveState {
 [[nodiscard]] std::string_view MoveStateName(MoveState state) noexcept;  // "planned", ...
 [[nodiscard]] std::optional<MoveState> ParseMoveState(std::string_view name) noexcept;
 [[nodiscard]] bool IsLive(MoveState state) noexcept;  // not done, not aborted
-// Abort is allowed before the source retired the bucket.
+// Abort is allowed before the target owns the bucket (up to 'retired').
 [[nodiscard]] bool CanAbort(MoveState state) noexcept;
 
 // A row of the journal.
@@ -122,10 +144,16 @@ struct MoveOptions {
   // Before the freeze: how long the target may take to catch up.
   std::chrono::milliseconds catchup_timeout{60000};
   // Frozen: how long the marker may take to arrive on the target. Exceeded:
-  // unfrozen and aborted.
+  // unfrozen and aborted. (The bucket's readers are drained within
+  // drain_timeout too.)
   std::chrono::milliseconds barrier_timeout{5000};
-  // After the flip, before the source's rows are deleted: routers still on
-  // the old directory may read them (as of the freeze) meanwhile.
+  // Before the freeze: transactions on the source that began before the
+  // move was marked there (they may read the bucket without a read hold)
+  // are waited for, this long at most; then the move aborts, naming one.
+  std::chrono::milliseconds older_transactions_timeout{60000};
+  // After the flip, before the source's rows (and its record of the new
+  // owner, which its refusals name) are deleted: routers that do not follow
+  // the catalog learn the new owner from those refusals meanwhile.
   std::chrono::milliseconds cleanup_grace{2000};
   // Before deleting: transactions on the source that began before the
   // cleanup (and may still read the old rows) are waited for, this long at
@@ -136,10 +164,11 @@ struct MoveOptions {
   // replication_dropped); a later Resume() waits out the grace and deletes.
   bool defer_cleanup = false;
   std::chrono::milliseconds connect_timeout{5000};
-  std::string requested_by;  // recorded in the journal; default "<user>@<host> pid N"
+  std::string requested_by;  // recorded in the journal; default "<effective user>@<host> pid N"
   std::function<void(const MoveProgress&)> on_progress;
-  // For tests: called after each state is journaled; may throw to simulate
-  // the mover dying there (nothing is cleaned up, connections just close).
+  // For tests: called after each state is journaled ('planned' included, by
+  // Plan()); may throw to simulate the mover dying there (nothing is cleaned
+  // up, connections just close).
   std::function<void(std::int64_t move_id, MoveState reached)> after_step;
 };
 
@@ -163,9 +192,10 @@ class BucketMover {
   // Runs a live move from its journaled state to done. Refused (MoveError)
   // while another process runs it.
   MoveRecord Resume(std::int64_t move_id);
-  // Rolls a live move back (allowed before the source retired the bucket):
+  // Rolls a live move back (allowed until the target owns the bucket):
   // replication objects dropped, copied rows and the target's ownership row
-  // deleted, the source unmarked. Throws MoveError when refused or when a
+  // deleted, the source unmarked (and owning the bucket again if it had
+  // retired it). Throws MoveError when refused or when a
   // server it must clean up is unreachable (the move stays 'aborting': run
   // Abort again).
   MoveRecord Abort(std::int64_t move_id, const std::string& reason = "aborted by request");

@@ -8,21 +8,35 @@
 //
 //   SK001  write refused: bucket not owned here (moved away, arriving, absent)
 //   SK002  write refused: bucket frozen for a move's cutover (retry shortly)
-//   SK003  read refused: the caller's directory is out of date for this bucket
+//   SK003  read refused: this shard does not serve the bucket (moved away,
+//          arriving, absent: the caller's directory is out of date), or not
+//          for a moment (state "frozen": a move's cutover; retry shortly)
 //   SK004  misuse (a table without a bucket column, a bulk load during a move...)
 //
 // Each message names the table, the bucket, the shard and (where known) the
-// new owner; the DETAIL line repeats them as key=value pairs that
-// ParseFenceRefusal() reads. Reads are kept exact by row-level security:
-// each statement sees only the buckets in the transaction-local setting
-// shardkit.buckets (a BucketSet mask the library sets: the buckets its
-// directory version assigns to that shard), or, without it, the buckets the
-// shard owns.
+// new owner and the move, and what to run if the refusal lasts; the DETAIL
+// line repeats them as key=value pairs that ParseFenceRefusal() reads.
+//
+// Reads are exact: a shard serves a bucket's reads only while it owns it,
+// so a read is never answered by a shard that lacks an acknowledged write
+// of the bucket (move.hpp). Row-level security shows each statement only
+// the buckets in the transaction-local setting shardkit.buckets (a BucketSet
+// mask the library sets: the buckets its directory version assigns to that
+// shard), or, without it, the buckets the shard owns. shardkit_check_buckets()
+// refuses (SK003) a mask naming a bucket the shard does not own and takes the
+// read hold that a move's cutover waits for; a caller's own SQL sets the mask
+// and runs the check in one statement, as the library does:
 //
 //   shardkit::BucketSet mine = shardkit::BucketSet::Of(*directory, shardkit::ShardId{1});
-//   tx.exec("SET LOCAL shardkit.buckets = '" + mine.Setting() + "'");
+//   tx.exec("SELECT set_config('shardkit.buckets', '" + mine.Setting() + "', true), shardkit_check_buckets()");
 //   try { ... } catch (const pqxx::sql_error& e) {
 //     if (auto refusal = shardkit::ParseFenceRefusal(e)) retry_on(refusal->new_owner); }
+//
+// The setting alone (SET LOCAL shardkit.buckets = '...') refuses every
+// statement that meets a row of a bucket the shard does not own, but not one
+// that meets no row at all (PostgreSQL evaluates a row-level security
+// condition only on the rows a scan reaches), nor does it hold the bucket
+// through a READ COMMITTED transaction: always run the check with it.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +65,10 @@ inline constexpr std::string_view kSqlStateMisuse = "SK004";
 // First key of the advisory locks that freeze a bucket (the second is the
 // bucket): pg_advisory_lock(21323, bucket). 21323 = 'S' * 256 + 'K'.
 inline constexpr int kFenceLockKey = 21323;
+// First key of the read holds (the second is the bucket): the check takes
+// pg_try_advisory_xact_lock_shared(21326, bucket) for a bucket a move is
+// taking away; the cutover waits for the exclusive lock before it retires it.
+inline constexpr int kReadHoldLockKey = 21326;
 
 // A set of buckets as a 64-bit mask (bit b = bucket b).
 class BucketSet {

@@ -15,7 +15,12 @@
 //
 // ApplyRebalance() runs the plan's moves (move.hpp), `parallel` at a time;
 // each move's cleanup waits out its grace period while the next moves run.
-// A failed move stops new ones from starting; the report says which moved.
+// Live moves that a stopped run left (any bucket) are resumed first where
+// they stopped (a move still 'aborting' is rolled back), and the plan is
+// made again from the directory they leave, onto plan.shards (a plan
+// without shards keeps its moves, less those already done): a rebalance
+// applied again after one was killed finishes the job. A failed move stops
+// new ones from starting; the report says which moved.
 #pragma once
 
 #include <array>
@@ -71,6 +76,7 @@ struct RebalanceReport {
   std::vector<MoveRecord> moves;       // finished moves, in the order they finished
   std::vector<std::string> failures;   // one line per failed move
   std::vector<PlannedMove> not_started;
+  std::vector<std::int64_t> resumed;   // live moves found at the start, resumed (or rolled back, if aborting)
   std::chrono::microseconds elapsed{0};
   [[nodiscard]] bool Ok() const noexcept { return failures.empty() && not_started.empty(); }
 };

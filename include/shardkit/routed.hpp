@@ -5,10 +5,12 @@
 // the owning shard (BEGIN, statement_timeout and the bucket setting of
 // ownership.hpp in one round trip), calls your function, and commits. If a
 // shard refuses the bucket (the fence: moved away, frozen for a move's
-// cutover; or a read of a bucket no longer readable there), nothing was
-// written, so it refreshes the directory (DirectoryWatcher::RefreshNow),
-// goes to the new owner the refusal names, and runs the function again, with
-// a short back-off while the bucket is frozen, until the deadline. A
+// cutover; or a read of a bucket it does not serve), nothing was written,
+// so it refreshes the directory (DirectoryWatcher::RefreshNow), goes to the
+// new owner the refusal names (and stays there while that shard is about to
+// own it), and runs the function again, with a short back-off while the
+// bucket is frozen or arriving, until the deadline. Reads and writes alike
+// follow a move this way, also before the catalog's directory flips. A
 // serialization failure or a connection lost before COMMIT is retried the
 // same way. A connection lost during COMMIT is never retried: the outcome is
 // unknown and OutcomeUnknown says so.

@@ -146,8 +146,10 @@ class ScatterGather {
   // When a shard refuses a bucket the scatter's directory assigned to it
   // (the directory is stale: a move finished), refresh through `watcher`
   // and run the whole scatter again with the new directory (at most 3 times,
-  // within the deadline). Without a watcher such a scatter throws
-  // ScatterError (its failures say stale_directory). Set before use.
+  // within the deadline; while the catalog has nothing newer, as during a
+  // move's cutover, again after short pauses, for up to 250 ms). Without a
+  // watcher such a scatter throws ScatterError (its failures say
+  // stale_directory). Set before use.
   void FollowDirectory(DirectoryWatcher* watcher) noexcept { watcher_ = watcher; }
 
   struct Impl;

@@ -8,6 +8,11 @@
 //  - no shard holds rows of buckets it does not own: a copy that the owner
 //    has too is an orphan (left by an interrupted move), a row the owner
 //    lacks is misplaced;
+//  - a bucket in a move (live in the catalog's journal, or still marked on a
+//    shard) is one finding that names the move, says who serves the bucket
+//    and whether a mover runs it, and what to run (resume, abort, or wait);
+//    its rows on the move's two shards are neither orphans nor misplaced
+//    (either copy may be the only one of some writes), nor counted;
 //  - reference tables (books) are identical on every shard: a count and a
 //    hash aggregate of the rows per table, then the differing keys;
 //  - every table has one definition (columns, types, NOT NULL) everywhere;
@@ -67,6 +72,7 @@ enum class FindingKind {
   kOrphanBucket,     // rows of a bucket the shard does not own, copies of the owner's
   kReferenceDiffers, // a reference table differs from the reference copy
   kCountDiffers,     // a bucket's rows on its owner differ in number from the reference server's
+  kMoveInProgress,   // a bucket in a move (live, or a stopped mover's): names the move and what to run
 };
 [[nodiscard]] std::string_view FindingName(FindingKind kind) noexcept;  // "misplaced rows", ...
 

@@ -1,6 +1,6 @@
 // shardctl move <bucket> --to <shard>     move one bucket, live
 // shardctl move resume <move-id>          finish a move whose mover stopped
-// shardctl move abort <move-id>           roll a move back (before its cutover)
+// shardctl move abort <move-id>           roll a move back (until the target owns the bucket)
 // shardctl move show <move-id>            one move and its journal
 // shardctl moves [--live] [--limit N]     running and past moves
 // shardctl rebalance --plan|--apply [--shards 0,1,2] [--parallel K]
@@ -36,7 +36,7 @@ struct MoveFlags {
 
   void Add(CLI::App& cmd) {
     cmd.add_option("--drain-timeout-ms", drain_timeout_ms,
-                   "freeze: wait this long for writers already in the bucket, else abort the move")
+                   "freeze: wait this long for writers (and then readers) already in the bucket, else abort the move")
         ->check(CLI::Range(1, 600000));
     cmd.add_option("--grace-ms", grace_ms, "after the cutover, wait this long before deleting the old rows")
         ->check(CLI::Range(0, 3600000));
@@ -171,7 +171,7 @@ void AddMoveCommands(CLI::App& app, CliContext& context) {
   auto* resume = move->add_subcommand("resume", "finish a move whose mover stopped (from its journaled step)");
   resume->add_option("move-id", args->move_id, "the move (shardctl moves lists them)")->required();
   args->flags.Add(*resume);
-  auto* abort = move->add_subcommand("abort", "roll a move back: allowed until the source retired the bucket");
+  auto* abort = move->add_subcommand("abort", "roll a move back: allowed until the target owns the bucket");
   abort->add_option("move-id", args->move_id, "the move")->required();
   abort->add_option("--reason", args->reason, "recorded in the journal");
   auto* show = move->add_subcommand("show", "one move and every step of its journal");
@@ -322,6 +322,7 @@ void AddMoveCommands(CLI::App& app, CliContext& context) {
       max_stall = std::max(max_stall, r.stall_ms.value_or(0));
     }
     out["failures"] = report.failures;
+    out["resumed"] = report.resumed;
     out["not_started"] = nlohmann::json::array();
     for (const auto& m : report.not_started) {
       out["not_started"].push_back({{"bucket", m.bucket}, {"from", m.from}, {"to", m.to}});
@@ -331,7 +332,11 @@ void AddMoveCommands(CLI::App& app, CliContext& context) {
     if (context.json) {
       fmt::print("{}\n", out.dump(2));
     } else {
-      fmt::print("\n{} of {} moves done in {:.1f} s; max stall {:.1f} ms\n", report.moves.size(), plan.moves.size(),
+      if (!report.resumed.empty()) {
+        fmt::print("\nresumed first the live moves a stopped run left: {}\n", fmt::join(report.resumed, ", "));
+      }
+      fmt::print("\n{} of {} moves done in {:.1f} s; max stall {:.1f} ms\n", report.moves.size(),
+                 report.moves.size() + report.failures.size() + report.not_started.size(),
                  static_cast<double>(report.elapsed.count()) / 1e6, max_stall);
       fmt::print("{:>6} {:>6} {:>5} {:>5} {:>9} {:>9} {:>9}\n", "move", "bucket", "from", "to", "rows", "copy ms",
                  "stall ms");

@@ -23,12 +23,9 @@
 namespace shardkit {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using test::TwoOfThree;
 
-// Buckets 0-31 on shard 0, 32-63 on shard 1, shard 2 empty.
-BucketDirectory TwoOfThree() {
-  return BucketDirectory::FromAssignments(BucketDirectory::EvenSplit(2).AssignmentTable(), 3, 1);
-}
+using Clock = std::chrono::steady_clock;
 
 class ClusterPg : public ::testing::Test {
  protected:

@@ -34,14 +34,12 @@
 namespace shardkit {
 namespace {
 
+using test::TwoOfThree;
+
 using std::chrono::milliseconds;
 using test::ScratchCluster;
 using test::ScratchOptions;
 using Clock = std::chrono::steady_clock;
-
-BucketDirectory TwoOfThree() {
-  return BucketDirectory::FromAssignments(BucketDirectory::EvenSplit(2).AssignmentTable(), 3, 1);
-}
 
 struct SimulatedDeath {
   MoveState at;

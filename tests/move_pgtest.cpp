@@ -31,17 +31,13 @@
 namespace shardkit {
 namespace {
 
+using test::TwoOfThree;
+
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using test::ScratchCluster;
 using test::ScratchOptions;
 using Clock = std::chrono::steady_clock;
-
-// Buckets 0-31 on shard 0, 32-63 on shard 1, shard 2 empty: "two loaded
-// shards and a new one".
-BucketDirectory TwoOfThree() {
-  return BucketDirectory::FromAssignments(BucketDirectory::EvenSplit(2).AssignmentTable(), 3, 1);
-}
 
 MoveOptions Quick() {
   MoveOptions o;

@@ -27,14 +27,12 @@
 namespace shardkit {
 namespace {
 
+using test::TwoOfThree;
+
 struct Ran {
   int status = -1;
   std::string out;  // stdout and stderr
 };
-
-BucketDirectory TwoOfThree() {
-  return BucketDirectory::FromAssignments(BucketDirectory::EvenSplit(2).AssignmentTable(), 3, 1);
-}
 
 class ShardctlMove : public ::testing::Test {
  protected:

@@ -53,6 +53,10 @@ const MigrationSet& ProjectMigrations() {
   return set;
 }
 
+BucketDirectory TwoOfThree() {
+  return BucketDirectory::FromAssignments(BucketDirectory::EvenSplit(2).AssignmentTable(), 3, 1);
+}
+
 BucketDirectory UnevenSplit(int shard_count, std::int64_t version) {
   BucketDirectory::Assignments table{};
   const int total = shard_count * (shard_count + 1) / 2;

@@ -36,6 +36,10 @@ namespace shardkit::test {
 // contiguous ranges.
 [[nodiscard]] BucketDirectory UnevenSplit(int shard_count, std::int64_t version = 1);
 
+// Buckets 0-31 on shard 0, 32-63 on shard 1, shard 2 empty (version 1):
+// two loaded shards and a new one, for bucket moves.
+[[nodiscard]] BucketDirectory TwoOfThree();
+
 struct ScratchOptions {
   // Shards of the scratch cluster (0: one per shard server of the local
   // cluster). Shard i lives in database <name>_s<i> on shard server

@@ -253,11 +253,12 @@ Value ComparisonForm(const Value& v, TypeOid oid) {
   const auto dash = text.find('-');
   std::uint64_t year = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + std::min(dash, text.size()), year);
-  if (dash == std::string_view::npos || dash == 0 || ec != std::errc() || ptr != text.data() + dash) {
+  constexpr std::uint64_t kYearSpan = 9'999'999'999;
+  if (dash == std::string_view::npos || dash == 0 || ec != std::errc() || ptr != text.data() + dash ||
+      year > kYearSpan) {
     throw Error("cannot read \"" + std::string(v.AsText().substr(0, 80)) + "\" as an ISO " +
                 TypeInfoFor(oid).name + " (DateStyle ISO)");
   }
-  constexpr std::uint64_t kYearSpan = 9'999'999'999;
   std::string form = bc ? "1" : "2";
   const std::string digits = std::to_string(bc ? kYearSpan - year : year);
   form.append(10 - digits.size(), '0');

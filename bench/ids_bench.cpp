@@ -21,10 +21,10 @@
 #include <memory>
 #include <vector>
 
-#include "shardkit/bucketed_id.hpp"
-#include "shardkit/id_clock.hpp"
-#include "shardkit/snowflake.hpp"
-#include "shardkit/uuidv7.hpp"
+#include "shardkit/ids/bucketed_id.hpp"
+#include "shardkit/ids/id_clock.hpp"
+#include "shardkit/ids/snowflake.hpp"
+#include "shardkit/ids/uuidv7.hpp"
 
 namespace {
 

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "shardkit/job_queue.hpp"
-#include "shardkit/partition_lease.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/workers/job_queue.hpp"
+#include "shardkit/workers/partition_lease.hpp"
+#include "shardkit/routing/resolver.hpp"
 #include "support/test_cluster.hpp"
 
 namespace {

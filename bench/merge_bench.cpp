@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "shardkit/decimal.hpp"
-#include "shardkit/merge.hpp"
+#include "shardkit/core/decimal.hpp"
+#include "shardkit/queries/merge.hpp"
 
 namespace {
 

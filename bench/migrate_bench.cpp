@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "shardkit/migrate.hpp"
+#include "shardkit/schema/migrate.hpp"
 #include "support/test_cluster.hpp"
 
 namespace {

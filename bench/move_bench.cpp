@@ -29,12 +29,12 @@
 #include <sched.h>
 #include <thread>
 
-#include "detail/raw_pg.hpp"
-#include "shardkit/directory_watcher.hpp"
-#include "shardkit/move.hpp"
-#include "shardkit/ownership.hpp"
-#include "shardkit/resolver.hpp"
-#include "shardkit/routed.hpp"
+#include "pg/raw_pg.hpp"
+#include "shardkit/routing/directory_watcher.hpp"
+#include "shardkit/resharding/move.hpp"
+#include "shardkit/routing/ownership.hpp"
+#include "shardkit/routing/resolver.hpp"
+#include "shardkit/writes/routed.hpp"
 #include "support/test_cluster.hpp"
 
 namespace {

@@ -6,10 +6,10 @@
 #include <numeric>
 #include <vector>
 
-#include "shardkit/bucket.hpp"
-#include "shardkit/directory.hpp"
-#include "shardkit/hot_keys.hpp"
-#include "shardkit/placement.hpp"
+#include "shardkit/core/bucket.hpp"
+#include "shardkit/routing/directory.hpp"
+#include "shardkit/workers/hot_keys.hpp"
+#include "shardkit/resharding/placement.hpp"
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include <memory>
 #include <pqxx/pqxx>
 
-#include "shardkit/pool.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/pool/pool.hpp"
+#include "shardkit/routing/resolver.hpp"
 #include "support/test_cluster.hpp"
 
 namespace {

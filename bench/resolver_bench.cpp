@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "shardkit/bucket.hpp"
-#include "shardkit/directory.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/core/bucket.hpp"
+#include "shardkit/routing/directory.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 namespace {
 

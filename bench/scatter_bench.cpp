@@ -33,12 +33,12 @@
 #include <string>
 #include <vector>
 
-#include "detail/libpq_handle.hpp"
+#include "pg/libpq_handle.hpp"
 #include "shardkit/config.hpp"
-#include "shardkit/ownership.hpp"
-#include "shardkit/pool.hpp"
-#include "shardkit/resolver.hpp"
-#include "shardkit/scatter.hpp"
+#include "shardkit/routing/ownership.hpp"
+#include "shardkit/pool/pool.hpp"
+#include "shardkit/routing/resolver.hpp"
+#include "shardkit/queries/scatter.hpp"
 #include "support/test_cluster.hpp"
 
 namespace {

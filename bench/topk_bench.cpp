@@ -37,9 +37,9 @@
 
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/resolver.hpp"
-#include "shardkit/scatter.hpp"
-#include "shardkit/topk.hpp"
+#include "shardkit/routing/resolver.hpp"
+#include "shardkit/queries/scatter.hpp"
+#include "shardkit/queries/topk.hpp"
 #include "memory_topk_source.hpp"
 #include "topk_shortcut.hpp"
 

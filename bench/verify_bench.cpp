@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "shardkit/config.hpp"
-#include "shardkit/verify.hpp"
+#include "shardkit/schema/verify.hpp"
 #include "support/test_cluster.hpp"
 
 namespace {

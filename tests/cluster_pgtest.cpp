@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "shardkit/aggregate_query.hpp"
+#include "shardkit/queries/aggregate_query.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/move.hpp"
+#include "shardkit/resharding/move.hpp"
 #include "support/bookstore_rows.hpp"
 #include "support/test_cluster.hpp"
 

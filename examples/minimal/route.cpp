@@ -12,7 +12,7 @@
 
 #include <shardkit/cluster.hpp>
 #include <shardkit/config.hpp>
-#include <shardkit/directory.hpp>
+#include <shardkit/routing/directory.hpp>
 #include <shardkit/errors.hpp>
 
 int main(int argc, char** argv) {

@@ -48,8 +48,8 @@
 #include <string_view>
 #include <vector>
 
-#include "shardkit/directory.hpp"
-#include "shardkit/pool.hpp"
+#include "shardkit/routing/directory.hpp"
+#include "shardkit/pool/pool.hpp"
 
 namespace shardkit {
 

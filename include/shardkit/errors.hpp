@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "shardkit/bucket.hpp"
+#include "shardkit/core/bucket.hpp"
 
 namespace shardkit {
 
@@ -154,7 +154,7 @@ class ShardQueryError : public ShardError {
   using ShardError::ShardError;
 };
 
-// A shard refused to serve a bucket (include/shardkit/ownership.hpp): the
+// A shard refused to serve a bucket (include/shardkit/routing/ownership.hpp): the
 // fence refused a write (SQLSTATE SK001: not owned there, SK002: frozen for a
 // move's cutover) or the visibility rule refused a read (SK003: the caller's
 // directory is out of date). Nothing was written: the refusal happens before

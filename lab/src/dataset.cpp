@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <unordered_set>
 
-#include "shardkit/snowflake.hpp"
+#include "shardkit/ids/snowflake.hpp"
 
 namespace shardkit::lab {
 namespace {

@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-#include "shardkit/bucket.hpp"
+#include "shardkit/core/bucket.hpp"
 
 namespace shardkit::lab {
 

@@ -9,9 +9,9 @@
 
 #include "dataset.hpp"
 #include "demos.hpp"
-#include "shardkit/decimal.hpp"
-#include "shardkit/merge.hpp"
-#include "shardkit/scatter_merge.hpp"
+#include "shardkit/core/decimal.hpp"
+#include "shardkit/queries/merge.hpp"
+#include "shardkit/queries/scatter_merge.hpp"
 
 namespace shardkit::lab {
 namespace {

@@ -9,8 +9,8 @@
 #include "dataset.hpp"
 #include "demos.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/snowflake.hpp"
-#include "shardkit/worker_lease.hpp"
+#include "shardkit/ids/snowflake.hpp"
+#include "shardkit/ids/worker_lease.hpp"
 
 namespace shardkit::lab {
 namespace {

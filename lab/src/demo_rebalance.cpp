@@ -19,14 +19,14 @@
 
 #include "dataset.hpp"
 #include "demos.hpp"
-#include "shardkit/directory_watcher.hpp"
+#include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/move.hpp"
-#include "shardkit/ownership.hpp"
-#include "shardkit/rebalance.hpp"
-#include "shardkit/routed.hpp"
-#include "shardkit/snowflake.hpp"
-#include "shardkit/worker_lease.hpp"
+#include "shardkit/resharding/move.hpp"
+#include "shardkit/routing/ownership.hpp"
+#include "shardkit/resharding/rebalance.hpp"
+#include "shardkit/writes/routed.hpp"
+#include "shardkit/ids/snowflake.hpp"
+#include "shardkit/ids/worker_lease.hpp"
 
 namespace shardkit::lab {
 namespace {

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "demos.hpp"
-#include "shardkit/pool.hpp"
+#include "shardkit/pool/pool.hpp"
 
 namespace shardkit::lab {
 

@@ -9,7 +9,7 @@
 
 #include "dataset.hpp"
 #include "demos.hpp"
-#include "shardkit/directory.hpp"
+#include "shardkit/routing/directory.hpp"
 
 namespace shardkit::lab {
 namespace {

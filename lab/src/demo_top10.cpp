@@ -10,7 +10,7 @@
 
 #include "dataset.hpp"
 #include "demos.hpp"
-#include "shardkit/topk.hpp"
+#include "shardkit/queries/topk.hpp"
 #include "topk_shortcut.hpp"
 
 namespace shardkit::lab {

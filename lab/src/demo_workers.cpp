@@ -25,11 +25,11 @@
 #include "dataset.hpp"
 #include "demos.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/hot_keys.hpp"
-#include "shardkit/job_queue.hpp"
-#include "shardkit/partition_lease.hpp"
-#include "shardkit/snowflake.hpp"
-#include "shardkit/worker_lease.hpp"
+#include "shardkit/workers/hot_keys.hpp"
+#include "shardkit/workers/job_queue.hpp"
+#include "shardkit/workers/partition_lease.hpp"
+#include "shardkit/ids/snowflake.hpp"
+#include "shardkit/ids/worker_lease.hpp"
 #include "worker_process.hpp"
 
 namespace shardkit::lab {

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "lab.hpp"
-#include "shardkit/directory.hpp"
+#include "shardkit/routing/directory.hpp"
 #include "worker_process.hpp"
 
 namespace shardkit::lab {

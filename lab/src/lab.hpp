@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "shardkit/config.hpp"
-#include "shardkit/resolver.hpp"
-#include "shardkit/scatter.hpp"
+#include "shardkit/routing/resolver.hpp"
+#include "shardkit/queries/scatter.hpp"
 
 namespace shardkit::lab {
 

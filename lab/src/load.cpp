@@ -18,7 +18,7 @@
 #include <thread>
 #include <tuple>
 
-#include "shardkit/copy.hpp"
+#include "shardkit/resharding/copy.hpp"
 #include "shardkit/errors.hpp"
 
 extern char** environ;

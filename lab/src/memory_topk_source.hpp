@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "shardkit/errors.hpp"
-#include "shardkit/topk.hpp"
+#include "shardkit/queries/topk.hpp"
 
 namespace shardkit::lab {
 

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "shardkit/topk.hpp"
+#include "shardkit/queries/topk.hpp"
 
 namespace shardkit::lab {
 

@@ -18,10 +18,10 @@
 #include <pqxx/pqxx>
 
 #include "shardkit/errors.hpp"
-#include "shardkit/hot_keys.hpp"
-#include "shardkit/job_queue.hpp"
-#include "shardkit/partition_lease.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/workers/hot_keys.hpp"
+#include "shardkit/workers/job_queue.hpp"
+#include "shardkit/workers/partition_lease.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 namespace shardkit::lab {
 

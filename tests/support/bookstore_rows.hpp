@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "shardkit/bucket.hpp"
+#include "shardkit/core/bucket.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit::test {

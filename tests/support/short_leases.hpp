@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "shardkit/partition_lease.hpp"
+#include "shardkit/workers/partition_lease.hpp"
 
 namespace shardkit::test {
 

@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "shardkit/ownership.hpp"
+#include "shardkit/routing/ownership.hpp"
 
 namespace shardkit::test {
 namespace {

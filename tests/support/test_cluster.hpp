@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "shardkit/config.hpp"
-#include "shardkit/migrate.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/schema/migrate.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 namespace shardkit::test {
 
@@ -49,7 +49,7 @@ struct ScratchOptions {
   // the scratch catalog's shard_directory, and the config reads it there.
   std::optional<BucketDirectory> directory;
   PoolOptions pool;
-  // Apply the project's sql/ through the migrator (shardkit/migrate.hpp).
+  // Apply the project's sql/ through the migrator (shardkit/schema/migrate.hpp).
   // Without it the databases are empty and the directory is not stored:
   // tests of the migrator bring their own migration files.
   bool migrate = true;

@@ -13,11 +13,11 @@
 #include <string>
 
 #include "commands.hpp"
-#include "shardkit/bucketed_id.hpp"
-#include "shardkit/directory.hpp"
+#include "shardkit/ids/bucketed_id.hpp"
+#include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/snowflake.hpp"
-#include "shardkit/uuidv7.hpp"
+#include "shardkit/ids/snowflake.hpp"
+#include "shardkit/ids/uuidv7.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/migrate.hpp"
+#include "shardkit/schema/migrate.hpp"
 
 namespace {
 

@@ -17,10 +17,10 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/move.hpp"
-#include "shardkit/ownership.hpp"
-#include "shardkit/rebalance.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/resharding/move.hpp"
+#include "shardkit/routing/ownership.hpp"
+#include "shardkit/resharding/rebalance.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/migrate.hpp"
-#include "shardkit/ownership.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/schema/migrate.hpp"
+#include "shardkit/routing/ownership.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 void AddShardsEnrollCommand(CLI::App& shards, CliContext& context) {
   auto* enroll = shards.add_subcommand(

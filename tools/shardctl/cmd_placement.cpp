@@ -1,7 +1,7 @@
 // shardctl placement-sim --nodes 4 --add 1 [--vnodes 160] [--keys 100000] [--from-cluster]
 //
 // Places the keys on N nodes, then on N + add, with every strategy of
-// shardkit/placement.hpp, and prints per strategy the fraction of keys that
+// shardkit/resharding/placement.hpp, and prints per strategy the fraction of keys that
 // moved and the most/least loaded node ratio — the ring with 1 virtual node
 // next to 16, V and 256 (Cassandra's tokens), and the bucket directory's
 // fewest-moves plan.
@@ -16,8 +16,8 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/placement.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/resharding/placement.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 namespace {
 

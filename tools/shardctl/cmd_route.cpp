@@ -14,7 +14,7 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 namespace {
 

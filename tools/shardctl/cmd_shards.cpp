@@ -8,7 +8,7 @@
 
 #include "commands.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/migrate.hpp"
-#include "shardkit/verify.hpp"
+#include "shardkit/schema/migrate.hpp"
+#include "shardkit/schema/verify.hpp"
 
 namespace {
 

@@ -14,9 +14,9 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/job_queue.hpp"
-#include "shardkit/partition_lease.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/workers/job_queue.hpp"
+#include "shardkit/workers/partition_lease.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 namespace {
 

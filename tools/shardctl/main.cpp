@@ -20,8 +20,8 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/migrate.hpp"
-#include "shardkit/resolver.hpp"
+#include "shardkit/schema/migrate.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 shardkit::ClusterConfig CliContext::LoadConfig() const {
   return shardkit::LoadConfig(shardkit::ResolveConfigPath(config_path));

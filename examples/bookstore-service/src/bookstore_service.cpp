@@ -12,9 +12,9 @@
 #include <pqxx/pqxx>
 #include <set>
 #include <shardkit/errors.hpp>
-#include <shardkit/merge.hpp>
-#include <shardkit/scatter_merge.hpp>
-#include <shardkit/topk.hpp>
+#include <shardkit/queries/merge.hpp>
+#include <shardkit/queries/scatter_merge.hpp>
+#include <shardkit/queries/topk.hpp>
 #include <string_view>
 #include <vector>
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include <shardkit/bucket.hpp>
+#include <shardkit/core/bucket.hpp>
 
 namespace bookstore {
 

@@ -1,5 +1,5 @@
-// Order ids for the Bookstore: 64-bit Snowflake IDs (shardkit/snowflake.hpp)
-// whose worker id is leased from PostgreSQL (shardkit/worker_lease.hpp), so
+// Order ids for the Bookstore: 64-bit Snowflake IDs (shardkit/ids/snowflake.hpp)
+// whose worker id is leased from PostgreSQL (shardkit/ids/worker_lease.hpp), so
 // two service processes can never issue the same id, and a process that
 // loses its lease stops issuing rather than risk a duplicate.
 //
@@ -15,8 +15,8 @@
 #include <string>
 
 #include <shardkit/config.hpp>
-#include <shardkit/snowflake.hpp>
-#include <shardkit/worker_lease.hpp>
+#include <shardkit/ids/snowflake.hpp>
+#include <shardkit/ids/worker_lease.hpp>
 
 namespace bookstore {
 

@@ -19,8 +19,8 @@
 #include <pqxx/pqxx>
 #include <regex>
 #include <set>
-#include <shardkit/move.hpp>
-#include <shardkit/snowflake.hpp>
+#include <shardkit/resharding/move.hpp>
+#include <shardkit/ids/snowflake.hpp>
 #include <string>
 #include <thread>
 #include <vector>

@@ -18,10 +18,10 @@
 #include <sstream>
 #include <stdexcept>
 
-#include <shardkit/directory.hpp>
+#include <shardkit/routing/directory.hpp>
 #include <shardkit/errors.hpp>
-#include <shardkit/ownership.hpp>
-#include <shardkit/migrate.hpp>
+#include <shardkit/routing/ownership.hpp>
+#include <shardkit/schema/migrate.hpp>
 
 extern char** environ;
 

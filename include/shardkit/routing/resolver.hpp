@@ -1,0 +1,80 @@
+// shardkit/routing/resolver.hpp — customer_id -> bucket -> shard -> that shard's pool.
+//
+// The port of seed 001's BucketShardResolver: a fixed bucket per customer,
+// a replaceable directory from bucket to shard, one pool per shard.
+//
+//   auto resolver = shardkit::BucketShardResolver::FromConfig(shardkit::LoadConfig(path));
+//   shardkit::Route route = resolver->Resolve(shardkit::CustomerId{4242});
+//   log("customer {}: bucket {}, shard {}", route.customer, route.bucket, route.shard);
+//   auto lease = route.pool.Acquire();                    // shard 1's pool
+//   for (shardkit::ConnectionPool& pool : resolver->AllShards()) { ... }
+//
+// Thread-safe: any number of threads may route, acquire and publish at once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "shardkit/core/bucket.hpp"
+#include "shardkit/config.hpp"
+#include "shardkit/routing/directory.hpp"
+#include "shardkit/pool/pool.hpp"
+
+namespace shardkit {
+
+// Where one customer lives, all from one directory snapshot: print or use
+// these together, never a shard looked up separately.
+struct Route {
+  CustomerId customer;
+  BucketId bucket;
+  ShardId shard;
+  std::int64_t directory_version;
+  ConnectionPool& pool;  // the shard's pool, owned by the resolver
+};
+
+// The catalog's shard_directory table ([catalog] dsn) as a directory over
+// config's shards. Throws CatalogError if the catalog is unreachable or not
+// migrated, DirectoryError if the rows are not a valid directory.
+[[nodiscard]] BucketDirectory LoadCatalogDirectory(const ClusterConfig& config);
+
+class BucketShardResolver {
+ public:
+  // pools[i] serves shard i; the directory's shard count must match.
+  BucketShardResolver(BucketDirectory directory, std::vector<std::unique_ptr<ConnectionPool>> pools,
+                      std::vector<std::string> shard_names = {});
+  // Builds the pools from the configuration; with directory source
+  // "catalog" it reads shard_directory from the catalog database.
+  [[nodiscard]] static std::unique_ptr<BucketShardResolver> FromConfig(const ClusterConfig& config);
+
+  [[nodiscard]] static constexpr BucketId BucketOf(CustomerId customer_id) noexcept {
+    return shardkit::BucketOf(customer_id);
+  }
+  // One atomic load (see DirectoryHolder).
+  [[nodiscard]] ShardId ShardFor(CustomerId customer_id) const noexcept { return directory_.ShardFor(customer_id); }
+  [[nodiscard]] ConnectionPool& PoolFor(CustomerId customer_id) const {
+    return *pools_[static_cast<std::size_t>(ToInt(ShardFor(customer_id)))];
+  }
+  // Bucket, shard, directory version and pool of one customer, consistently
+  // (one atomic load, see DirectoryHolder::PlacementOf).
+  [[nodiscard]] Route Resolve(CustomerId customer_id) const;
+  // Throws UnknownShard.
+  [[nodiscard]] ConnectionPool& Pool(ShardId shard) const;
+  [[nodiscard]] std::vector<std::reference_wrapper<ConnectionPool>> AllShards() const;
+  [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(pools_.size()); }
+  [[nodiscard]] const std::string& ShardName(ShardId shard) const;
+
+  [[nodiscard]] std::shared_ptr<const BucketDirectory> Directory() const {
+    return directory_.Current();
+  }
+  // Atomically replaces the directory (higher version, same shard count).
+  void PublishDirectory(BucketDirectory next) { directory_.Publish(std::move(next)); }
+
+ private:
+  DirectoryHolder directory_;
+  std::vector<std::unique_ptr<ConnectionPool>> pools_;
+  std::vector<std::string> names_;
+};
+
+}  // namespace shardkit

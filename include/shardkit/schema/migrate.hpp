@@ -1,0 +1,279 @@
+// shardkit/schema/migrate.hpp — versioned schema migrations on every server.
+//
+// The SQL side is an ordered list of files sql/NNN_name.sql, one global
+// version sequence. A header comment in the first five lines says where a
+// file applies and how:
+//
+//   -- shardkit-migration: targets = shard, reference     (any of shard, reference, catalog)
+//   -- shardkit-migration: transaction = none             (optional: step by step, see below)
+//
+// Every server (each shard, the reference server, the catalog) records what
+// it has in its own table shardkit_migrations: version, name, checksum
+// (SHA-256 of the file), when, how long, by whom, success. A run holds an
+// advisory lock on every server it touches, so two migrators never
+// interleave; it applies version after version, each file in one
+// transaction per server together with its history row, so no server ever
+// gets a migration twice. Files marked `transaction = none` (CREATE INDEX
+// CONCURRENTLY...) run statement by statement, the history row counting the
+// steps done; a failed step is recorded, INVALID indexes are reported, and
+// the next run resumes at the failed step once they are resolved.
+//
+//   auto set = shardkit::MigrationSet::Load("sql");
+//   shardkit::Migrator migrator{set, shardkit::MigrationServers(config)};
+//   shardkit::MigrationStatus status = migrator.Status();    // the server x version matrix
+//   shardkit::MigrationReport report = migrator.Apply();     // what is missing, everywhere
+//   if (!report.Ok()) ...                                     // a server down, a failed statement
+//
+// Refused before anything is applied (MigrationRefused): a file edited after
+// it was applied (checksum mismatch), a version applied on a server that no
+// file describes, an INVALID index left by a failed concurrent step.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardkit {
+
+struct ClusterConfig;
+
+// What a server is to the cluster; a migration file's targets name these.
+enum class ServerRole { kShard, kReference, kCatalog };
+[[nodiscard]] std::string_view RoleName(ServerRole role) noexcept;  // "shard", "reference", "catalog"
+
+// One file of the migration set.
+struct Migration {
+  int version = 0;                 // NNN of NNN_name.sql
+  std::string name;                // "bookstore_schema"
+  std::string file_name;           // "002_bookstore_schema.sql"
+  std::string sql;                 // the file's text
+  std::string checksum;            // SHA-256 (hex) of the text, CRLF read as LF
+  std::vector<ServerRole> targets;  // from the header, in the order shard, reference, catalog
+  bool transactional = true;       // false: `transaction = none`
+  // The statements run one by one when not transactional; otherwise one
+  // step, the whole file.
+  std::vector<std::string> steps;
+
+  [[nodiscard]] bool Targets(ServerRole role) const noexcept;
+  [[nodiscard]] std::string TargetList() const;  // "shard, reference"
+};
+
+// Parses one file (name and text); throws MigrationError naming the file and
+// line (a bad name, a missing or malformed header).
+[[nodiscard]] Migration ParseMigration(const std::string& file_name, std::string text);
+
+// Splits SQL text into statements at top-level semicolons; quotes, dollar
+// quotes, comments and BEGIN ATOMIC ... END bodies are respected. Empty
+// statements (comments only) are dropped.
+[[nodiscard]] std::vector<std::string> SplitStatements(std::string_view sql);
+
+// SHA-256 of `bytes` as 64 lowercase hex digits.
+[[nodiscard]] std::string Sha256Hex(std::string_view bytes);
+
+// The migrations of one directory, in version order.
+class MigrationSet {
+ public:
+  MigrationSet() = default;
+  // Every *.sql file of `directory`; other files are ignored. Throws
+  // MigrationError for an unreadable directory, a file that does not parse,
+  // or two files with the same version.
+  [[nodiscard]] static MigrationSet Load(const std::filesystem::path& directory);
+  // From already parsed files (tests); same checks.
+  [[nodiscard]] static MigrationSet FromMigrations(std::vector<Migration> migrations,
+                                                   std::filesystem::path directory = {});
+
+  [[nodiscard]] const std::vector<Migration>& All() const noexcept { return migrations_; }
+  [[nodiscard]] const Migration* Find(int version) const noexcept;
+  [[nodiscard]] int LatestVersion() const noexcept { return migrations_.empty() ? 0 : migrations_.back().version; }
+  [[nodiscard]] const std::filesystem::path& Directory() const noexcept { return directory_; }
+
+ private:
+  std::vector<Migration> migrations_;
+  std::filesystem::path directory_;
+};
+
+// Where the migration files are when no directory is given: the installed
+// <prefix>/share/shardkit/sql (next to the executable's bin/, or the build's
+// install prefix), else ./sql. `why` says which one and why, for messages.
+struct SqlDirectory {
+  std::filesystem::path path;
+  std::string why;
+};
+[[nodiscard]] SqlDirectory FindSqlDirectory(const std::optional<std::string>& explicit_directory);
+
+// A database the migrations apply to. Servers of the configuration whose
+// connection strings are identical are one server with several roles.
+struct MigrationServer {
+  std::string name;  // "shard0", "reference", "catalog"
+  std::string dsn;
+  std::vector<ServerRole> roles;
+
+  [[nodiscard]] bool Takes(const Migration& migration) const noexcept;  // any role among the targets
+  [[nodiscard]] std::string RoleList() const;                           // "shard" or "reference, catalog"
+};
+
+// Every shard (named as in the config), the reference server and the catalog
+// of a configuration, in that order.
+[[nodiscard]] std::vector<MigrationServer> MigrationServers(const ClusterConfig& config);
+
+// A row of a server's shardkit_migrations table.
+struct AppliedMigration {
+  int version = 0;
+  std::string name;
+  std::string checksum;
+  bool success = false;
+  bool transactional = true;
+  int steps_done = 0;
+  int steps_total = 0;
+  std::string applied_at;  // ISO 8601, UTC
+  double duration_ms = 0;
+  std::string applied_by;
+  std::string error;  // of the failed attempt
+};
+
+// An index that PostgreSQL marks invalid: left behind by a failed CREATE
+// INDEX CONCURRENTLY (or being built right now).
+struct InvalidIndex {
+  std::string schema;
+  std::string index;
+  std::string table;
+  bool being_built = false;  // a CREATE INDEX is running on it now
+};
+
+// One cell of the server x version matrix.
+enum class MigrationState {
+  kNotTargeted,       // the file does not apply to this server's roles
+  kApplied,
+  kPending,           // not applied yet
+  kFailed,            // the last attempt failed (steps_done says how far a non-transactional one got)
+  kChecksumMismatch,  // applied, but the file has changed since
+  kUnreachable,       // the server did not answer
+};
+[[nodiscard]] std::string_view StateName(MigrationState state) noexcept;  // "applied", "pending", ...
+
+struct ServerMigrationStatus {
+  MigrationServer server;
+  bool reachable = false;
+  std::string error;                      // why not reachable (redacted)
+  bool has_history = false;               // shardkit_migrations exists
+  std::vector<AppliedMigration> history;  // in version order
+  std::vector<InvalidIndex> invalid_indexes;
+
+  [[nodiscard]] const AppliedMigration* Find(int version) const noexcept;
+};
+
+// The matrix: every server against every version of a migration set.
+class MigrationStatus {
+ public:
+  MigrationStatus(MigrationSet set, std::vector<ServerMigrationStatus> servers);
+
+  [[nodiscard]] const std::vector<ServerMigrationStatus>& Servers() const noexcept { return servers_; }
+  [[nodiscard]] const MigrationSet& Set() const noexcept { return set_; }
+  [[nodiscard]] MigrationState State(std::size_t server, int version) const;
+  // The highest version V such that every file up to V that targets the
+  // server is applied and nothing later is: its schema version. nullopt if
+  // unreachable or if its history has gaps (applied 3 but not 2).
+  [[nodiscard]] std::optional<int> VersionOf(std::size_t server) const;
+  // Versions applied on the server that no file describes (a newer release
+  // migrated it, or a file was deleted).
+  [[nodiscard]] std::vector<int> UnknownVersions(std::size_t server) const;
+  // Applied on some of the servers it targets only.
+  [[nodiscard]] bool Partial(int version) const;
+
+  // Every server reachable, at the same version, with nothing failed,
+  // mismatched, unknown or INVALID.
+  [[nodiscard]] bool AtOneVersion() const;
+  // AtOneVersion and that version is the set's latest.
+  [[nodiscard]] bool UpToDate() const;
+  // Each problem as a sentence naming the server and the version.
+  [[nodiscard]] std::vector<std::string> Problems() const;
+  // What blocks a run (checksum mismatch, unknown versions, INVALID indexes
+  // on a server a run would touch), as sentences that say how to resolve it.
+  [[nodiscard]] std::vector<std::string> Blockers() const;
+
+ private:
+  MigrationSet set_;
+  std::vector<ServerMigrationStatus> servers_;
+};
+
+// A progress report while migrating (one per server and version).
+struct MigrationEvent {
+  enum class Kind { kLocked, kStarted, kApplied, kFailed, kServerLeft };
+  Kind kind = Kind::kStarted;
+  std::string server;
+  int version = 0;
+  std::chrono::microseconds elapsed{0};
+  std::string message;
+};
+
+struct MigratorOptions {
+  std::chrono::milliseconds connect_timeout{5000};
+  // How long to wait for another migrator's lock on a server before giving
+  // up (MigrationError naming the holder).
+  std::chrono::milliseconds lock_timeout{30000};
+  // Recorded in applied_by; default "<os user>@<host> <program> (pid N)".
+  std::string applied_by;
+  // Called from the migrating threads (one per server), serialised.
+  std::function<void(const MigrationEvent&)> on_event;
+};
+
+// What a run did.
+struct MigrationReport {
+  struct Step {
+    std::string server;
+    int version = 0;
+    bool ok = false;
+    std::chrono::microseconds elapsed{0};
+    std::string error;  // when !ok
+  };
+  std::vector<Step> applied;          // attempts, in order per server
+  std::vector<std::string> left_behind;  // servers unreachable or lost during the run, with why
+  // Per server, the versions a dry run would apply (also filled by a real run).
+  std::vector<std::pair<std::string, std::vector<int>>> plan;
+  bool dry_run = false;
+  bool stopped = false;  // a statement failed: later versions were not started anywhere
+  std::chrono::microseconds elapsed{0};
+
+  [[nodiscard]] bool Ok() const noexcept;
+  [[nodiscard]] int AppliedCount() const noexcept;
+};
+
+class Migrator {
+ public:
+  Migrator(MigrationSet set, std::vector<MigrationServer> servers, MigratorOptions options = {});
+
+  [[nodiscard]] const MigrationSet& Set() const noexcept { return set_; }
+  [[nodiscard]] const std::vector<MigrationServer>& Servers() const noexcept { return servers_; }
+
+  // Reads every server's history and INVALID indexes (in parallel); an
+  // unreachable server is marked so, never thrown.
+  [[nodiscard]] MigrationStatus Status() const;
+
+  // Applies every missing migration up to `to_version` (default: all) on
+  // every server it targets. Locks each reachable server first (waits up to
+  // lock_timeout, then MigrationError naming the holder), re-reads the
+  // history under the locks and refuses (MigrationRefused) on any blocker.
+  // Then version by version, all servers in parallel: a server that cannot
+  // be reached, or is lost, is left behind while the others go on; a
+  // statement that fails stops the run after that version (no server starts
+  // a later one). With dry_run nothing is locked or applied: the report's
+  // plan says what would be.
+  MigrationReport Apply(std::optional<int> to_version = {}, bool dry_run = false);
+
+  // Throws MigrationError unless the named server is reachable and has every
+  // migration that targets it: a new shard must pass this before it
+  // receives buckets, and a move refuses shards whose schemas differ.
+  void RequireUpToDate(const std::string& server_name) const;
+
+ private:
+  MigrationSet set_;
+  std::vector<MigrationServer> servers_;
+  MigratorOptions options_;
+};
+
+}  // namespace shardkit

@@ -1,0 +1,141 @@
+// shardkit/writes/routed.hpp — one customer's transaction on the shard that owns it,
+// with a deadline, that follows the customer's bucket through moves.
+//
+// Run() routes with the resolver's current directory, opens a transaction on
+// the owning shard (BEGIN, statement_timeout and the bucket setting of
+// ownership.hpp in one round trip), calls your function, and commits. If a
+// shard refuses the bucket (the fence: moved away, frozen for a move's
+// cutover; or a read of a bucket it does not serve), nothing was written,
+// so it refreshes the directory (DirectoryWatcher::RefreshNow), goes to the
+// new owner the refusal names (and stays there while that shard is about to
+// own it), and runs the function again, with a short back-off while the
+// bucket is frozen or arriving, until the deadline. Reads and writes alike
+// follow a move this way, also before the catalog's directory flips. A
+// serialization failure or a connection lost before COMMIT is retried the
+// same way. A connection lost during COMMIT is never retried: the outcome is
+// unknown and OutcomeUnknown says so.
+//
+//   shardkit::RoutedTransactions routed{*resolver, &watcher};
+//   const auto order_id = routed.Run(customer, [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& at) {
+//     tx.exec_params("INSERT INTO orders (customer_id, bucket, order_id, ...) VALUES ($1, $2, $3, ...)",
+//                    customer, at.bucket, id, ...);
+//     return id;
+//   });
+//
+// The function may run more than once: keep effects outside the database
+// (messages, HTTP calls) out of it, and let it compute its values (IDs)
+// before or idempotently. Throwing from it rolls the transaction back and
+// propagates. Do not COMMIT or ROLLBACK inside it; its transaction object is
+// the routed transaction (commit() on it does nothing).
+//
+// Thread-safe: any number of threads may Run() at once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "shardkit/core/bucket.hpp"
+
+namespace pqxx {
+class transaction_base;
+}
+
+namespace shardkit {
+
+class BucketShardResolver;
+class DirectoryWatcher;
+
+enum class Isolation { kReadCommitted, kRepeatableRead, kSerializable };
+
+struct RoutedOptions {
+  // Absolute deadline for every attempt together (acquire, statements,
+  // back-off). Default: now + 5 s when Run is called.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  Isolation isolation = Isolation::kReadCommitted;
+  bool read_only = false;
+  // Retry serialization failures and deadlocks (SQLSTATE 40001, 40P01).
+  bool retry_serialization_failures = true;
+  // Back-off between attempts after a frozen bucket or a failure: starts at
+  // 1 ms, doubles, capped here (with jitter).
+  std::chrono::milliseconds max_backoff{20};
+  // For messages: "place order".
+  std::string label;
+};
+
+// What the function is told about where it runs.
+struct RoutedContext {
+  CustomerId customer{};
+  BucketId bucket{};
+  ShardId shard{};
+  std::int64_t directory_version = 0;  // of the directory this attempt routed with
+  int attempt = 1;                     // 1 for the first
+};
+
+// What one Run() did (optional out-parameter of Run()).
+struct RoutedOutcome {
+  ShardId shard{};           // where it committed
+  int attempts = 0;
+  int refused_not_owned = 0;  // SK001 refusals followed
+  int refused_frozen = 0;     // SK002
+  int refused_not_readable = 0;  // SK003
+  int retried_other = 0;      // serialization failures, deadlocks, connections lost before COMMIT
+  std::chrono::microseconds elapsed{0};
+};
+
+struct RoutedStats {
+  std::uint64_t calls = 0;
+  std::uint64_t committed = 0;
+  std::uint64_t attempts = 0;
+  std::uint64_t refused_not_owned = 0;
+  std::uint64_t refused_frozen = 0;
+  std::uint64_t refused_not_readable = 0;
+  std::uint64_t retried_other = 0;
+  std::uint64_t outcome_unknown = 0;
+  std::uint64_t failed = 0;  // calls that threw
+};
+
+class RoutedTransactions {
+ public:
+  // `watcher` (may be null) is asked to refresh the directory after a refusal;
+  // without one, only the refusal's named new owner is followed.
+  explicit RoutedTransactions(BucketShardResolver& resolver, DirectoryWatcher* watcher = nullptr);
+
+  // Runs fn(tx, context) in a transaction on the customer's shard and
+  // commits; returns what fn returns. Throws BucketRefused when the bucket
+  // stays refused until the deadline, OutcomeUnknown when COMMIT's outcome
+  // is unknown, PoolTimeout/ShardUnavailable when no connection is had, and
+  // whatever fn throws.
+  template <class Fn>
+  auto Run(CustomerId customer, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
+    using Result = std::invoke_result_t<Fn&, pqxx::transaction_base&, const RoutedContext&>;
+    if constexpr (std::is_void_v<Result>) {
+      RunErased(customer, [&](pqxx::transaction_base& tx, const RoutedContext& at) { fn(tx, at); }, options, outcome);
+    } else {
+      std::optional<Result> result;
+      RunErased(
+          customer, [&](pqxx::transaction_base& tx, const RoutedContext& at) { result.emplace(fn(tx, at)); }, options,
+          outcome);
+      return std::move(*result);
+    }
+  }
+
+  [[nodiscard]] RoutedStats Stats() const;
+  [[nodiscard]] BucketShardResolver& Resolver() const noexcept { return resolver_; }
+
+ private:
+  void RunErased(CustomerId customer, const std::function<void(pqxx::transaction_base&, const RoutedContext&)>& fn,
+                 const RoutedOptions& options, RoutedOutcome* outcome);
+
+  BucketShardResolver& resolver_;
+  DirectoryWatcher* watcher_;
+  mutable std::mutex stats_mutex_;
+  RoutedStats stats_;
+};
+
+}  // namespace shardkit

@@ -1,0 +1,244 @@
+#include "pg/pipelined_statement.hpp"
+
+#include <fmt/format.h>
+
+#include <pqxx/connection_base>
+#include <pqxx/except>
+#include <utility>
+
+#include "pg/libpq_handle.hpp"
+
+namespace shardkit::detail {
+namespace {
+
+const std::string kBeginReadOnly = "BEGIN READ ONLY";
+const std::string kBegin = "BEGIN";
+const std::string kCommit = "COMMIT";
+
+// Frees a PGresult unless ownership was passed on.
+struct ResultGuard {
+  PGresult* result;
+  ~ResultGuard() {
+    if (result != nullptr) PQclear(result);
+  }
+  PGresult* Release() noexcept { return std::exchange(result, nullptr); }
+};
+
+std::size_t PayloadBytes(const PGresult* result) {
+  std::size_t bytes = 0;
+  const int rows = PQntuples(result);
+  const int columns = PQnfields(result);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < columns; ++c) bytes += static_cast<std::size_t>(PQgetlength(result, r, c));
+  }
+  return bytes;
+}
+
+std::string ConnectionMessage(PGconn* conn) {
+  const char* text = conn == nullptr ? nullptr : PQerrorMessage(conn);
+  return text != nullptr && *text != '\0' ? std::string(text) : std::string("the connection was closed");
+}
+
+}  // namespace
+
+PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const PipelineRequest& request,
+                                       bool nonblocking)
+    : connection_(connection), conn_(LibpqHandle(connection)), request_(request), nonblocking_(nonblocking) {
+  if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
+    throw pqxx::broken_connection(ConnectionMessage(conn_));
+  }
+  const bool transaction = request.wrap == PipelineRequest::Wrap::kTransaction;
+  if (transaction) {
+    // The timeout is a number computed by the caller; SET takes no parameters.
+    timeout_ = "SET LOCAL statement_timeout = " + std::to_string(request.statement_timeout_ms);
+    steps_.push_back(request.read_only ? &kBeginReadOnly : &kBegin);
+    steps_.push_back(&timeout_);
+    if (request.setup != nullptr) steps_.push_back(request.setup);
+  } else if (request.before != nullptr) {
+    for (const auto& sql : *request.before) steps_.push_back(&sql);
+  }
+  main_ = static_cast<int>(steps_.size());
+  steps_.push_back(request.sql);
+  returned_ = main_;
+  if (request.then != nullptr) {
+    for (const auto& sql : *request.then) {
+      returned_ = static_cast<int>(steps_.size());
+      steps_.push_back(&sql);
+    }
+  }
+  if (transaction) steps_.push_back(&kCommit);
+  count_ = static_cast<int>(steps_.size());
+}
+
+void PipelinedStatement::Send() {
+  const PipelineRequest& request = request_;
+  if (nonblocking_ && PQsetnonblocking(conn_, 1) != 0) throw pqxx::broken_connection(ConnectionMessage(conn_));
+  // Fails when not idle: something was left pending by an earlier user.
+  if (PQenterPipelineMode(conn_) != 1) throw pqxx::broken_connection(ConnectionMessage(conn_));
+  for (int i = 0; i < count_; ++i) {
+    const auto* values = i == main_ ? request.values : nullptr;
+    const int n = values == nullptr ? 0 : static_cast<int>(values->size());
+    if (PQsendQueryParams(conn_, steps_[i]->c_str(), n, nullptr, n == 0 ? nullptr : values->data(), nullptr,
+                          nullptr, 0) != 1) {
+      throw pqxx::broken_connection(ConnectionMessage(conn_));
+    }
+  }
+  // Flushes too: in blocking mode everything, else what the socket takes.
+  if (PQpipelineSync(conn_) != 1) throw pqxx::broken_connection(ConnectionMessage(conn_));
+  if (nonblocking_) {
+    const int flushed = PQflush(conn_);
+    if (flushed < 0) throw pqxx::broken_connection(ConnectionMessage(conn_));
+    wants_write_ = flushed == 1;
+  }
+}
+
+void PipelinedStatement::Fail(std::string message, std::string sqlstate, bool connection_lost) {
+  if (!failure_) failure_ = Failure{std::move(message), std::move(sqlstate), step_, connection_lost};
+}
+
+void PipelinedStatement::Take(PGresult* raw) {
+  ResultGuard result{raw};
+  switch (expect_) {
+    case Expect::kResult:
+      if (result.result == nullptr) {
+        Fail(ConnectionMessage(conn_), {}, true);
+        broken_ = true;
+        return;
+      }
+      switch (PQresultStatus(result.result)) {
+        case PGRES_TUPLES_OK:
+        case PGRES_COMMAND_OK:
+        case PGRES_EMPTY_QUERY:
+          if (step_ == returned_) {
+            bytes_ = PayloadBytes(result.result);
+            rows_ = AdoptResult(connection_, result.Release(), *steps_[step_]);
+          }
+          break;
+        case PGRES_PIPELINE_ABORTED:  // skipped after an earlier step failed
+          break;
+        case PGRES_FATAL_ERROR: {
+          const char* state = PQresultErrorField(result.result, PG_DIAG_SQLSTATE);
+          std::string sqlstate = state != nullptr ? state : "";
+          // No SQLSTATE and a closed connection: libpq's own report of the loss.
+          const bool lost = sqlstate.starts_with("08") || (sqlstate.empty() && PQstatus(conn_) == CONNECTION_BAD);
+          Fail(PQresultErrorMessage(result.result), std::move(sqlstate), lost);
+          break;
+        }
+        default:
+          // COPY and the like have no place here: nothing says how to end them.
+          Fail(fmt::format("unexpected {} result", PQresStatus(PQresultStatus(result.result))), {}, false);
+          broken_ = true;
+          return;
+      }
+      if (PQstatus(conn_) == CONNECTION_BAD) {
+        Fail(ConnectionMessage(conn_), {}, true);
+        broken_ = true;
+        return;
+      }
+      expect_ = Expect::kEndOfStep;
+      return;
+    case Expect::kEndOfStep:
+      if (result.result != nullptr) {
+        Fail("more than one result for one statement", {}, false);
+        broken_ = true;
+        return;
+      }
+      expect_ = ++step_ < count_ ? Expect::kResult : Expect::kSync;
+      return;
+    case Expect::kSync:
+      if (result.result == nullptr || PQresultStatus(result.result) != PGRES_PIPELINE_SYNC) {
+        Fail(ConnectionMessage(conn_), {}, PQstatus(conn_) == CONNECTION_BAD);
+        broken_ = true;
+        return;
+      }
+      expect_ = Expect::kDone;
+      return;
+    case Expect::kDone:
+      return;
+  }
+}
+
+bool PipelinedStatement::Advance() {
+  if (broken_ || expect_ == Expect::kDone) return true;
+  if (wants_write_) {
+    const int flushed = PQflush(conn_);
+    if (flushed < 0) {
+      Fail(ConnectionMessage(conn_), {}, true);
+      broken_ = true;
+      return true;
+    }
+    wants_write_ = flushed == 1;
+  }
+  if (PQconsumeInput(conn_) != 1) {
+    Fail(ConnectionMessage(conn_), {}, true);
+    broken_ = true;
+    return true;
+  }
+  while (!broken_ && expect_ != Expect::kDone && PQisBusy(conn_) == 0) Take(PQgetResult(conn_));
+  return broken_ || expect_ == Expect::kDone;
+}
+
+void PipelinedStatement::Wait() {
+  while (!broken_ && expect_ != Expect::kDone) Take(PQgetResult(conn_));
+}
+
+bool RollBack(pqxx::connection_base& connection) noexcept {
+  PGconn* conn = LibpqHandle(connection);
+  if (conn == nullptr) return false;
+  ResultGuard rollback{PQexec(conn, "ROLLBACK")};
+  return rollback.result != nullptr && PQresultStatus(rollback.result) == PGRES_COMMAND_OK &&
+         PQtransactionStatus(conn) == PQTRANS_IDLE;
+}
+
+pqxx::result PipelinedStatement::Finish(bool& reusable, bool* rollback_pending) {
+  const bool transaction = request_.wrap == PipelineRequest::Wrap::kTransaction;
+  if (broken_ || expect_ != Expect::kDone || PQexitPipelineMode(conn_) != 1 ||
+      (nonblocking_ && PQsetnonblocking(conn_, 0) != 0)) {
+    reusable = false;
+  } else if (transaction && PQtransactionStatus(conn_) != PQTRANS_IDLE) {
+    // A failed step left the transaction aborted: end it, so that the
+    // connection can go back to the pool.
+    if (!failure_) {
+      reusable = false;
+    } else if (rollback_pending != nullptr) {
+      *rollback_pending = true;
+    } else if (!RollBack(connection_)) {
+      reusable = false;
+    }
+  }
+
+  if (failure_) {
+    if (failure_->connection_lost) {
+      reusable = false;
+      if (transaction && failure_->step == count_ - 1 && !request_.read_only) {
+        throw pqxx::broken_connection("connection lost during COMMIT: whether this shard committed is unknown");
+      }
+      throw pqxx::broken_connection(failure_->message);
+    }
+    throw pqxx::sql_error(failure_->message, *steps_[failure_->step],
+                          failure_->sqlstate.empty() ? nullptr : failure_->sqlstate.c_str());
+  }
+  if (!rows_) {
+    reusable = false;
+    throw pqxx::broken_connection(ConnectionMessage(conn_));
+  }
+  return std::move(*rows_);
+}
+
+pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request, bool& reusable,
+                          std::size_t* bytes) {
+  std::optional<PipelinedStatement> call;
+  try {
+    call.emplace(connection, request, /*nonblocking=*/false);
+    call->Send();
+  } catch (...) {
+    reusable = false;
+    throw;
+  }
+  call->Wait();
+  pqxx::result rows = call->Finish(reusable);
+  if (bytes != nullptr) *bytes = call->Bytes();
+  return rows;
+}
+
+}  // namespace shardkit::detail

@@ -1,0 +1,294 @@
+#include "shardkit/writes/routed.hpp"
+
+#include <fmt/format.h>
+
+#include <pqxx/pqxx>
+#include <random>
+#include <thread>
+
+#include "shardkit/config.hpp"
+#include "shardkit/routing/directory_watcher.hpp"
+#include "shardkit/errors.hpp"
+#include "shardkit/routing/ownership.hpp"
+#include "shardkit/pool/pool.hpp"
+#include "shardkit/routing/resolver.hpp"
+
+// One attempt: acquire a connection of the routed shard; one round trip for
+// BEGIN, statement_timeout, shardkit.buckets and its check (only the
+// customer's bucket is visible: the function reads its own customer's rows,
+// as of the freeze if the router is stale, or is refused at BEGIN); the caller's function on a
+// nontransaction (so that the statements run inside our explicit BEGIN);
+// then COMMIT on a fresh nontransaction, whose command status tells a real
+// commit from the ROLLBACK PostgreSQL answers to COMMIT of a failed
+// transaction (a function that swallowed an error).
+//
+// Which errors are retried, and why that is safe: a fence or visibility
+// refusal is raised by a statement, so the transaction is aborted and
+// nothing it did is kept; so is a serialization failure or deadlock; a
+// connection lost before COMMIT was sent takes its transaction with it.
+// Only a connection lost while COMMIT was in flight leaves the outcome open.
+
+namespace shardkit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr auto kDefaultTimeout = std::chrono::seconds(5);
+
+const char* BeginSql(Isolation isolation) {
+  switch (isolation) {
+    case Isolation::kReadCommitted:
+      return "BEGIN ISOLATION LEVEL READ COMMITTED";
+    case Isolation::kRepeatableRead:
+      return "BEGIN ISOLATION LEVEL REPEATABLE READ";
+    case Isolation::kSerializable:
+      return "BEGIN ISOLATION LEVEL SERIALIZABLE";
+  }
+  return "BEGIN";
+}
+
+std::string FirstLine(std::string text) {
+  for (const char* prefix : {"ERROR:  ", "FATAL:  "}) {
+    if (text.starts_with(prefix)) text.erase(0, std::char_traits<char>::length(prefix));
+  }
+  if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
+  return text;
+}
+
+// Thrown inside an attempt: the connection died before COMMIT was sent.
+struct LostBeforeCommit {
+  std::string what;
+};
+
+void Rollback(ConnectionPool::Lease& lease) noexcept {
+  try {
+    pqxx::nontransaction tx{*lease};
+    tx.exec("ROLLBACK");
+  } catch (...) {
+    lease.Discard();
+  }
+}
+
+milliseconds Backoff(int round, milliseconds cap) {
+  thread_local std::minstd_rand random{std::random_device{}()};
+  const auto base = std::min<long long>(cap.count(), 1LL << std::min(round, 10));
+  std::uniform_int_distribution<long long> jitter(base / 2, std::max<long long>(base, 1));
+  return milliseconds(jitter(random));
+}
+
+}  // namespace
+
+RoutedTransactions::RoutedTransactions(BucketShardResolver& resolver, DirectoryWatcher* watcher)
+    : resolver_(resolver), watcher_(watcher) {}
+
+RoutedStats RoutedTransactions::Stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return stats_;
+}
+
+void RoutedTransactions::RunErased(CustomerId customer,
+                                   const std::function<void(pqxx::transaction_base&, const RoutedContext&)>& fn,
+                                   const RoutedOptions& options, RoutedOutcome* outcome_out) {
+  const auto start = Clock::now();
+  const auto deadline = options.deadline.value_or(start + kDefaultTimeout);
+  const std::string label = options.label.empty() ? "routed transaction" : options.label;
+  const BucketId bucket = BucketOf(customer);
+  const std::string bucket_setting = BucketSet::One(bucket).Setting();
+  RoutedOutcome outcome;
+  // A refusal named where the bucket went: while the directory still sends
+  // us to the refusing shard (`first`), go to the named owner (`second`).
+  std::optional<std::pair<ShardId, ShardId>> redirect;
+  std::optional<BucketRefused> last_refusal;
+  std::string last_failure;
+  int backoff_round = 0;
+  int immediate = 0;  // retries without a pause in a row (a refusal naming the new owner)
+
+  auto finish = [&](bool committed, bool unknown) {
+    outcome.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+    if (outcome_out != nullptr) *outcome_out = outcome;
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.calls;
+    stats_.attempts += static_cast<std::uint64_t>(outcome.attempts);
+    stats_.refused_not_owned += static_cast<std::uint64_t>(outcome.refused_not_owned);
+    stats_.refused_frozen += static_cast<std::uint64_t>(outcome.refused_frozen);
+    stats_.refused_not_readable += static_cast<std::uint64_t>(outcome.refused_not_readable);
+    stats_.retried_other += static_cast<std::uint64_t>(outcome.retried_other);
+    if (committed) ++stats_.committed;
+    if (unknown) ++stats_.outcome_unknown;
+    if (!committed) ++stats_.failed;
+  };
+  auto refresh = [&] {
+    if (watcher_ == nullptr) return;
+    try {
+      (void)watcher_->RefreshNow();
+    } catch (const Error&) {
+      // The catalog may be briefly unreachable; the refusal's named owner
+      // and the next attempt still make progress.
+    }
+  };
+  auto pause = [&] {
+    immediate = 0;
+    const auto wait = Backoff(backoff_round++, options.max_backoff);
+    if (Clock::now() + wait >= deadline) return false;
+    std::this_thread::sleep_for(wait);
+    return true;
+  };
+
+  for (;;) {
+    const auto directory = resolver_.Directory();
+    ShardId shard = directory->ShardOf(bucket);
+    // Follow a refusal's named owner only while the directory still sends us
+    // to the shard that refused (it has not caught up yet).
+    if (redirect && shard == redirect->first) shard = redirect->second;
+    RoutedContext at{customer, bucket, shard, directory->Version(), outcome.attempts + 1};
+    ++outcome.attempts;
+
+    ConnectionPool& pool = resolver_.Pool(shard);
+    std::optional<ConnectionPool::Lease> acquired;
+    try {
+      acquired.emplace(pool.Acquire(deadline));
+    } catch (...) {
+      finish(false, false);
+      throw;
+    }
+    ConnectionPool::Lease& lease = *acquired;
+    const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0 && last_refusal) {
+      // The deadline passed during the back-off: still the refusal.
+      finish(false, false);
+      throw BucketRefused(last_refusal->kind(), last_refusal->shard(), last_refusal->bucket(),
+                          last_refusal->new_owner(), last_refusal->state(),
+                          fmt::format("{} (still refused at the deadline, after {} attempts in {} ms)",
+                                      last_refusal->what(), outcome.attempts - 1,
+                                      std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()));
+    }
+    if (left.count() <= 0) {
+      finish(false, false);
+      throw PoolTimeout(shard, fmt::format("{} for customer {} (bucket {}): the deadline passed after {} attempt(s){}",
+                                           label, customer, bucket, outcome.attempts,
+                                           last_failure.empty() ? "" : "; last: " + last_failure));
+    }
+
+    bool committing = false;
+    try {
+      {
+        pqxx::nontransaction tx{*lease};
+        std::string begin = BeginSql(options.isolation);
+        if (options.read_only) begin += " READ ONLY";
+        // The values are numbers computed here, not a caller's text; SET takes
+        // no parameters.
+        tx.exec(fmt::format("{}; SET LOCAL statement_timeout = {}; SET LOCAL shardkit.buckets = '{}'; "
+                            "SELECT shardkit_check_buckets()",
+                            begin, left.count(), bucket_setting));
+        fn(tx, at);
+      }
+      committing = true;
+      pqxx::nontransaction tx{*lease};
+      // COMMIT of a failed transaction answers ROLLBACK without an error
+      // (libpqxx does not show the command tag): the SELECT in front of it,
+      // sent in the same round trip, fails in that case instead.
+      try {
+        tx.exec("SELECT 1; COMMIT");
+      } catch (const pqxx::sql_error& e) {
+        if (e.sqlstate() != "25P02") throw;
+        committing = false;
+        Rollback(lease);
+        finish(false, false);
+        throw ShardQueryError(shard, fmt::format("{} for customer {} on shard {}: a statement failed inside the "
+                                                 "function and its error was caught there, so the transaction could "
+                                                 "not commit; nothing was committed",
+                                                 label, customer, shard));
+      }
+      outcome.shard = shard;
+      finish(true, false);
+      return;
+    } catch (const pqxx::broken_connection& e) {
+      lease.Discard();
+      if (committing) {
+        finish(false, true);
+        throw OutcomeUnknown(shard, fmt::format("{} for customer {} (bucket {}) on shard {}: the connection was lost "
+                                                "during COMMIT ({}): it may or may not have committed; check before "
+                                                "doing it again",
+                                                label, customer, bucket, shard, RedactDsn(FirstLine(e.what()))));
+      }
+      last_failure = fmt::format("connection to shard {} lost: {}", shard, RedactDsn(FirstLine(e.what())));
+      ++outcome.retried_other;
+    } catch (const pqxx::transaction_rollback& e) {
+      // Serialization failure or deadlock: the transaction is gone, retryable.
+      Rollback(lease);
+      if (!options.retry_serialization_failures) {
+        finish(false, false);
+        throw;
+      }
+      last_failure = FirstLine(e.what());
+      ++outcome.retried_other;
+    } catch (const pqxx::sql_error& e) {
+      Rollback(lease);
+      auto refusal = ParseFenceRefusal(e);
+      if (!refusal) {
+        finish(false, false);
+        throw;
+      }
+      last_refusal.emplace(ToException(*refusal, shard,
+                                       fmt::format("{} for customer {} on shard {}", label, customer, shard)));
+      last_failure = refusal->message;
+      // The refusing shard names the new owner (it retired the bucket):
+      // go there at once. The named owner not owning it yet (incoming: the
+      // cutover is under way, or its mover stopped) or a frozen bucket:
+      // stay, after a pause.
+      const bool moved_away = refusal->state == "retired" || refusal->state == "cleaning";
+      const bool at_named_owner = redirect && shard == redirect->second;
+      auto follow = [&] {
+        if (moved_away && refusal->new_owner) {
+          redirect.emplace(shard, *refusal->new_owner);
+        } else if (!(refusal->state == "incoming" && at_named_owner) && refusal->state != "frozen") {
+          redirect.reset();
+        }
+      };
+      switch (refusal->kind) {
+        case BucketRefused::Kind::kNotOwned:
+          ++outcome.refused_not_owned;
+          refresh();
+          follow();
+          if (moved_away) {
+            if ((resolver_.Directory()->ShardOf(bucket) != shard || redirect) && ++immediate < 3) continue;
+          }
+          break;
+        case BucketRefused::Kind::kFrozen:
+          ++outcome.refused_frozen;
+          redirect.reset();
+          break;
+        case BucketRefused::Kind::kNotReadable:
+          ++outcome.refused_not_readable;
+          if (refusal->state == "frozen") break;
+          refresh();
+          follow();
+          if (moved_away || refusal->state == "absent") {
+            if ((resolver_.Directory()->ShardOf(bucket) != shard || redirect) && ++immediate < 3) continue;
+          }
+          break;
+      }
+    } catch (...) {
+      // The function's own exception (or anything else): roll back, pass on.
+      if (!committing) Rollback(lease);
+      finish(false, false);
+      throw;
+    }
+    if (!pause()) {
+      finish(false, false);
+      if (last_refusal) {
+        throw BucketRefused(last_refusal->kind(), last_refusal->shard(), last_refusal->bucket(),
+                            last_refusal->new_owner(), last_refusal->state(),
+                            fmt::format("{} (still refused at the deadline, after {} attempts in {} ms)",
+                                        last_refusal->what(), outcome.attempts,
+                                        std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()));
+      }
+      throw ShardQueryError(shard, fmt::format("{} for customer {} (bucket {}): gave up at the deadline after {} "
+                                               "attempts: {}",
+                                               label, customer, bucket, outcome.attempts, last_failure));
+    }
+  }
+}
+
+}  // namespace shardkit

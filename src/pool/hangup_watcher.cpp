@@ -11,6 +11,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "shardkit/core/thread_annotations.hpp"
+
 namespace shardkit::detail {
 
 namespace {
@@ -26,10 +28,10 @@ struct HangupWatcher::State {
   int epoll_fd = -1;
   std::mutex mutex;
   std::condition_variable callback_done;
-  std::unordered_map<std::uint64_t, Registration> registrations;
-  std::uint64_t next_id = 1;
-  std::uint64_t firing = 0;  // the registration whose callback runs now
-  bool running = true;       // false once the thread gave up
+  std::unordered_map<std::uint64_t, Registration> registrations SHARDKIT_GUARDED_BY(mutex);
+  std::uint64_t next_id SHARDKIT_GUARDED_BY(mutex) = 1;
+  std::uint64_t firing SHARDKIT_GUARDED_BY(mutex) = 0;  // the registration whose callback runs now
+  bool running SHARDKIT_GUARDED_BY(mutex) = true;       // false once the thread gave up
 };
 
 HangupWatcher* HangupWatcher::Instance() noexcept {

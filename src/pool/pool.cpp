@@ -143,7 +143,7 @@ class PoolCore {
   // facts_known_ is set, facts_ is read without the mutex (every scatter
   // reads it once per shard).
   mutable std::mutex facts_mutex_;
-  std::shared_ptr<const SessionFacts> facts_;
+  std::shared_ptr<const SessionFacts> facts_;  // written under facts_mutex_, then only read
   std::atomic<bool> facts_known_{false};
 };
 

@@ -16,6 +16,7 @@
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/resolver.hpp"
+#include "shardkit/core/thread_annotations.hpp"
 
 // How the watcher waits: one thread owns a catalog connection that LISTENs
 // on shardkit_directory and poll()s its socket together with a self-pipe.
@@ -92,13 +93,13 @@ struct DirectoryWatcher::Impl {
   // RefreshNow: its own connection; `started` and `completed` number the
   // reads so that a caller can tell whether a read began after it arrived.
   std::mutex refresh_mutex;
-  std::unique_ptr<pqxx::connection> refresh_connection;
+  std::unique_ptr<pqxx::connection> refresh_connection SHARDKIT_GUARDED_BY(refresh_mutex);
   std::atomic<std::uint64_t> started{0};
-  std::uint64_t completed = 0;  // guarded by refresh_mutex
+  std::uint64_t completed SHARDKIT_GUARDED_BY(refresh_mutex) = 0;
 
   mutable std::mutex stats_mutex;
   std::condition_variable published;
-  DirectoryWatcherStats stats;
+  DirectoryWatcherStats stats SHARDKIT_GUARDED_BY(stats_mutex);
 };
 
 std::int64_t DirectoryWatcher::Impl::CheckWith(pqxx::connection_base& c) {

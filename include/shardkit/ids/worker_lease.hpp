@@ -45,6 +45,8 @@
 #include <string>
 #include <thread>
 
+#include "shardkit/core/thread_annotations.hpp"
+
 namespace shardkit {
 
 namespace detail {
@@ -147,9 +149,9 @@ class WorkerLease {
   std::atomic<bool> attached_{false};
   std::atomic<std::int64_t> issued_until_ms_{0};
 
-  mutable std::mutex mutex_;  // the connection and last_error_
-  std::unique_ptr<detail::LeaseConnection> connection_;
-  std::optional<std::string> last_error_;
+  mutable std::mutex mutex_;
+  std::unique_ptr<detail::LeaseConnection> connection_ SHARDKIT_GUARDED_BY(mutex_);
+  std::optional<std::string> last_error_ SHARDKIT_GUARDED_BY(mutex_);
   std::mutex wakeup_mutex_;
   std::condition_variable_any renew_wakeup_;
   std::jthread renewer_;  // last member: stopped and joined first

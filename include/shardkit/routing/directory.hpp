@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/thread_annotations.hpp"
 
 namespace pqxx {
 class connection_base;
@@ -157,7 +158,7 @@ class DirectoryHolder {
   std::atomic<std::int64_t> version_{0};
   const std::uint64_t id_;  // names this holder in the threads' snapshot caches; never reused
   mutable std::mutex publish_mutex_;
-  std::shared_ptr<const BucketDirectory> current_;  // guarded by publish_mutex_
+  std::shared_ptr<const BucketDirectory> current_ SHARDKIT_GUARDED_BY(publish_mutex_);
 };
 
 }  // namespace shardkit

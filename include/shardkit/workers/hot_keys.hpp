@@ -53,6 +53,7 @@
 
 #include "shardkit/core/bucket.hpp"
 #include "shardkit/resharding/placement.hpp"
+#include "shardkit/core/thread_annotations.hpp"
 
 namespace pqxx {
 class connection_base;
@@ -147,16 +148,16 @@ class HotKeyRegistry {
   [[nodiscard]] int PartitionCount() const noexcept { return partitions_; }
 
  private:
-  pqxx::connection_base& Connection();  // under mutex_
+  pqxx::connection_base& Connection() SHARDKIT_REQUIRES(mutex_);
 
   const std::string dsn_;
   const std::string queue_;
   const int partitions_;
   mutable std::mutex mutex_;
-  std::unique_ptr<detail::LeaseConnection> connection_;
-  std::shared_ptr<const HotKeys> current_;
-  std::chrono::steady_clock::time_point loaded_at_{};
-  bool loaded_ = false;
+  std::unique_ptr<detail::LeaseConnection> connection_ SHARDKIT_GUARDED_BY(mutex_);
+  std::shared_ptr<const HotKeys> current_ SHARDKIT_GUARDED_BY(mutex_);
+  std::chrono::steady_clock::time_point loaded_at_ SHARDKIT_GUARDED_BY(mutex_){};
+  bool loaded_ SHARDKIT_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace shardkit

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/thread_annotations.hpp"
 
 namespace pqxx {
 class connection_base;
@@ -192,24 +193,24 @@ class PartitionLeases {
   void Connect();
   void Register();
   void Loop(std::stop_token stop);
-  [[nodiscard]] Clock::duration NextInterval() const;  // under state_mutex_
+  [[nodiscard]] Clock::duration NextInterval() const SHARDKIT_REQUIRES(state_mutex_);
   [[nodiscard]] std::string Describe() const;
 
   const std::string dsn_;
   PartitionLeaseOptions options_;
 
   std::mutex catalog_mutex_;  // the connection; one Tick at a time
-  std::unique_ptr<detail::LeaseConnection> connection_;
+  std::unique_ptr<detail::LeaseConnection> connection_ SHARDKIT_GUARDED_BY(catalog_mutex_);
 
   mutable std::mutex state_mutex_;
   std::condition_variable_any changed_;  // wakes Loop and Leave
-  std::map<int, HeldPartition> held_;
-  PartitionLeaseStats stats_;
-  Clock::time_point last_release_{};
-  bool last_tick_failed_ = false;
-  bool leaving_ = false;  // no claims, nothing granted
-  bool left_ = false;
-  bool wake_ = false;
+  std::map<int, HeldPartition> held_ SHARDKIT_GUARDED_BY(state_mutex_);
+  PartitionLeaseStats stats_ SHARDKIT_GUARDED_BY(state_mutex_);
+  Clock::time_point last_release_ SHARDKIT_GUARDED_BY(state_mutex_){};
+  bool last_tick_failed_ SHARDKIT_GUARDED_BY(state_mutex_) = false;
+  bool leaving_ SHARDKIT_GUARDED_BY(state_mutex_) = false;  // no claims, nothing granted
+  bool left_ SHARDKIT_GUARDED_BY(state_mutex_) = false;
+  bool wake_ SHARDKIT_GUARDED_BY(state_mutex_) = false;
 
   std::jthread ticker_;  // last member: stopped and joined first
 };

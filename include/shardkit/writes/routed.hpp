@@ -41,6 +41,7 @@
 #include <utility>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/thread_annotations.hpp"
 
 namespace pqxx {
 class transaction_base;
@@ -135,7 +136,7 @@ class RoutedTransactions {
   BucketShardResolver& resolver_;
   DirectoryWatcher* watcher_;
   mutable std::mutex stats_mutex_;
-  RoutedStats stats_;
+  RoutedStats stats_ SHARDKIT_GUARDED_BY(stats_mutex_);
 };
 
 }  // namespace shardkit

@@ -1,5 +1,5 @@
 // shardctl verify on whatever the configured cluster holds: run `lab/run
-// load` (scale 1: ~1M orders) first for the figure quoted in bench/README.md. Reports the rows
+// load` (scale 1: ~1M orders) first for the figure quoted in bench/results.md. Reports the rows
 // checked per second next to a plain count(*) of the same tables on every
 // server at once (the floor: one scan of each table).
 //

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/routing/ownership.hpp"
 
@@ -42,12 +43,6 @@ std::string Trim(std::string text) {
   for (const char* prefix : {"ERROR:  ", "FATAL:  "}) {
     if (text.starts_with(prefix)) text.erase(0, std::char_traits<char>::length(prefix));
   }
-  return text;
-}
-
-// Server messages may go on with "LINE 1: ..." and a caret line.
-std::string FirstLine(std::string text) {
-  if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
   return text;
 }
 

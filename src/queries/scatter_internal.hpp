@@ -54,7 +54,6 @@ enum class Phase : int { kQueued, kAcquiring, kExecuting, kDone };
 
 const char* PhaseName(Phase phase);
 std::string Trim(std::string text);
-std::string FirstLine(std::string text);
 long long Millis(Clock::duration d);
 
 struct ShardTask {

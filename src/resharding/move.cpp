@@ -62,7 +62,7 @@ constexpr int kMoveLockKey = 21324;  // (21324, move_id): the process running a 
 
 }  // namespace
 
-using detail::mover::FirstLine;
+using detail::FirstLine;
 using detail::mover::HookThrew;
 using detail::mover::MoveRun;
 using detail::mover::NoAbort;

@@ -73,15 +73,6 @@ bool CanAbort(MoveState state) noexcept {
 
 namespace shardkit::detail::mover {
 
-std::string FirstLine(std::string text) {
-  for (const char* prefix : {"ERROR:  ", "FATAL:  "}) {
-    if (text.starts_with(prefix)) text.erase(0, std::char_traits<char>::length(prefix));
-  }
-  if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\r')) text.pop_back();
-  return RedactDsn(text);
-}
-
 // The effective user (as the server's logs would show the process), not
 // $USER, which services and containers often leave unset.
 std::string DefaultRequester() {

@@ -130,7 +130,7 @@ void MoveRun::DropReplication() {
 
 namespace shardkit {
 
-using detail::mover::FirstLine;
+using detail::FirstLine;
 
 std::vector<std::string> LeftoverReplicationObjects(const ClusterConfig& config) {
   std::vector<std::string> found;

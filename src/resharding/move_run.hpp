@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/resharding/move.hpp"
@@ -50,7 +51,6 @@ constexpr const char* kRecordColumns =
     "coalesce(to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), ''), "
     "directory_version, rows_copied, copy_ms, stall_ms, rows_deleted, coalesce(error, '')";
 
-std::string FirstLine(std::string text);
 std::string DefaultRequester();
 double Ms(Clock::duration d);
 MoveRecord ToRecord(const pqxx::row& row);
@@ -94,7 +94,7 @@ struct BucketMover::Impl {
       return std::make_unique<pqxx::connection>(dsn);
     } catch (const std::exception& e) {
       throw CatalogError(
-          fmt::format("the catalog ({}) is unreachable: {}", RedactDsn(dsn), detail::mover::FirstLine(e.what())));
+          fmt::format("the catalog ({}) is unreachable: {}", RedactDsn(dsn), detail::FirstLine(e.what())));
     }
   }
   std::unique_ptr<pqxx::connection> ConnectAdmin(ShardId s) const {
@@ -110,7 +110,7 @@ struct BucketMover::Impl {
       return c;
     } catch (const std::exception& e) {
       throw ShardUnavailable(s, fmt::format("{} is unreachable ({}): {}", ShardLabel(s), RedactDsn(dsn),
-                                            detail::mover::FirstLine(e.what())));
+                                            detail::FirstLine(e.what())));
     }
   }
 

@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
 
@@ -78,13 +79,7 @@ WHERE NOT i.indisvalid
 ORDER BY 1, 2
 )";
 
-std::string OneLine(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  std::replace(text.begin(), text.end(), '\n', ' ');
-  return text;
-}
-
-std::string ErrorText(const std::exception& e) { return OneLine(RedactDsn(e.what())); }
+using detail::ErrorText;
 
 std::string VersionText(int version) { return fmt::format("{:03}", version); }
 

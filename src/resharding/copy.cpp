@@ -8,6 +8,7 @@
 #include <pqxx/pqxx>
 #include <utility>
 
+#include "core/sql_text.hpp"
 #include "pg/libpq_handle.hpp"
 #include "resharding/copy_format.hpp"
 #include "shardkit/errors.hpp"
@@ -29,23 +30,13 @@ using detail::copy_format::Put32;
 
 namespace {
 
-std::string QuoteIdentifier(std::string_view name) {
-  std::string out = "\"";
-  for (char c : name) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  out += '"';
-  return out;
-}
-
 std::string CopyCommand(std::string_view qualified_table, const std::vector<std::string>& columns) {
   std::string sql = fmt::format("COPY {}", qualified_table);
   if (!columns.empty()) {
     sql += " (";
     for (std::size_t i = 0; i < columns.size(); ++i) {
       if (i > 0) sql += ", ";
-      sql += QuoteIdentifier(columns[i]);
+      sql += detail::QuoteIdentifier(columns[i]);
     }
     sql += ')';
   }
@@ -77,7 +68,7 @@ CopyWriter::CopyWriter(pqxx::transaction_base& tx, std::string_view table, std::
     : label_(options.label.empty() ? std::string(table) : std::move(options.label)),
       binary_(options.format == CopyFormat::kBinary),
       flush_at_(std::max<std::size_t>(options.buffer_bytes, 1024)) {
-  Start(tx, QuoteIdentifier(table), std::move(columns));
+  Start(tx, detail::QuoteIdentifier(table), std::move(columns));
 }
 
 CopyWriter::CopyWriter(pqxx::transaction_base& tx, std::string_view schema, std::string_view table,
@@ -85,7 +76,7 @@ CopyWriter::CopyWriter(pqxx::transaction_base& tx, std::string_view schema, std:
     : label_(options.label.empty() ? fmt::format("{}.{}", schema, table) : std::move(options.label)),
       binary_(options.format == CopyFormat::kBinary),
       flush_at_(std::max<std::size_t>(options.buffer_bytes, 1024)) {
-  Start(tx, QuoteIdentifier(schema) + "." + QuoteIdentifier(table), std::move(columns));
+  Start(tx, detail::QuoteIdentifier(schema) + "." + detail::QuoteIdentifier(table), std::move(columns));
 }
 
 void CopyWriter::Start(pqxx::transaction_base& tx, const std::string& qualified_table,

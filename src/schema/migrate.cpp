@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "core/sql_text.hpp"
 #include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
@@ -144,9 +145,7 @@ std::string QuoteIdent(const std::string& name) {
                               std::isdigit(static_cast<unsigned char>(c)) != 0 || c == '_';
                      });
   if (plain) return name;
-  std::string out = "\"";
-  for (const char c : name) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
+  return detail::QuoteIdentifier(name);
 }
 
 std::string DescribeIndex(const InvalidIndex& index) {

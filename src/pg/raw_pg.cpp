@@ -5,22 +5,14 @@
 #include <poll.h>
 
 #include <cerrno>
-#include <cstring>
 
+#include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
 
 namespace shardkit::detail {
 namespace {
 
-std::string Trimmed(const char* text) {
-  std::string s = text == nullptr ? "" : text;
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  for (const char* prefix : {"ERROR:  ", "FATAL:  "}) {
-    if (s.starts_with(prefix)) s.erase(0, std::strlen(prefix));
-  }
-  if (const auto end = s.find('\n'); end != std::string::npos) s.resize(end);
-  return RedactDsn(s);
-}
+std::string Trimmed(const char* text) { return FirstLine(text == nullptr ? "" : text); }
 
 struct ResultDeleter {
   void operator()(PGresult* r) const noexcept { PQclear(r); }

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "core/sql_text.hpp"
 #include "queries/aggregate_parser.hpp"
 #include "shardkit/errors.hpp"
 
@@ -10,14 +11,8 @@ namespace shardkit {
 
 std::string QuoteIdentifier(std::string_view identifier) {
   if (identifier.empty()) throw UnmergeableQuery("empty identifier: name the column");
-  std::string out = "\"";
-  for (const char c : identifier) {
-    if (c == '\0') throw UnmergeableQuery("identifier contains a NUL byte");
-    if (c == '"') out.push_back('"');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
+  if (identifier.find('\0') != std::string_view::npos) throw UnmergeableQuery("identifier contains a NUL byte");
+  return detail::QuoteIdentifier(identifier);
 }
 
 AggregateQuery AggregateQuery::From(std::string table, std::string schema) {

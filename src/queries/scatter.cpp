@@ -3,25 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
-#include <cerrno>
-#include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <poll.h>
 #include <pqxx/except>
-#include <pqxx/nontransaction>
-#include <pqxx/prepared_statement>
-#include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "pg/pipelined_statement.hpp"
-#include "shardkit/config.hpp"
-#include "shardkit/routing/directory_watcher.hpp"
-#include "shardkit/routing/ownership.hpp"
+#include "queries/scatter_internal.hpp"
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/routing/resolver.hpp"
 
@@ -85,152 +75,15 @@
 //   deleted from its source, are seen on one shard only, and a shard that
 //   cannot serve a bucket any more refuses (SK003), so the scatter runs again
 //   with a refreshed directory (FollowDirectory) instead of answering short.
+//
+// Here: a shard's statement on a worker and the fan-out itself
+// (ScatterGather::Impl::Execute). Beside it: the inline driver
+// (scatter_inline.cpp), the failures' text (scatter_failure.cpp), sessions
+// (scatter_session.cpp), statistics (scatter_stats.cpp), the run again on a
+// newer directory (scatter_retry.cpp), and what they share in
+// scatter_internal.hpp.
 
-namespace shardkit {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-using std::chrono::duration_cast;
-using std::chrono::microseconds;
-using std::chrono::milliseconds;
-
-constexpr auto kDefaultTimeout = std::chrono::seconds(30);
-// After the deadline: time for cancelled shards to report their cause.
-constexpr auto kCancelGrace = milliseconds(50);
-// statement_timeout fits in an int of milliseconds; a week is plenty.
-constexpr auto kMaxTimeout = std::chrono::hours(24 * 7);
-constexpr const char* kQueryCanceled = "57014";
-constexpr const char* kReadOnlyTransaction = "25006";
-constexpr const char* kUndefinedFunction = "42883";
-constexpr const char* kNotReadable = "SK003";
-
-using Statement = ScatterGather::Statement;
-
-// Thrown inside a worker when the deadline passed before a step could start.
-class DeadlineMissed : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-enum class Phase : int { kQueued, kAcquiring, kExecuting, kDone };
-
-const char* PhaseName(Phase phase) {
-  switch (phase) {
-    case Phase::kQueued:
-      return "waiting for a free worker thread";
-    case Phase::kAcquiring:
-      return "acquiring a connection";
-    case Phase::kExecuting:
-      return "executing";
-    case Phase::kDone:
-      break;
-  }
-  return "finishing";
-}
-
-// Server messages end in a newline and start with "ERROR:  ".
-std::string Trim(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
-  for (const char* prefix : {"ERROR:  ", "FATAL:  "}) {
-    if (text.starts_with(prefix)) text.erase(0, std::char_traits<char>::length(prefix));
-  }
-  return text;
-}
-
-// Server messages may go on with "LINE 1: ..." and a caret line.
-std::string FirstLine(std::string text) {
-  if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
-  return text;
-}
-
-long long Millis(Clock::duration d) { return duration_cast<milliseconds>(d).count(); }
-
-struct ShardTask {
-  ShardId shard{};
-  ConnectionPool* pool = nullptr;
-  std::shared_ptr<const Statement> statement;
-  // In a session: the session's connection for this shard (its transaction
-  // is open, or opened by `before`; no BEGIN/COMMIT around the statement).
-  ConnectionPool::Lease* pinned = nullptr;
-  // In a session: statements without parameters sent before the statement
-  // (the session's BEGIN and setup) and after it (whose last one's rows are
-  // returned), in the same round trip; empty: none.
-  std::vector<std::string> before;
-  std::vector<std::string> then;
-  std::string where;  // "shard 1 (shard1)"
-  // The buckets the scatter's directory gives this shard, as the statement
-  // that sets shardkit.buckets and checks it (ownership.hpp); null: none.
-  // Points into ScatterState::bucket_setups.
-  const std::string* bucket_setup = nullptr;
-
-  std::atomic<Phase> phase{Phase::kQueued};
-
-  // Cancellation. While `active` is set the connection belongs to this
-  // task, so a cancel can never hit a statement of whoever leases the
-  // connection next: a task whose cancel was requested discards its
-  // connection instead of returning it. The cancel handle was built by the
-  // pool on the thread that opened the connection; PQcancel through it is
-  // thread-safe and is sent outside the mutex, so neither the worker nor
-  // another scatter waits for a cancel in flight.
-  std::mutex cancel_mutex;
-  std::shared_ptr<const ConnectionPool::CancelHandle> active;
-  bool cancel_requested = false;
-
-  // Outcome, guarded by ScatterState::mutex.
-  bool done = false;
-  std::optional<pqxx::result> rows;
-  std::string cause;
-  std::string sqlstate;
-  bool stale_directory = false;
-  microseconds elapsed{0};
-  microseconds queued{0};
-  std::size_t bytes = 0;
-
-  void Cancel() noexcept {
-    std::shared_ptr<const ConnectionPool::CancelHandle> handle;
-    {
-      std::lock_guard lock(cancel_mutex);
-      cancel_requested = true;
-      handle = active;
-    }
-    // The server may be gone; statement_timeout and the caller's own
-    // deadline still hold.
-    if (handle) (void)handle->Send();
-  }
-};
-
-// Every shard's bucket step for one directory snapshot, made once per
-// directory (ScatterGather::Impl keeps the latest): formatting each shard's
-// bucket list on every scatter was a visible part of its client CPU.
-struct BucketSetups {
-  std::shared_ptr<const BucketDirectory> directory;
-  std::vector<std::string> by_shard;
-
-  BucketSetups(std::shared_ptr<const BucketDirectory> d, int shards) : directory(std::move(d)) {
-    for (int s = 0; s < shards; ++s) {
-      // A number list computed here (SET takes no parameters); set_config
-      // runs before the check: a target list is evaluated in order.
-      by_shard.push_back(fmt::format("SELECT set_config('shardkit.buckets', '{}', true), shardkit_check_buckets()",
-                                     BucketSet::Of(*directory, ShardId{s}).Setting()));
-    }
-  }
-};
-
-struct ScatterState {
-  // A session's fan-out keeps the session's connections alive until its
-  // last task is done, even after the caller gave up on it.
-  std::shared_ptr<ScatterSession::State> session;
-  std::shared_ptr<const BucketSetups> bucket_setups;  // null: no bucket step
-  Clock::time_point start;
-  Clock::time_point deadline;
-  bool read_only = true;
-  std::vector<std::unique_ptr<ShardTask>> tasks;  // in shard order
-
-  std::mutex mutex;
-  std::condition_variable finished;
-  std::size_t remaining = 0;
-  std::atomic<bool> abandoned{false};  // the caller has returned
-};
+namespace shardkit::detail::scatter {
 
 // What goes out for a task. Inside a session's transaction: the statement by
 // itself (the caller's cancel at the deadline cuts it). Otherwise in a
@@ -296,64 +149,6 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   }
 }
 
-std::string DescribeFailure(const ShardTask& task, const std::exception& error, bool cancelled,
-                            Clock::duration elapsed) {
-  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&error)) {
-    if (sql->sqlstate() == kQueryCanceled) {
-      return fmt::format("cut at the deadline after {} ms ({}); give the scatter a later deadline or make "
-                         "the statement cheaper",
-                         Millis(elapsed), Trim(sql->what()));
-    }
-    const char* advice = sql->sqlstate() == kReadOnlyTransaction
-                             ? "scatters are read-only unless ScatterOptions::read_only is false"
-                         : sql->sqlstate() == kNotReadable
-                             ? "the scatter's directory is out of date: refresh it (ScatterGather::FollowDirectory "
-                               "does) and run again"
-                         : sql->sqlstate() == kUndefinedFunction && std::string_view(sql->what()).find("shardkit_") !=
-                                                                        std::string_view::npos
-                             ? "this shard lacks shardkit's bucket functions: migrate it (shardctl migrate), or set "
-                               "ScatterOptions::directory_buckets = false"
-                             : "fix the statement or this shard's schema";
-    return fmt::format("statement failed (SQLSTATE {}): {}; {}", sql->sqlstate().empty() ? "?" : sql->sqlstate(),
-                       FirstLine(Trim(sql->what())), advice);
-  }
-  if (dynamic_cast<const pqxx::broken_connection*>(&error) != nullptr) {
-    return fmt::format("connection to {} lost{}: {}; the server closed the session or cannot be reached, "
-                       "check that server",
-                       task.pool->RedactedDsn(), cancelled ? " after the deadline" : "",
-                       RedactDsn(Trim(error.what())));
-  }
-  if (dynamic_cast<const DeadlineMissed*>(&error) != nullptr) {
-    return fmt::format("{} after {} ms; give the scatter a later deadline", error.what(), Millis(elapsed));
-  }
-  // Pool errors (ShardUnavailable, PoolTimeout, PoolExhausted) already say
-  // which shard and what to do, with the connection string redacted.
-  return RedactDsn(Trim(error.what()));
-}
-
-// The failure's SQLSTATE for ScatterError::Failure (see errors.hpp).
-std::string SqlStateOf(const std::exception& error) {
-  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&error)) return sql->sqlstate();
-  if (dynamic_cast<const pqxx::broken_connection*>(&error) != nullptr) return kSqlStateConnectionFailure;
-  if (const auto* shard = dynamic_cast<const ShardError*>(&error)) return shard->sqlstate();
-  return {};
-}
-
-// The cause and SQLSTATE of a failed task.
-void Describe(ShardTask& task, const std::exception& error, Clock::time_point started, std::string& cause,
-              std::string& sqlstate) {
-  bool cancelled = false;
-  {
-    std::lock_guard lock(task.cancel_mutex);
-    cancelled = task.cancel_requested;
-  }
-  cause = DescribeFailure(task, error, cancelled, Clock::now() - started);
-  sqlstate = SqlStateOf(error);
-  if (const auto refusal = ParseFenceRefusal(error)) {
-    task.stale_directory = refusal->kind == BucketRefused::Kind::kNotReadable;
-  }
-}
-
 // Publishes a task's outcome to the caller.
 void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, std::optional<pqxx::result> rows,
               std::string cause, std::string sqlstate, std::size_t bytes) {
@@ -397,283 +192,29 @@ void RunShard(ScatterState& state, ShardTask& task) {
   Complete(state, task, started, std::move(rows), std::move(cause), std::move(sqlstate), bytes);
 }
 
-// A statement driven from the caller's thread on a connection that was
-// idle when the scatter began, or on a session's connection: no worker
-// thread, no wake-ups, the sockets of all such shards read in turn
-// (non-blocking libpq).
-struct InlineCall {
-  ShardTask* task = nullptr;
-  ConnectionPool::Lease* lease = nullptr;  // null once let go
-  // The lease when the call took it from the pool (null for a session's):
-  // shared, as a ROLLBACK may finish it on a worker.
-  std::shared_ptr<ConnectionPool::Lease> owned;
-  std::vector<const char*> values;
-  const std::vector<const char*>* shared_values = nullptr;  // this call's, or an earlier call's for the same statement
-  std::optional<detail::PipelinedStatement> call;
-  Clock::time_point started;
-  bool open = false;  // sent, not yet finished
-};
+}  // namespace shardkit::detail::scatter
 
-// Ends an inline call's hold on its connection: as Deactivate above, a
-// connection a cancel may still be travelling to is never reused.
-void Deactivate(InlineCall& c) {
-  std::lock_guard lock(c.task->cancel_mutex);
-  c.task->active.reset();
-  if (c.task->cancel_requested) c.lease->Discard();
-}
+namespace shardkit {
 
-// A call that could not be sent.
-void FailInline(ScatterState& state, InlineCall& c, const std::exception& error, bool discard) {
-  c.open = false;
-  if (discard) c.lease->Discard();
-  c.call.reset();
-  std::string cause;
-  std::string sqlstate;
-  Describe(*c.task, error, c.started, cause, sqlstate);
-  Deactivate(c);
-  c.lease = nullptr;
-  c.owned.reset();
-  Complete(state, *c.task, c.started, std::nullopt, std::move(cause), std::move(sqlstate), 0);
-}
-
-// Prepares a call (sends nothing yet).
-void StartInline(ScatterState& state, InlineCall& c, const InlineCall* previous) {
-  ShardTask& task = *c.task;
-  c.started = state.start;
-  task.phase = Phase::kExecuting;
-  {
-    std::lock_guard lock(task.cancel_mutex);
-    task.active = c.lease->Canceller();
-  }
-  const auto left = std::chrono::ceil<milliseconds>(state.deadline - Clock::now());
-  try {
-    if (left.count() <= 0) throw DeadlineMissed("the deadline passed before the statement could start");
-    // Run() sends one statement everywhere: its parameters are converted once.
-    if (previous != nullptr && previous->shared_values != nullptr && previous->task->statement == task.statement) {
-      c.shared_values = previous->shared_values;
-    } else {
-      c.values = ParameterValues(task);
-      c.shared_values = &c.values;
-    }
-    c.call.emplace(c.lease->Connection(), Request(state, task, *c.shared_values, left), /*nonblocking=*/true);
-    c.open = true;
-  } catch (const std::exception& error) {
-    FailInline(state, c, error, dynamic_cast<const DeadlineMissed*>(&error) == nullptr);
-  }
-}
-
-void SendInline(ScatterState& state, InlineCall& c) {
-  try {
-    c.call->Send();
-  } catch (const std::exception& error) {
-    FailInline(state, c, error, true);
-  }
-}
-
-void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& workers) {
-  ShardTask& task = *c.task;
-  c.open = false;
-  std::optional<pqxx::result> rows;
-  std::string cause;
-  std::string sqlstate;
-  bool reusable = true;
-  bool rollback = false;
-  try {
-    rows = c.call->Finish(reusable, &rollback);
-  } catch (const std::exception& error) {
-    Describe(task, error, c.started, cause, sqlstate);
-  }
-  const std::size_t bytes = c.call->Bytes();
-  c.call.reset();
-  // A failure aborts a session's transaction: its connection is never reused.
-  if (!reusable || (!rows && !c.owned)) c.lease->Discard();
-  Deactivate(c);
-  if (rollback && c.owned) {
-    // The failed transaction is ended on a worker: the caller never blocks
-    // on a round trip outside its poll.
-    boost::asio::post(workers, [lease = std::move(c.owned)] {
-      if (!detail::RollBack(lease->Connection())) lease->Discard();
-      lease->Release();
-    });
-  }
-  c.lease = nullptr;
-  c.owned.reset();
-  Complete(state, task, c.started, std::move(rows), std::move(cause), std::move(sqlstate), bytes);
-}
-
-// Drives the inline calls until each has finished or deadline + grace has
-// passed; at the deadline it has the unfinished ones cancelled, after the
-// grace it gives up on them (their connections are closed; the servers
-// stop the statements at their statement_timeout or on the cancel).
-//
-// The calls are read in shard order, waiting on one socket at a time, as a
-// plain libpq loop would: the answers arrive at about the same time, the
-// scatter waits for the last one anyway, and a poll over every socket after
-// each answer costs more client CPU than it saves (bench/scatter_bench.cpp).
-void DriveInline(const std::shared_ptr<ScatterState>& shared_state, std::deque<InlineCall>& calls,
-                 boost::asio::thread_pool& workers, boost::asio::thread_pool& canceller) {
-  ScatterState& state = *shared_state;
-  const InlineCall* previous = nullptr;
-  for (auto& c : calls) {
-    StartInline(state, c, previous);
-    previous = &c;
-  }
-  // Back to back, after all the bookkeeping: the servers start at about the
-  // same time, and this thread is not preempted by the first ones between
-  // its sends.
-  for (auto& c : calls) {
-    if (c.open) SendInline(state, c);
-  }
-  bool cancelled = false;
-  for (auto& c : calls) {
-    while (c.open) {
-      pollfd fd{c.call->Socket(), static_cast<short>(POLLIN | (c.call->WantsWrite() ? POLLOUT : 0)), 0};
-      const auto now = Clock::now();
-      if (!cancelled && now >= state.deadline) {
-        cancelled = true;
-        for (auto& other : calls) {
-          // The cancel may run after the caller has returned: it keeps the
-          // state, which owns the task, alive.
-          if (other.open) boost::asio::post(canceller, [shared_state, task = other.task] { task->Cancel(); });
-        }
-      }
-      const auto limit = cancelled ? state.deadline + kCancelGrace : state.deadline;
-      if (now >= limit) {
-        for (auto& other : calls) {
-          if (!other.open) continue;
-          // Not done: reported as no answer within the deadline. The task
-          // keeps its cancel handle, so the caller's cancels still reach
-          // the server.
-          other.open = false;
-          other.call.reset();
-          other.lease->Discard();
-          other.lease = nullptr;
-          other.owned.reset();
-        }
-        return;
-      }
-      const auto wait = std::chrono::ceil<milliseconds>(limit - now).count();
-      const int ready = ::poll(&fd, 1, static_cast<int>(std::min<long long>(wait, 60'000)));
-      if (ready < 0 && errno != EINTR) c.call->Wait();  // cannot wait on the socket: block on libpq itself
-      if (ready != 0 && c.call->Advance()) FinishInline(state, c, workers);
-    }
-  }
-}
-
-std::string JoinFailures(const std::vector<ScatterError::Failure>& failures, const BucketShardResolver& resolver) {
-  std::string text;
-  for (const auto& f : failures) {
-    if (!text.empty()) text += "; ";
-    text += fmt::format("shard {} ({}): {}", f.shard, resolver.ShardName(f.shard), f.cause);
-  }
-  return text;
-}
-
-std::string ShardList(const std::vector<ScatterError::Failure>& failures) {
-  std::string text;
-  for (const auto& f : failures) {
-    if (!text.empty()) text += ", ";
-    text += std::to_string(ToInt(f.shard));
-  }
-  return text;
-}
-
-}  // namespace
-
-std::size_t ScatterResult::TotalRows() const noexcept {
-  std::size_t total = 0;
-  for (const auto& s : shards) total += s.rows.size();
-  return total;
-}
-
-std::size_t ScatterResult::TotalBytes() const noexcept {
-  std::size_t total = 0;
-  for (const auto& s : shards) total += s.bytes;
-  return total;
-}
-
-struct ScatterSession::State {
-  ScatterGather::Impl* impl = nullptr;
-  std::vector<ShardId> shards;               // ascending
-  std::vector<ConnectionPool::Lease> leases;  // leases[i] serves shards[i]
-  // What begins shards[i]'s transaction, sent before its first statement in
-  // the same pipeline: the setup statements, then the bucket step (empty:
-  // none). begun[i]: sent.
-  std::vector<std::string> setup;
-  std::vector<std::string> bucket_steps;
-  std::vector<bool> begun;
-  Clock::time_point deadline;
-  std::string label;
-  std::optional<std::string> failure;  // set once a fan-out failed: the session is unusable
-  bool finished = false;
-  microseconds open_time{0};
-};
-
-namespace {
-std::size_t SessionIndex(const ScatterSession::State& session, ShardId shard, const std::string& label) {
-  const auto it = std::lower_bound(session.shards.begin(), session.shards.end(), shard);
-  if (it == session.shards.end() || *it != shard) {
-    throw Error(fmt::format("scatter session{}: shard {} is not part of this session; open the session on it",
-                            label, shard));
-  }
-  return static_cast<std::size_t>(it - session.shards.begin());
-}
-
-// The statements that begin a session's transaction on one shard: REPEATABLE
-// READ, the time left as statement_timeout, the setup, the bucket step, and
-// read-only from then on.
-std::vector<std::string> SessionBegin(const ScatterSession::State& session, std::size_t i, milliseconds left) {
-  std::vector<std::string> steps = {"BEGIN ISOLATION LEVEL REPEATABLE READ",
-                                    "SET LOCAL statement_timeout = " + std::to_string(std::max<long long>(1, left.count()))};
-  steps.insert(steps.end(), session.setup.begin(), session.setup.end());
-  if (!session.bucket_steps[i].empty()) steps.push_back(session.bucket_steps[i]);
-  steps.emplace_back("SET TRANSACTION READ ONLY");
-  return steps;
-}
-}  // namespace
-
-struct ScatterGather::Impl {
-  Impl(BucketShardResolver& r, int threads)
-      : resolver(r),
-        workers(static_cast<std::size_t>(threads)),
-        session_workers(static_cast<std::size_t>(threads)),
-        canceller(static_cast<std::size_t>(threads)) {}
-  ~Impl() {
-    // Let queued statements see they are abandoned and stuck ones reach
-    // their statement_timeout, so no thread outlives the pools it uses.
-    workers.join();
-    session_workers.join();
-    canceller.join();
-  }
-
-  ScatterResult Execute(std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements,
-                        const ScatterOptions& options, const std::shared_ptr<ScatterSession::State>& session = {},
-                        const std::vector<std::string>& then = {});
-  void Record(const ScatterResult* result, std::size_t fanout, std::size_t failures, microseconds slowest,
-              bool threw);
-
-  // The bucket steps for `directory`, made again only when the resolver's
-  // directory has changed since the last scatter.
-  std::shared_ptr<const BucketSetups> SetupsFor(const std::shared_ptr<const BucketDirectory>& directory) {
-    std::lock_guard lock(setups_mutex);
-    if (!setups || setups->directory->Version() != directory->Version()) {
-      setups = std::make_shared<const BucketSetups>(directory, resolver.ShardCount());
-    }
-    return setups;
-  }
-
-  BucketShardResolver& resolver;
-  std::mutex setups_mutex;
-  std::shared_ptr<const BucketSetups> setups;
-  boost::asio::thread_pool workers;
-  boost::asio::thread_pool session_workers;  // COMMITs of sessions (ScatterSession)
-  // As many as the workers: one scatter's cancels go out in parallel, and a
-  // cancel stuck on an unreachable server (bounded by tcp_user_timeout) holds
-  // up others no more than the stuck statement holds up a worker.
-  boost::asio::thread_pool canceller;
-  mutable std::mutex stats_mutex;
-  ScatterStats stats;
-};
+using detail::scatter::Clock;
+using detail::scatter::DriveInline;
+using detail::scatter::InlineCall;
+using detail::scatter::JoinFailures;
+using detail::scatter::Millis;
+using detail::scatter::PhaseName;
+using detail::scatter::RunShard;
+using detail::scatter::ScatterState;
+using detail::scatter::SessionBegin;
+using detail::scatter::SessionIndex;
+using detail::scatter::ShardList;
+using detail::scatter::ShardTask;
+using detail::scatter::Statement;
+using detail::scatter::kCancelGrace;
+using detail::scatter::kDefaultTimeout;
+using detail::scatter::kMaxTimeout;
+using std::chrono::duration_cast;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
 
 ScatterGather::ScatterGather(BucketShardResolver& resolver, std::optional<int> threads) : resolver_(resolver) {
   const int count = threads.value_or(std::max(1, resolver.ShardCount()));
@@ -707,74 +248,6 @@ ScatterResult ScatterGather::RunPerShard(const std::vector<std::pair<ShardId, St
     copies.emplace_back(shard, std::make_shared<const Statement>(statement));
   }
   return ExecuteFollowingDirectory(std::move(copies), options);
-}
-
-ScatterResult ScatterGather::ExecuteFollowingDirectory(
-    std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements, const ScatterOptions& options) {
-  constexpr int kMaxDirectoryRetries = 3;
-  // A shard refuses a bucket from the moment a move retires it, a few ms
-  // before the catalog's directory flips: while the catalog has nothing
-  // newer, run again after a pause (1, 2, 4 ... ms), this long in all.
-  constexpr auto kMaxFlipWait = milliseconds(250);
-  ScatterOptions attempt = options;
-  attempt.deadline = std::min(options.deadline.value_or(Clock::now() + kDefaultTimeout), Clock::now() + kMaxTimeout);
-  int newer_directories = 0;
-  auto waited = milliseconds(0);
-  auto pause = milliseconds(1);
-  for (int retry = 0;; ++retry) {
-    try {
-      ScatterResult result = impl_->Execute(statements, attempt);
-      result.directory_retries = retry;
-      return result;
-    } catch (const ScatterError& e) {
-      const bool stale = std::any_of(e.failures().begin(), e.failures().end(),
-                                     [](const ScatterError::Failure& f) { return f.stale_directory; });
-      if (!stale || watcher_ == nullptr || Clock::now() >= *attempt.deadline) throw;
-      // A shard refused a bucket this directory gave it: the whole scatter
-      // runs again with a newer directory, never a mix of two.
-      const std::int64_t used = resolver_.Directory()->Version();
-      std::int64_t now_version = used;
-      try {
-        now_version = watcher_->RefreshNow();
-      } catch (const Error&) {
-        throw e;
-      }
-      if (now_version > used) {
-        if (++newer_directories > kMaxDirectoryRetries) throw;
-      } else {
-        if (waited >= kMaxFlipWait || Clock::now() + pause >= *attempt.deadline) throw;
-        std::this_thread::sleep_for(pause);
-        waited += pause;
-        pause = std::min(pause * 2, milliseconds(32));
-      }
-    }
-  }
-}
-
-ScatterStats ScatterGather::Stats() const {
-  std::lock_guard lock(impl_->stats_mutex);
-  return impl_->stats;
-}
-
-void ScatterGather::Impl::Record(const ScatterResult* result, std::size_t fanout, std::size_t failures,
-                                 microseconds slowest, bool threw) {
-  std::lock_guard lock(stats_mutex);
-  if (fanout > 1) {
-    ++stats.scatters;
-  } else {
-    ++stats.single_shard;
-  }
-  stats.shard_requests += fanout;
-  stats.max_fanout = std::max<std::uint64_t>(stats.max_fanout, fanout);
-  stats.shard_failures += failures;
-  if (threw) ++stats.failed;
-  if (result != nullptr) {
-    if (!result->failures.empty()) ++stats.partial;
-    stats.rows += result->TotalRows();
-    stats.bytes += result->TotalBytes();
-  }
-  stats.total_slowest += slowest;
-  stats.max_slowest = std::max(stats.max_slowest, slowest);
 }
 
 ScatterResult ScatterGather::Impl::Execute(
@@ -928,190 +401,6 @@ ScatterResult ScatterGather::Impl::Execute(
   }
   Record(&result, fanout, result.failures.size(), slowest_any, false);
   return result;
-}
-
-}  // namespace shardkit
-
-namespace shardkit {
-
-// ------------------------------------------------------------------ session
-
-ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
-    : state_(std::make_shared<State>()) {
-  State& st = *state_;
-  const auto start = Clock::now();
-  st.impl = scatter.impl_.get();
-  st.deadline = std::min(options.deadline.value_or(start + kDefaultTimeout), start + kMaxTimeout);
-  st.label = options.label.empty() ? std::string() : fmt::format(" '{}'", options.label);
-  BucketShardResolver& resolver = scatter.Resolver();
-  if (options.shards) {
-    st.shards = *options.shards;
-  } else {
-    for (int s = 0; s < resolver.ShardCount(); ++s) st.shards.push_back(ShardId{s});
-  }
-  std::sort(st.shards.begin(), st.shards.end());
-  for (std::size_t i = 0; i < st.shards.size(); ++i) {
-    (void)resolver.Pool(st.shards[i]);  // throws UnknownShard
-    if (i > 0 && st.shards[i] == st.shards[i - 1]) {
-      throw Error(fmt::format("scatter session{}: shard {} is listed twice; list each shard once", st.label,
-                              st.shards[i]));
-    }
-  }
-
-  // Ascending shard order (see the header): every shard that has a
-  // connection free right away is taken without waiting; from the first
-  // one that has none, the later ones are given back and taken again in
-  // order, waiting for each while holding only lower-numbered shards.
-  std::vector<std::optional<ConnectionPool::Lease>> held(st.shards.size());
-  std::vector<ScatterError::Failure> failures;
-  std::size_t first_missing = st.shards.size();
-  for (std::size_t i = 0; i < st.shards.size(); ++i) {
-    try {
-      held[i] = resolver.Pool(st.shards[i]).TryAcquire();
-    } catch (const std::exception& e) {
-      failures.push_back({st.shards[i], RedactDsn(Trim(e.what())), SqlStateOf(e)});
-      break;
-    }
-    if (!held[i]) {
-      first_missing = i;
-      break;
-    }
-  }
-  if (failures.empty()) {
-    for (std::size_t i = first_missing; i < st.shards.size(); ++i) {
-      if (held[i]) continue;
-      try {
-        held[i] = resolver.Pool(st.shards[i]).Acquire(st.deadline);
-      } catch (const std::exception& e) {
-        failures.push_back({st.shards[i], RedactDsn(Trim(e.what())), SqlStateOf(e)});
-        break;
-      }
-    }
-  }
-  if (!failures.empty()) {
-    held.clear();  // gives back everything
-    // The message first: the failures are moved into the exception after.
-    std::string message = fmt::format("scatter session{} could not get a connection on every shard after {} ms: {}",
-                                      st.label, Millis(Clock::now() - start), JoinFailures(failures, resolver));
-    throw ScatterError(std::move(message), std::move(failures));
-  }
-  for (auto& lease : held) st.leases.push_back(std::move(*lease));
-
-  // The transactions begin with each shard's first statement, in its
-  // pipeline (no round trip of their own).
-  st.setup = options.setup;
-  st.bucket_steps.assign(st.shards.size(), std::string());
-  st.begun.assign(st.shards.size(), false);
-  if (options.directory_buckets) {
-    // A scatter's bucket step: each shard sees the buckets one directory
-    // snapshot gives it, for the whole transaction (see ScatterOptions).
-    const auto setups = st.impl->SetupsFor(resolver.Directory());
-    for (std::size_t i = 0; i < st.shards.size(); ++i) {
-      st.bucket_steps[i] = setups->by_shard[static_cast<std::size_t>(ToInt(st.shards[i]))];
-    }
-  }
-  st.open_time = duration_cast<microseconds>(Clock::now() - start);
-}
-
-ScatterSession::~ScatterSession() { Finish(); }
-
-const std::vector<ShardId>& ScatterSession::Shards() const noexcept { return state_->shards; }
-
-std::chrono::microseconds ScatterSession::OpenTime() const noexcept { return state_->open_time; }
-
-ScatterResult ScatterSession::Run(const std::string& sql, const SqlParams& params) {
-  std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
-  for (ShardId s : state_->shards) statements.emplace_back(s, Statement{sql, params});
-  return RunPerShard(statements);
-}
-
-ScatterResult ScatterSession::RunPerShard(const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements) {
-  return RunPerShardThen(statements, {});
-}
-
-ScatterResult ScatterSession::RunPerShardThen(const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements,
-                                              const std::vector<std::string>& then) {
-  State& st = *state_;
-  if (st.finished || st.failure) {
-    throw Error(fmt::format("scatter session{} is {}; open a new session", st.label,
-                            st.failure ? "failed (" + *st.failure + ")" : std::string("finished")));
-  }
-  std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> copies;
-  copies.reserve(statements.size());
-  for (const auto& [shard, statement] : statements) {
-    copies.emplace_back(shard, std::make_shared<const Statement>(statement));
-  }
-  ScatterOptions o;
-  o.deadline = st.deadline;
-  o.label = st.label.empty() ? "session" : st.label.substr(2, st.label.size() - 3);
-  try {
-    return st.impl->Execute(std::move(copies), o, state_, then);
-  } catch (const ScatterError& e) {
-    st.failure = e.what();
-    throw;
-  }
-}
-
-void ScatterSession::Finish() noexcept {
-  if (!state_ || state_->finished) return;
-  State& st = *state_;
-  st.finished = true;
-  if (st.failure) {
-    // Some connection may still run a cancelled statement, and some
-    // transactions are aborted: close them all (the servers roll back) as
-    // the last task lets go of the session.
-    for (auto& lease : st.leases) lease.Discard();
-    state_.reset();
-    return;
-  }
-  // COMMIT every shard that began a transaction (a shard never asked has
-  // none), from this thread, one pipeline each and all at once, so that
-  // the connections are back in their pools, idle and warm, when Finish
-  // returns: the next query does not open a fresh connection beside one
-  // still committing. Bounded by the session's deadline; once that has
-  // passed, the COMMITs run on the workers and the caller does not wait.
-  if (Clock::now() < st.deadline) {
-    const auto commit = std::make_shared<const Statement>(Statement{"COMMIT", {}});
-    std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> commits;
-    for (std::size_t i = 0; i < st.shards.size(); ++i) {
-      if (st.begun[i]) commits.emplace_back(st.shards[i], commit);
-    }
-    if (!commits.empty()) {
-      ScatterOptions o;
-      o.deadline = st.deadline;
-      o.allow_partial = true;
-      o.label = st.label.empty() ? "session commit" : st.label.substr(2, st.label.size() - 3) + " commit";
-      try {
-        (void)st.impl->Execute(std::move(commits), o, state_);
-      } catch (...) {
-        // Every shard failed: their connections were discarded.
-      }
-    }
-    for (auto& lease : st.leases) lease.Release();  // a discarded one is closed
-    state_.reset();
-    return;
-  }
-  for (std::size_t i = 0; i < st.leases.size(); ++i) {
-    if (!st.begun[i]) {
-      st.leases[i].Release();
-      continue;
-    }
-    try {
-      boost::asio::post(st.impl->session_workers, [keep = state_, i] {
-        ConnectionPool::Lease& lease = keep->leases[i];
-        try {
-          pqxx::nontransaction tx{lease.Connection()};
-          tx.exec("COMMIT");
-        } catch (...) {
-          lease.Discard();
-        }
-        lease.Release();
-      });
-    } catch (...) {
-      st.leases[i].Discard();
-    }
-  }
-  state_.reset();
 }
 
 }  // namespace shardkit

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "pg/server_message.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/ownership.hpp"
 #include "shardkit/routing/resolver.hpp"
@@ -19,10 +20,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string FirstLine(std::string text) {
-  if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
-  return RedactDsn(text);
-}
+using detail::FirstLine;
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <pqxx/pqxx>
 #include <thread>
 
+#include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
@@ -34,13 +35,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr const char* kChannel = "shardkit_directory";
 
-std::string FirstLine(std::string text) {
-  for (const char* prefix : {"ERROR:  ", "FATAL:  "}) {
-    if (text.starts_with(prefix)) text.erase(0, std::char_traits<char>::length(prefix));
-  }
-  if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
-  return text;
-}
+using detail::FirstLine;
 
 class Receiver final : public pqxx::notification_receiver {
  public:
@@ -161,7 +156,7 @@ void DirectoryWatcher::Impl::Loop() {
         receiver.reset();
         connection.reset();
         RecordError(fmt::format("directory watcher: cannot reach the catalog ({}): {}", RedactDsn(catalog_dsn),
-                                RedactDsn(FirstLine(e.what()))));
+                                FirstLine(e.what())));
         next_check = Clock::now() + pause;
         pause = std::min(pause * 2, std::max(options.check_interval, std::chrono::milliseconds(50)));
       }
@@ -170,12 +165,12 @@ void DirectoryWatcher::Impl::Loop() {
       try {
         CheckWith(*connection);
       } catch (const pqxx::broken_connection& e) {
-        RecordError(fmt::format("directory watcher: lost the catalog connection: {}", RedactDsn(FirstLine(e.what()))));
+        RecordError(fmt::format("directory watcher: lost the catalog connection: {}", FirstLine(e.what())));
         receiver.reset();
         connection.reset();
         continue;
       } catch (const std::exception& e) {
-        RecordError(fmt::format("directory watcher: {}", RedactDsn(FirstLine(e.what()))));
+        RecordError(fmt::format("directory watcher: {}", FirstLine(e.what())));
       }
       next_check = Clock::now() + options.check_interval;
     }
@@ -196,7 +191,7 @@ void DirectoryWatcher::Impl::Loop() {
           stats.notifications += static_cast<std::uint64_t>(n);
         }
       } catch (const std::exception& e) {
-        RecordError(fmt::format("directory watcher: lost the catalog connection: {}", RedactDsn(FirstLine(e.what()))));
+        RecordError(fmt::format("directory watcher: lost the catalog connection: {}", FirstLine(e.what())));
         receiver.reset();
         connection.reset();
       }
@@ -233,14 +228,14 @@ std::int64_t DirectoryWatcher::RefreshNow() {
       impl_->refresh_connection.reset();
       if (attempt == 0) continue;  // a connection that went stale while idle: once more
       const std::string message = fmt::format("the catalog ({}) is unreachable: {}", RedactDsn(impl_->catalog_dsn),
-                                              RedactDsn(FirstLine(e.what())));
+                                              FirstLine(e.what()));
       impl_->RecordError(message);
       throw CatalogError(message + "; check [catalog] dsn and that server");
     } catch (const DirectoryError&) {
       throw;
     } catch (const pqxx::failure& e) {
       const std::string message = fmt::format("reading the directory from the catalog ({}) failed: {}",
-                                              RedactDsn(impl_->catalog_dsn), RedactDsn(FirstLine(e.what())));
+                                              RedactDsn(impl_->catalog_dsn), FirstLine(e.what()));
       impl_->RecordError(message);
       throw CatalogError(message);
     }

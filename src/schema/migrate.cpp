@@ -15,6 +15,8 @@
 #include <set>
 #include <thread>
 
+#include "core/sql_text.hpp"
+#include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
 
@@ -78,13 +80,7 @@ WHERE NOT i.indisvalid
 ORDER BY 1, 2
 )";
 
-std::string OneLine(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  std::replace(text.begin(), text.end(), '\n', ' ');
-  return text;
-}
-
-std::string ErrorText(const std::exception& e) { return OneLine(RedactDsn(e.what())); }
+using detail::ErrorText;
 
 std::string VersionText(int version) { return fmt::format("{:03}", version); }
 
@@ -149,9 +145,7 @@ std::string QuoteIdent(const std::string& name) {
                               std::isdigit(static_cast<unsigned char>(c)) != 0 || c == '_';
                      });
   if (plain) return name;
-  std::string out = "\"";
-  for (const char c : name) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
+  return detail::QuoteIdentifier(name);
 }
 
 std::string DescribeIndex(const InvalidIndex& index) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
@@ -42,12 +43,7 @@ WHERE i.indrelid = to_regclass($1) AND i.indisprimary
 ORDER BY array_position(i.indkey::int2[], a.attnum)
 )";
 
-std::string ErrorText(const std::exception& e) {
-  std::string text = RedactDsn(e.what());
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  std::replace(text.begin(), text.end(), '\n', ' ');
-  return text;
-}
+using detail::ErrorText;
 
 std::string Rows(std::int64_t n) { return fmt::format("{} row{}", n, n == 1 ? "" : "s"); }
 // "1 row stores", "2 rows store"

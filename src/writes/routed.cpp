@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/errors.hpp"
@@ -48,13 +49,7 @@ const char* BeginSql(Isolation isolation) {
   return "BEGIN";
 }
 
-std::string FirstLine(std::string text) {
-  for (const char* prefix : {"ERROR:  ", "FATAL:  "}) {
-    if (text.starts_with(prefix)) text.erase(0, std::char_traits<char>::length(prefix));
-  }
-  if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
-  return text;
-}
+using detail::FirstLine;
 
 // Thrown inside an attempt: the connection died before COMMIT was sent.
 struct LostBeforeCommit {
@@ -210,9 +205,9 @@ void RoutedTransactions::RunErased(CustomerId customer,
         throw OutcomeUnknown(shard, fmt::format("{} for customer {} (bucket {}) on shard {}: the connection was lost "
                                                 "during COMMIT ({}): it may or may not have committed; check before "
                                                 "doing it again",
-                                                label, customer, bucket, shard, RedactDsn(FirstLine(e.what()))));
+                                                label, customer, bucket, shard, FirstLine(e.what())));
       }
-      last_failure = fmt::format("connection to shard {} lost: {}", shard, RedactDsn(FirstLine(e.what())));
+      last_failure = fmt::format("connection to shard {} lost: {}", shard, FirstLine(e.what()));
       ++outcome.retried_other;
     } catch (const pqxx::transaction_rollback& e) {
       // Serialization failure or deadlock: the transaction is gone, retryable.

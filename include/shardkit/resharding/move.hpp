@@ -207,7 +207,7 @@ class BucketMover {
 
   [[nodiscard]] const ClusterConfig& Config() const noexcept;
 
-  struct Impl;  // private (src/resharding/move.cpp)
+  struct Impl;  // private (src/resharding/move_run.hpp)
 
  private:
   std::unique_ptr<Impl> impl_;

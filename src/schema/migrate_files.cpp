@@ -1,17 +1,16 @@
-// The migration files: names, headers, checksums, statements (migrate.hpp).
+// The migration files: names, headers, the set of a directory and where the installed one is (migrate.hpp).
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cctype>
-#include <cstdint>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 
 #include "core/sha256.hpp"
+#include "schema/migration_statements.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/schema/migrate.hpp"
 
@@ -22,101 +21,6 @@
 namespace shardkit {
 namespace {
 
-// ------------------------------------------------------ SQL scanning
-
-bool IsIdentStart(char c) noexcept { return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_'; }
-bool IsIdentChar(char c) noexcept {
-  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '$';
-}
-
-std::string Upper(std::string_view word) {
-  std::string out(word);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// The statement without leading whitespace and comments, upper-cased words
-// separated by single spaces: enough to recognise "CREATE INDEX CONCURRENTLY".
-std::string Keywords(std::string_view statement, std::size_t max_words) {
-  std::string out;
-  std::size_t i = 0, words = 0;
-  while (i < statement.size() && words < max_words) {
-    const char c = statement[i];
-    if (std::isspace(static_cast<unsigned char>(c)) != 0) {
-      ++i;
-    } else if (c == '-' && i + 1 < statement.size() && statement[i + 1] == '-') {
-      while (i < statement.size() && statement[i] != '\n') ++i;
-    } else if (c == '/' && i + 1 < statement.size() && statement[i + 1] == '*') {
-      const auto end = statement.find("*/", i + 2);
-      i = end == std::string_view::npos ? statement.size() : end + 2;
-    } else if (IsIdentStart(c)) {
-      const std::size_t start = i;
-      while (i < statement.size() && IsIdentChar(statement[i])) ++i;
-      out += (out.empty() ? "" : " ") + Upper(statement.substr(start, i - start));
-      ++words;
-    } else {
-      break;  // a quote, a parenthesis...: the keywords are over
-    }
-  }
-  return out;
-}
-
-// Anything but whitespace and comments?
-bool HasCode(std::string_view statement) {
-  std::size_t i = 0;
-  while (i < statement.size()) {
-    const char c = statement[i];
-    if (std::isspace(static_cast<unsigned char>(c)) != 0) {
-      ++i;
-    } else if (c == '-' && i + 1 < statement.size() && statement[i + 1] == '-') {
-      while (i < statement.size() && statement[i] != '\n') ++i;
-    } else if (c == '/' && i + 1 < statement.size() && statement[i + 1] == '*') {
-      const auto end = statement.find("*/", i + 2);
-      i = end == std::string_view::npos ? statement.size() : end + 2;
-    } else {
-      return true;
-    }
-  }
-  return false;
-}
-
-bool StartsWithWords(const std::string& keywords, std::string_view prefix) {
-  return keywords == prefix || (keywords.starts_with(prefix) && keywords.size() > prefix.size() &&
-                                keywords[prefix.size()] == ' ');
-}
-
-// Statements that PostgreSQL refuses inside a transaction block, and those
-// that would end the migrator's transaction.
-std::optional<std::string> NeedsNoTransaction(const std::string& keywords) {
-  static const std::vector<std::string_view> kOutside{
-      "CREATE INDEX CONCURRENTLY", "CREATE UNIQUE INDEX CONCURRENTLY", "DROP INDEX CONCURRENTLY",
-      "VACUUM",                    "CREATE DATABASE",                  "DROP DATABASE",
-      "ALTER SYSTEM",              "CREATE TABLESPACE",                "DROP TABLESPACE",
-      "CREATE SUBSCRIPTION",       "REINDEX DATABASE",                 "REINDEX SYSTEM"};
-  for (const auto prefix : kOutside) {
-    if (StartsWithWords(keywords, prefix)) return std::string(prefix);
-  }
-  if (StartsWithWords(keywords, "REINDEX") && keywords.find("CONCURRENTLY") != std::string::npos) {
-    return std::string("REINDEX CONCURRENTLY");
-  }
-  return std::nullopt;
-}
-
-bool EndsTransaction(const std::string& keywords) {
-  for (const std::string_view prefix : {"BEGIN", "START TRANSACTION", "COMMIT", "ROLLBACK", "END", "ABORT",
-                                        "SAVEPOINT", "RELEASE", "PREPARE TRANSACTION"}) {
-    if (StartsWithWords(keywords, prefix)) return true;
-  }
-  return false;
-}
-
-std::string Trim(std::string_view text) {
-  std::size_t first = 0, last = text.size();
-  while (first < last && std::isspace(static_cast<unsigned char>(text[first])) != 0) ++first;
-  while (last > first && std::isspace(static_cast<unsigned char>(text[last - 1])) != 0) --last;
-  return std::string(text.substr(first, last - first));
-}
-
 std::string ReadWholeFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw MigrationError(fmt::format("cannot read {}", path.string()));
@@ -126,102 +30,6 @@ std::string ReadWholeFile(const std::filesystem::path& path) {
 }
 
 }  // namespace
-
-std::vector<std::string> SplitStatements(std::string_view sql) {
-  std::vector<std::string> statements;
-  std::size_t start = 0;
-  std::size_t i = 0;
-  int atomic_depth = 0;  // inside BEGIN ATOMIC ... END (CASE ... END nests)
-  std::string previous_word;
-  auto flush = [&](std::size_t end) {
-    std::string statement = Trim(sql.substr(start, end - start));
-    if (HasCode(statement)) statements.push_back(std::move(statement));
-    start = end + 1;
-  };
-  while (i < sql.size()) {
-    const char c = sql[i];
-    const char next = i + 1 < sql.size() ? sql[i + 1] : '\0';
-    if (c == '-' && next == '-') {
-      while (i < sql.size() && sql[i] != '\n') ++i;
-    } else if (c == '/' && next == '*') {
-      int depth = 1;
-      i += 2;
-      while (i < sql.size() && depth > 0) {
-        if (sql[i] == '/' && i + 1 < sql.size() && sql[i + 1] == '*') {
-          ++depth;
-          i += 2;
-        } else if (sql[i] == '*' && i + 1 < sql.size() && sql[i + 1] == '/') {
-          --depth;
-          i += 2;
-        } else {
-          ++i;
-        }
-      }
-    } else if (c == '\'') {
-      // E'...' allows backslash escapes; standard strings double the quote.
-      const bool escapes = i > 0 && (sql[i - 1] == 'E' || sql[i - 1] == 'e') && (i < 2 || !IsIdentChar(sql[i - 2]));
-      ++i;
-      while (i < sql.size()) {
-        if (escapes && sql[i] == '\\') {
-          i += 2;
-        } else if (sql[i] == '\'') {
-          if (i + 1 < sql.size() && sql[i + 1] == '\'') {
-            i += 2;
-          } else {
-            ++i;
-            break;
-          }
-        } else {
-          ++i;
-        }
-      }
-    } else if (c == '"') {
-      ++i;
-      while (i < sql.size()) {
-        if (sql[i] == '"') {
-          if (i + 1 < sql.size() && sql[i + 1] == '"') {
-            i += 2;
-          } else {
-            ++i;
-            break;
-          }
-        } else {
-          ++i;
-        }
-      }
-    } else if (c == '$' && (i == 0 || !IsIdentChar(sql[i - 1])) && (next == '$' || IsIdentStart(next))) {
-      std::size_t j = i + 1;
-      while (j < sql.size() && sql[j] != '$' && (std::isalnum(static_cast<unsigned char>(sql[j])) != 0 || sql[j] == '_')) ++j;
-      if (j < sql.size() && sql[j] == '$') {
-        const std::string_view tag = sql.substr(i, j - i + 1);
-        const auto end = sql.find(tag, j + 1);
-        i = end == std::string_view::npos ? sql.size() : end + tag.size();
-      } else {
-        i = j;  // not a dollar quote after all ($1 inside an identifier, say)
-      }
-    } else if (IsIdentStart(c) && (i == 0 || !IsIdentChar(sql[i - 1]))) {
-      const std::size_t word_start = i;
-      while (i < sql.size() && IsIdentChar(sql[i])) ++i;
-      const std::string word = Upper(sql.substr(word_start, i - word_start));
-      if (word == "ATOMIC" && previous_word == "BEGIN") {
-        ++atomic_depth;
-      } else if (atomic_depth > 0 && word == "CASE") {
-        ++atomic_depth;
-      } else if (atomic_depth > 0 && word == "END") {
-        --atomic_depth;
-      }
-      previous_word = word;
-    } else if (c == ';' && atomic_depth == 0) {
-      flush(i);
-      ++i;
-      previous_word.clear();
-    } else {
-      ++i;
-    }
-  }
-  if (start < sql.size()) flush(sql.size());
-  return statements;
-}
 
 std::string_view RoleName(ServerRole role) noexcept {
   switch (role) {
@@ -305,7 +113,7 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
       std::stringstream items(value);
       std::string item;
       while (std::getline(items, item, ',')) {
-        item = Trim(item);
+        item = detail::Trim(item);
         ServerRole role{};
         if (item == "shard") {
           role = ServerRole::kShard;
@@ -357,8 +165,8 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
   const std::vector<std::string> statements = SplitStatements(migration.sql);
   if (statements.empty()) throw MigrationError(fmt::format("{}: has no statements", file_name), {}, migration.version);
   for (std::size_t i = 0; i < statements.size(); ++i) {
-    const std::string keywords = Keywords(statements[i], 4);
-    if (EndsTransaction(keywords)) {
+    const std::string keywords = detail::LeadingKeywords(statements[i], 4);
+    if (detail::EndsTransaction(keywords)) {
       throw MigrationError(fmt::format("{}: statement {} ({}...) controls the transaction; remove it: the migrator "
                                        "runs each file in one transaction (or, with transaction = none, each "
                                        "statement on its own)",
@@ -366,7 +174,7 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
                            {}, migration.version);
     }
     if (migration.transactional) {
-      if (const auto what = NeedsNoTransaction(keywords)) {
+      if (const auto what = detail::NeedsNoTransaction(keywords)) {
         throw MigrationError(fmt::format("{}: statement {} ({}) cannot run inside a transaction: add the header "
                                          "line \"-- shardkit-migration: transaction = none\"",
                                          file_name, i + 1, *what),

@@ -23,9 +23,9 @@ std::string Upper(std::string_view word) {
   return out;
 }
 
-// Anything but whitespace and comments?
-bool HasCode(std::string_view statement) {
-  std::size_t i = 0;
+// The first position from `i` on that is neither whitespace nor inside a
+// comment (-- to the end of the line, /* to the first */).
+std::size_t SkipSpaceAndComments(std::string_view statement, std::size_t i) {
   while (i < statement.size()) {
     const char c = statement[i];
     if (std::isspace(static_cast<unsigned char>(c)) != 0) {
@@ -36,11 +36,14 @@ bool HasCode(std::string_view statement) {
       const auto end = statement.find("*/", i + 2);
       i = end == std::string_view::npos ? statement.size() : end + 2;
     } else {
-      return true;
+      break;
     }
   }
-  return false;
+  return i;
 }
+
+// Anything but whitespace and comments?
+bool HasCode(std::string_view statement) { return SkipSpaceAndComments(statement, 0) < statement.size(); }
 
 bool StartsWithWords(const std::string& keywords, std::string_view prefix) {
   return keywords == prefix || (keywords.starts_with(prefix) && keywords.size() > prefix.size() &&
@@ -53,24 +56,14 @@ namespace detail {
 
 std::string LeadingKeywords(std::string_view statement, std::size_t max_words) {
   std::string out;
-  std::size_t i = 0, words = 0;
-  while (i < statement.size() && words < max_words) {
-    const char c = statement[i];
-    if (std::isspace(static_cast<unsigned char>(c)) != 0) {
-      ++i;
-    } else if (c == '-' && i + 1 < statement.size() && statement[i + 1] == '-') {
-      while (i < statement.size() && statement[i] != '\n') ++i;
-    } else if (c == '/' && i + 1 < statement.size() && statement[i + 1] == '*') {
-      const auto end = statement.find("*/", i + 2);
-      i = end == std::string_view::npos ? statement.size() : end + 2;
-    } else if (IsIdentStart(c)) {
-      const std::size_t start = i;
-      while (i < statement.size() && IsIdentChar(statement[i])) ++i;
-      out += (out.empty() ? "" : " ") + Upper(statement.substr(start, i - start));
-      ++words;
-    } else {
-      break;  // a quote, a parenthesis...: the keywords are over
-    }
+  std::size_t i = 0;
+  for (std::size_t words = 0; words < max_words; ++words) {
+    i = SkipSpaceAndComments(statement, i);
+    // The end, or a quote, a parenthesis...: the keywords are over.
+    if (i >= statement.size() || !IsIdentStart(statement[i])) break;
+    const std::size_t start = i;
+    while (i < statement.size() && IsIdentChar(statement[i])) ++i;
+    out += (out.empty() ? "" : " ") + Upper(statement.substr(start, i - start));
   }
   return out;
 }

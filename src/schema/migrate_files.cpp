@@ -29,31 +29,8 @@ std::string ReadWholeFile(const std::filesystem::path& path) {
   return text.str();
 }
 
-}  // namespace
-
-std::string_view RoleName(ServerRole role) noexcept {
-  switch (role) {
-    case ServerRole::kShard:
-      return "shard";
-    case ServerRole::kReference:
-      return "reference";
-    case ServerRole::kCatalog:
-      return "catalog";
-  }
-  return "?";
-}
-
-bool Migration::Targets(ServerRole role) const noexcept {
-  return std::find(targets.begin(), targets.end(), role) != targets.end();
-}
-
-std::string Migration::TargetList() const {
-  std::string out;
-  for (const ServerRole role : targets) out += (out.empty() ? "" : ", ") + std::string(RoleName(role));
-  return out;
-}
-
-Migration ParseMigration(const std::string& file_name, std::string text) {
+// The version and name from NNN_name.sql.
+Migration FromFileName(const std::string& file_name) {
   static const std::regex kName(R"(^(\d{3,})_([A-Za-z0-9_]+)\.sql$)");
   std::smatch m;
   if (!std::regex_match(file_name, m, kName)) {
@@ -70,18 +47,55 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
   if (migration.version < 1) throw MigrationError(fmt::format("{}: versions start at 001", file_name));
   migration.name = m[2].str();
   migration.file_name = file_name;
+  return migration;
+}
 
-  // CRLF (a Windows checkout) must not change the checksum.
+// CRLF (a Windows checkout) must not change the checksum.
+std::string WithoutCarriageReturns(const std::string& text) {
   std::string normalised;
   normalised.reserve(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {
     if (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n') continue;
     normalised.push_back(text[i]);
   }
-  migration.sql = std::move(normalised);
-  migration.checksum = Sha256Hex(migration.sql);
+  return normalised;
+}
 
-  // The header: "-- shardkit-migration: key = value" within lines 1-5.
+// The value of a "targets" header line: roles, in the order shard, reference, catalog.
+void ParseTargets(const std::string& value, int number, Migration& migration) {
+  const std::string& file_name = migration.file_name;
+  std::array<bool, 3> seen{};
+  std::stringstream items(value);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    item = detail::Trim(item);
+    ServerRole role{};
+    if (item == "shard") {
+      role = ServerRole::kShard;
+    } else if (item == "reference") {
+      role = ServerRole::kReference;
+    } else if (item == "catalog") {
+      role = ServerRole::kCatalog;
+    } else {
+      throw MigrationError(fmt::format("{} line {}: target \"{}\" is none of shard, reference, catalog",
+                                       file_name, number, item),
+                           {}, migration.version);
+    }
+    seen[static_cast<std::size_t>(role)] = true;
+  }
+  for (const ServerRole role : {ServerRole::kShard, ServerRole::kReference, ServerRole::kCatalog}) {
+    if (seen[static_cast<std::size_t>(role)]) migration.targets.push_back(role);
+  }
+  if (migration.targets.empty()) {
+    throw MigrationError(fmt::format("{} line {}: targets is empty: name shard, reference and/or catalog",
+                                     file_name, number),
+                         {}, migration.version);
+  }
+}
+
+// The header: "-- shardkit-migration: key = value" within lines 1-5.
+void ParseHeaders(Migration& migration) {
+  const std::string& file_name = migration.file_name;
   static const std::regex kHeader(R"(^--\s*shardkit-migration\s*:\s*([A-Za-z_]+)\s*=\s*(.*?)\s*$)");
   static const std::regex kLooksLikeHeader(R"(shardkit-migration\s*:)");
   std::istringstream lines(migration.sql);
@@ -109,33 +123,7 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
     if (key == "targets") {
       if (have_targets) throw MigrationError(fmt::format("{} line {}: targets given twice", file_name, number));
       have_targets = true;
-      std::array<bool, 3> seen{};
-      std::stringstream items(value);
-      std::string item;
-      while (std::getline(items, item, ',')) {
-        item = detail::Trim(item);
-        ServerRole role{};
-        if (item == "shard") {
-          role = ServerRole::kShard;
-        } else if (item == "reference") {
-          role = ServerRole::kReference;
-        } else if (item == "catalog") {
-          role = ServerRole::kCatalog;
-        } else {
-          throw MigrationError(fmt::format("{} line {}: target \"{}\" is none of shard, reference, catalog",
-                                           file_name, number, item),
-                               {}, migration.version);
-        }
-        seen[static_cast<std::size_t>(role)] = true;
-      }
-      for (const ServerRole role : {ServerRole::kShard, ServerRole::kReference, ServerRole::kCatalog}) {
-        if (seen[static_cast<std::size_t>(role)]) migration.targets.push_back(role);
-      }
-      if (migration.targets.empty()) {
-        throw MigrationError(fmt::format("{} line {}: targets is empty: name shard, reference and/or catalog",
-                                         file_name, number),
-                             {}, migration.version);
-      }
+      ParseTargets(value, number, migration);
     } else if (key == "transaction") {
       if (have_transaction) {
         throw MigrationError(fmt::format("{} line {}: transaction given twice", file_name, number));
@@ -161,7 +149,11 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
                                      file_name),
                          {}, migration.version);
   }
+}
 
+// The statements, checked against the transaction the file runs in, and the steps.
+void SplitIntoSteps(Migration& migration) {
+  const std::string& file_name = migration.file_name;
   const std::vector<std::string> statements = SplitStatements(migration.sql);
   if (statements.empty()) throw MigrationError(fmt::format("{}: has no statements", file_name), {}, migration.version);
   for (std::size_t i = 0; i < statements.size(); ++i) {
@@ -187,6 +179,38 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
   } else {
     migration.steps = statements;
   }
+}
+
+}  // namespace
+
+std::string_view RoleName(ServerRole role) noexcept {
+  switch (role) {
+    case ServerRole::kShard:
+      return "shard";
+    case ServerRole::kReference:
+      return "reference";
+    case ServerRole::kCatalog:
+      return "catalog";
+  }
+  return "?";
+}
+
+bool Migration::Targets(ServerRole role) const noexcept {
+  return std::find(targets.begin(), targets.end(), role) != targets.end();
+}
+
+std::string Migration::TargetList() const {
+  std::string out;
+  for (const ServerRole role : targets) out += (out.empty() ? "" : ", ") + std::string(RoleName(role));
+  return out;
+}
+
+Migration ParseMigration(const std::string& file_name, std::string text) {
+  Migration migration = FromFileName(file_name);
+  migration.sql = WithoutCarriageReturns(text);
+  migration.checksum = Sha256Hex(migration.sql);
+  ParseHeaders(migration);
+  SplitIntoSteps(migration);
   return migration;
 }
 

@@ -15,68 +15,12 @@
 #include <thread>
 
 #include "schema/migrate_internal.hpp"
+#include "schema/migration_history.hpp"
 #include "schema/migration_lock.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-constexpr const char* kHistoryTable = "shardkit_migrations";
-constexpr const char* kHistoryDdl = R"(
-CREATE TABLE IF NOT EXISTS shardkit_migrations (
-  version       integer     PRIMARY KEY CHECK (version >= 1),
-  name          text        NOT NULL,
-  checksum      text        NOT NULL,
-  transactional boolean     NOT NULL,
-  success       boolean     NOT NULL,
-  steps_done    integer     NOT NULL DEFAULT 0,
-  steps_total   integer     NOT NULL DEFAULT 1,
-  applied_at    timestamptz NOT NULL DEFAULT now(),
-  duration_ms   double precision,
-  applied_by    text        NOT NULL,
-  db_user       text        NOT NULL DEFAULT current_user,
-  error         text
-);
-COMMENT ON TABLE shardkit_migrations IS
-  'shardkit schema migrations applied to this database (shardctl migrate): one row per version; success = false: the last attempt failed, steps_done says how far a non-transactional one got';
-)";
-
-constexpr const char* kUpsertHistory = R"(
-INSERT INTO shardkit_migrations AS h (version, name, checksum, transactional, success, steps_done, steps_total,
-                                      applied_at, duration_ms, applied_by, db_user, error)
-VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8, $9, current_user, NULLIF($10, ''))
-ON CONFLICT (version) DO UPDATE SET
-  name = EXCLUDED.name, checksum = EXCLUDED.checksum, transactional = EXCLUDED.transactional,
-  success = EXCLUDED.success, steps_done = EXCLUDED.steps_done, steps_total = EXCLUDED.steps_total,
-  applied_at = EXCLUDED.applied_at, duration_ms = EXCLUDED.duration_ms, applied_by = EXCLUDED.applied_by,
-  db_user = EXCLUDED.db_user, error = EXCLUDED.error
-)";
-
-constexpr const char* kReadHistory = R"(
-SELECT version, name, checksum, success, transactional, steps_done, steps_total,
-       to_char(applied_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-       coalesce(duration_ms, 0), applied_by, coalesce(error, '')
-FROM shardkit_migrations ORDER BY version
-)";
-
-// Invalid indexes of this database; one that a CREATE INDEX is building
-// right now is invalid too until it finishes.
-constexpr const char* kInvalidIndexes = R"(
-SELECT n.nspname, ic.relname, t.relname,
-       EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid)
-FROM pg_index i
-JOIN pg_class ic ON ic.oid = i.indexrelid
-JOIN pg_class t ON t.oid = i.indrelid
-JOIN pg_namespace n ON n.oid = ic.relnamespace
-WHERE NOT i.indisvalid
-ORDER BY 1, 2
-)";
-
-}  // namespace
-
 namespace detail {
 
 std::string OneLine(std::string text) {
@@ -95,12 +39,18 @@ std::string DescribeIndex(const InvalidIndex& index) {
 
 }  // namespace detail
 
+using detail::CreateHistoryTable;
 using detail::DescribeIndex;
 using detail::ErrorText;
+using detail::ReadServer;
 using detail::TakeLock;
 using detail::VersionText;
+using detail::WriteHistory;
+using detail::WriteStepsDone;
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 std::string DefaultAppliedBy() {
   std::string user;
@@ -123,35 +73,6 @@ std::unique_ptr<pqxx::connection> Connect(const MigrationServer& server, std::ch
   tx.exec0("SET client_min_messages = warning");
   tx.exec_params("SELECT set_config('application_name', $1, false)", application_name.substr(0, 63));
   return connection;
-}
-
-void ReadServer(pqxx::connection_base& connection, ServerMigrationStatus& out) {
-  pqxx::read_transaction tx{connection};
-  out.history.clear();
-  out.invalid_indexes.clear();
-  out.has_history = tx.exec1("SELECT to_regclass('shardkit_migrations') IS NOT NULL")[0].as<bool>();
-  if (out.has_history) {
-    for (const auto& row : tx.exec(kReadHistory)) {
-      AppliedMigration a;
-      a.version = row[0].as<int>();
-      a.name = row[1].as<std::string>();
-      a.checksum = row[2].as<std::string>();
-      a.success = row[3].as<bool>();
-      a.transactional = row[4].as<bool>();
-      a.steps_done = row[5].as<int>();
-      a.steps_total = row[6].as<int>();
-      a.applied_at = row[7].as<std::string>();
-      a.duration_ms = row[8].as<double>();
-      a.applied_by = row[9].as<std::string>();
-      a.error = row[10].as<std::string>();
-      out.history.push_back(std::move(a));
-    }
-  }
-  for (const auto& row : tx.exec(kInvalidIndexes)) {
-    out.invalid_indexes.push_back(
-        {row[0].as<std::string>(), row[1].as<std::string>(), row[2].as<std::string>(), row[3].as<bool>()});
-  }
-  tx.commit();
 }
 
 }  // namespace
@@ -295,8 +216,8 @@ bool ConnectionGone(pqxx::connection_base& c, const std::exception& e) {
 void RecordFailure(pqxx::connection_base& c, const Migration& m, bool transactional, int steps_done,
                    double duration_ms, const std::string& applied_by, const std::string& error) {
   pqxx::work tx{c, "record failed migration"};
-  tx.exec_params0(kUpsertHistory, m.version, m.name, m.checksum, transactional, false, steps_done,
-                  static_cast<int>(m.steps.size()), duration_ms, applied_by, error);
+  WriteHistory(tx, m, transactional, false, steps_done, static_cast<int>(m.steps.size()), duration_ms, applied_by,
+               error);
   tx.commit();
 }
 
@@ -310,8 +231,7 @@ StepOutcome ApplyInTransaction(pqxx::connection_base& c, const Migration& m, con
   try {
     pqxx::work tx{c, "migration"};
     tx.exec(m.sql);
-    tx.exec_params0(kUpsertHistory, m.version, m.name, m.checksum, true, true, 1, 1, MsSince(start), applied_by,
-                    std::string());
+    WriteHistory(tx, m, true, true, 1, 1, MsSince(start), applied_by, std::string());
     tx.commit();
     out.ok = true;
     return out;
@@ -354,8 +274,7 @@ StepOutcome ApplyStepByStep(pqxx::connection_base& c, const Migration& m, const 
   try {
     {
       pqxx::nontransaction tx{c, "migration start"};
-      tx.exec_params0(kUpsertHistory, m.version, m.name, m.checksum, false, false, done, total, 0.0, applied_by,
-                      std::string("running"));
+      WriteHistory(tx, m, false, false, done, total, 0.0, applied_by, std::string("running"));
     }
     for (; done < total; ++done) {
       try {
@@ -378,11 +297,10 @@ StepOutcome ApplyStepByStep(pqxx::connection_base& c, const Migration& m, const 
         return out;
       }
       pqxx::nontransaction tx{c, "migration progress"};
-      tx.exec_params0("UPDATE shardkit_migrations SET steps_done = $2 WHERE version = $1", m.version, done + 1);
+      WriteStepsDone(tx, m.version, done + 1);
     }
     pqxx::nontransaction tx{c, "migration done"};
-    tx.exec_params0(kUpsertHistory, m.version, m.name, m.checksum, false, true, total, total, MsSince(start),
-                    applied_by, std::string());
+    WriteHistory(tx, m, false, true, total, total, MsSince(start), applied_by, std::string());
     out.ok = true;
   } catch (const pqxx::broken_connection& e) {
     out.lost = true;
@@ -496,9 +414,7 @@ MigrationReport Migrator::Apply(std::optional<int> to_version, bool dry_run) {
     for (Session& s : sessions) {
       if (s.server->name != server || s.status.has_history) continue;
       try {
-        pqxx::work tx{*s.connection, "create history"};
-        tx.exec0(kHistoryDdl);
-        tx.commit();
+        CreateHistoryTable(*s.connection);
       } catch (const pqxx::broken_connection& e) {
         s.active = false;
         s.connection.reset();

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <pqxx/pqxx>
@@ -198,60 +199,63 @@ struct Session {
   bool active = false;
 };
 
-}  // namespace
+// MigratorOptions::on_event, called from the migrating threads one at a time.
+class EventSink {
+ public:
+  explicit EventSink(const std::function<void(const MigrationEvent&)>& on_event) : on_event_(on_event) {}
 
-MigrationReport Migrator::Apply(std::optional<int> to_version, bool dry_run) {
-  const auto started = Clock::now();
-  MigrationReport report;
-  report.dry_run = dry_run;
-  const int target = to_version.value_or(set_.LatestVersion());
-  if (to_version && (*to_version < 0 || *to_version > set_.LatestVersion())) {
-    throw MigrationError(fmt::format("--to {}: the migrations in {} go from {} to {}", *to_version,
-                                     set_.Directory().string(),
-                                     set_.All().empty() ? 0 : set_.All().front().version, set_.LatestVersion()));
-  }
-  std::mutex event_mutex;
-  auto emit = [&](MigrationEvent::Kind kind, const std::string& server, int version, std::chrono::microseconds elapsed,
-                  std::string message) {
-    if (!options_.on_event) return;
-    std::lock_guard lock(event_mutex);
-    options_.on_event(MigrationEvent{kind, server, version, elapsed, std::move(message)});
-  };
-
-  // Connect everywhere at once.
-  std::vector<Session> sessions(servers_.size());
-  {
-    std::vector<std::string> errors(servers_.size());
-    std::vector<std::thread> threads;
-    const std::string application = "shardkit migrate " + options_.applied_by;
-    for (std::size_t i = 0; i < servers_.size(); ++i) {
-      sessions[i].server = &servers_[i];
-      sessions[i].status.server = servers_[i];
-      threads.emplace_back([&, i] {
-        try {
-          sessions[i].connection = Connect(servers_[i], options_.connect_timeout, application);
-        } catch (const std::exception& e) {
-          errors[i] = ErrorText(e);
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (std::size_t i = 0; i < servers_.size(); ++i) {
-      if (sessions[i].connection) continue;
-      sessions[i].status.error = errors[i];
-      report.left_behind.push_back(fmt::format("{}: unreachable ({})", servers_[i].name, errors[i]));
-      emit(MigrationEvent::Kind::kServerLeft, servers_[i].name, 0, {}, errors[i]);
-    }
+  void operator()(MigrationEvent::Kind kind, const std::string& server, int version,
+                  std::chrono::microseconds elapsed, std::string message) {
+    if (!on_event_) return;
+    std::lock_guard lock(mutex_);
+    on_event_(MigrationEvent{kind, server, version, elapsed, std::move(message)});
   }
 
-  // Lock in one fixed order (the servers' order), so two migrators queue up
-  // instead of deadlocking; then read each history under its lock.
+ private:
+  const std::function<void(const MigrationEvent&)>& on_event_;
+  std::mutex mutex_;
+};
+
+// A session per server, connected everywhere at once; a server that does
+// not answer is left behind.
+std::vector<Session> ConnectAll(const std::vector<MigrationServer>& servers, const MigratorOptions& options,
+                                MigrationReport& report, EventSink& emit) {
+  std::vector<Session> sessions(servers.size());
+  std::vector<std::string> errors(servers.size());
+  std::vector<std::thread> threads;
+  const std::string application = "shardkit migrate " + options.applied_by;
+  for (std::size_t i = 0; i < servers.size(); ++i) {
+    sessions[i].server = &servers[i];
+    sessions[i].status.server = servers[i];
+    threads.emplace_back([&, i] {
+      try {
+        sessions[i].connection = Connect(servers[i], options.connect_timeout, application);
+      } catch (const std::exception& e) {
+        errors[i] = ErrorText(e);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < servers.size(); ++i) {
+    if (sessions[i].connection) continue;
+    sessions[i].status.error = errors[i];
+    report.left_behind.push_back(fmt::format("{}: unreachable ({})", servers[i].name, errors[i]));
+    emit(MigrationEvent::Kind::kServerLeft, servers[i].name, 0, {}, errors[i]);
+  }
+  return sessions;
+}
+
+// Locks in one fixed order (the servers' order), so two migrators queue up
+// instead of deadlocking; then reads each history under its lock. A dry run
+// takes no lock.
+void LockAndRead(std::vector<Session>& sessions, std::chrono::milliseconds lock_timeout, bool dry_run,
+                 MigrationReport& report, EventSink& emit) {
   std::map<int, std::string> locked_by_pid;
   for (Session& s : sessions) {
     if (!s.connection) continue;
     try {
       if (!dry_run) {
-        TakeLock(*s.connection, *s.server, options_.lock_timeout, locked_by_pid);
+        TakeLock(*s.connection, *s.server, lock_timeout, locked_by_pid);
         locked_by_pid[s.connection->backendpid()] = s.server->name;
         emit(MigrationEvent::Kind::kLocked, s.server->name, 0, {}, "");
       }
@@ -265,22 +269,31 @@ MigrationReport Migrator::Apply(std::optional<int> to_version, bool dry_run) {
       emit(MigrationEvent::Kind::kServerLeft, s.server->name, 0, {}, s.status.error);
     }
   }
+}
 
+// The status as read under the locks; throws MigrationRefused on any blocker.
+MigrationStatus StatusOrRefuse(const MigrationSet& set, const std::vector<Session>& sessions) {
   std::vector<ServerMigrationStatus> statuses;
   for (const Session& s : sessions) statuses.push_back(s.status);
-  const MigrationStatus status(set_, std::move(statuses));
+  MigrationStatus status(set, std::move(statuses));
   if (auto blockers = status.Blockers(); !blockers.empty()) {
     std::string list;
     for (const auto& b : blockers) list += "\n  " + b;
     throw MigrationRefused(fmt::format("nothing applied: resolve first:{}", list), std::move(blockers));
   }
+  return status;
+}
 
-  // The plan: per server, what is missing up to the target.
+// The plan: per server, what is missing up to the target (report.plan);
+// returned per version, the sessions that need it.
+std::map<int, std::vector<std::size_t>> Plan(const MigrationSet& set, const MigrationStatus& status,
+                                             const std::vector<Session>& sessions, int target,
+                                             MigrationReport& report) {
   std::map<int, std::vector<std::size_t>> by_version;
   for (std::size_t i = 0; i < sessions.size(); ++i) {
     if (!sessions[i].active) continue;
     std::vector<int> versions;
-    for (const Migration& m : set_.All()) {
+    for (const Migration& m : set.All()) {
       if (m.version > target) break;
       const MigrationState state = status.State(i, m.version);
       if (state == MigrationState::kPending || state == MigrationState::kFailed) {
@@ -290,12 +303,11 @@ MigrationReport Migrator::Apply(std::optional<int> to_version, bool dry_run) {
     }
     report.plan.emplace_back(sessions[i].server->name, std::move(versions));
   }
-  if (dry_run) {
-    report.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started);
-    return report;
-  }
+  return by_version;
+}
 
-  // The history table, where work is to be done.
+// The history table, where work is to be done.
+void CreateHistoryTables(std::vector<Session>& sessions, MigrationReport& report) {
   for (const auto& [server, versions] : report.plan) {
     if (versions.empty()) continue;
     for (Session& s : sessions) {
@@ -309,47 +321,81 @@ MigrationReport Migrator::Apply(std::optional<int> to_version, bool dry_run) {
       }
     }
   }
+}
 
-  // Version by version; within a version every server at once.
+// One version on one server (a thread of its own); the outcome goes into
+// the report under `report_mutex`.
+void ApplyOn(Session& session, const Migration& m, const std::string& applied_by, std::mutex& report_mutex,
+             MigrationReport& report, EventSink& emit) {
+  const auto step_start = Clock::now();
+  emit(MigrationEvent::Kind::kStarted, session.server->name, m.version, {}, m.file_name);
+  const StepOutcome outcome = m.transactional
+                                  ? ApplyInTransaction(*session.connection, m, applied_by)
+                                  : ApplyStepByStep(*session.connection, m, session.status.Find(m.version),
+                                                    applied_by);
+  const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - step_start);
+  {
+    std::lock_guard lock(report_mutex);
+    report.applied.push_back({session.server->name, m.version, outcome.ok, elapsed, outcome.error});
+    if (outcome.lost) {
+      session.active = false;
+      report.left_behind.push_back(fmt::format("{}: lost at {} ({})", session.server->name, m.file_name,
+                                               outcome.error));
+    } else if (!outcome.ok) {
+      report.stopped = true;
+    }
+  }
+  if (outcome.ok) {
+    emit(MigrationEvent::Kind::kApplied, session.server->name, m.version, elapsed, m.file_name);
+  } else {
+    emit(outcome.lost ? MigrationEvent::Kind::kServerLeft : MigrationEvent::Kind::kFailed,
+         session.server->name, m.version, elapsed, outcome.error);
+  }
+  if (outcome.lost) session.connection.reset();
+}
+
+// Version by version; within a version every server at once. A statement
+// that fails stops the run after its version.
+void ApplyVersions(const MigrationSet& set, const std::map<int, std::vector<std::size_t>>& by_version,
+                   std::vector<Session>& sessions, const std::string& applied_by, MigrationReport& report,
+                   EventSink& emit) {
   std::mutex report_mutex;
   for (const auto& [version, servers] : by_version) {
-    const Migration& m = *set_.Find(version);
+    const Migration& m = *set.Find(version);
     std::vector<std::thread> threads;
     for (const std::size_t i : servers) {
       Session& s = sessions[i];
       if (!s.active) continue;
-      threads.emplace_back([&, i] {
-        Session& session = sessions[i];
-        const auto step_start = Clock::now();
-        emit(MigrationEvent::Kind::kStarted, session.server->name, m.version, {}, m.file_name);
-        const StepOutcome outcome = m.transactional
-                                        ? ApplyInTransaction(*session.connection, m, options_.applied_by)
-                                        : ApplyStepByStep(*session.connection, m, session.status.Find(m.version),
-                                                          options_.applied_by);
-        const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - step_start);
-        {
-          std::lock_guard lock(report_mutex);
-          report.applied.push_back({session.server->name, m.version, outcome.ok, elapsed, outcome.error});
-          if (outcome.lost) {
-            session.active = false;
-            report.left_behind.push_back(fmt::format("{}: lost at {} ({})", session.server->name, m.file_name,
-                                                     outcome.error));
-          } else if (!outcome.ok) {
-            report.stopped = true;
-          }
-        }
-        if (outcome.ok) {
-          emit(MigrationEvent::Kind::kApplied, session.server->name, m.version, elapsed, m.file_name);
-        } else {
-          emit(outcome.lost ? MigrationEvent::Kind::kServerLeft : MigrationEvent::Kind::kFailed,
-               session.server->name, m.version, elapsed, outcome.error);
-        }
-        if (outcome.lost) session.connection.reset();
-      });
+      threads.emplace_back([&, i] { ApplyOn(sessions[i], m, applied_by, report_mutex, report, emit); });
     }
     for (auto& t : threads) t.join();
     if (report.stopped) break;
   }
+}
+
+}  // namespace
+
+MigrationReport Migrator::Apply(std::optional<int> to_version, bool dry_run) {
+  const auto started = Clock::now();
+  MigrationReport report;
+  report.dry_run = dry_run;
+  const int target = to_version.value_or(set_.LatestVersion());
+  if (to_version && (*to_version < 0 || *to_version > set_.LatestVersion())) {
+    throw MigrationError(fmt::format("--to {}: the migrations in {} go from {} to {}", *to_version,
+                                     set_.Directory().string(),
+                                     set_.All().empty() ? 0 : set_.All().front().version, set_.LatestVersion()));
+  }
+  EventSink emit{options_.on_event};
+  std::vector<Session> sessions = ConnectAll(servers_, options_, report, emit);
+  LockAndRead(sessions, options_.lock_timeout, dry_run, report, emit);
+  const MigrationStatus status = StatusOrRefuse(set_, sessions);
+  const auto by_version = Plan(set_, status, sessions, target, report);
+  if (dry_run) {
+    report.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started);
+    return report;
+  }
+  CreateHistoryTables(sessions, report);
+  ApplyVersions(set_, by_version, sessions, options_.applied_by, report, emit);
   report.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started);
   return report;
 }

@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "schema/error_text.hpp"
 #include "schema/migrate_internal.hpp"
 #include "schema/migration_apply.hpp"
 #include "schema/migration_history.hpp"
@@ -24,14 +25,6 @@
 
 namespace shardkit {
 namespace detail {
-
-std::string OneLine(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  std::replace(text.begin(), text.end(), '\n', ' ');
-  return text;
-}
-
-std::string ErrorText(const std::exception& e) { return OneLine(RedactDsn(e.what())); }
 
 std::string VersionText(int version) { return fmt::format("{:03}", version); }
 

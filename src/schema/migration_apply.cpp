@@ -7,6 +7,7 @@
 #include <chrono>
 #include <pqxx/pqxx>
 
+#include "schema/error_text.hpp"
 #include "schema/migrate_internal.hpp"
 #include "schema/migration_history.hpp"
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <pqxx/pqxx>
 
-#include "schema/migrate_internal.hpp"
+#include "schema/error_text.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit::detail {

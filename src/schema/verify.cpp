@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "schema/error_text.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
@@ -20,6 +21,7 @@ namespace shardkit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using detail::ErrorText;
 
 // Tables of the current schema with both shard-key columns.
 constexpr const char* kShardedTables = R"(
@@ -41,13 +43,6 @@ JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
 WHERE i.indrelid = to_regclass($1) AND i.indisprimary
 ORDER BY array_position(i.indkey::int2[], a.attnum)
 )";
-
-std::string ErrorText(const std::exception& e) {
-  std::string text = RedactDsn(e.what());
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  std::replace(text.begin(), text.end(), '\n', ' ');
-  return text;
-}
 
 std::string Rows(std::int64_t n) { return fmt::format("{} row{}", n, n == 1 ? "" : "s"); }
 // "1 row stores", "2 rows store"

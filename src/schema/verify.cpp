@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "schema/error_text.hpp"
+#include "schema/verify_samples.hpp"
+#include "schema/verify_scan.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
@@ -21,269 +23,24 @@ namespace shardkit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using detail::DescribeKey;
 using detail::ErrorText;
-
-// Tables of the current schema with both shard-key columns.
-constexpr const char* kShardedTables = R"(
-SELECT c.relname FROM pg_class c
-WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
-  AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'customer_id' AND NOT a.attisdropped)
-  AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'bucket' AND NOT a.attisdropped)
-ORDER BY 1
-)";
-
-constexpr const char* kColumns = R"(
-SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
-FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum
-)";
-
-constexpr const char* kPrimaryKey = R"(
-SELECT a.attname FROM pg_index i
-JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
-WHERE i.indrelid = to_regclass($1) AND i.indisprimary
-ORDER BY array_position(i.indkey::int2[], a.attnum)
-)";
+using detail::HasKey;
+using detail::LiveMove;
+using detail::LiveMoves;
+using detail::OwnershipRow;
+using detail::ReferenceTableSum;
+using detail::RowHashes;
+using detail::SampleKeys;
+using detail::ScannedServer;
+using detail::ScanOf;
+using detail::ScanServers;
+using detail::TableScan;
 
 std::string Rows(std::int64_t n) { return fmt::format("{} row{}", n, n == 1 ? "" : "s"); }
 // "1 row stores", "2 rows store"
 std::string RowsDo(std::int64_t n, const char* one, const char* many) {
   return fmt::format("{} {}", Rows(n), n == 1 ? one : many);
-}
-
-struct Group {
-  int computed = 0;  // bucket_of(customer_id), -1 if NULL
-  int stored = 0;
-  std::int64_t rows = 0;
-};
-
-struct TableScan {
-  std::string table;
-  std::vector<std::string> key;  // primary key columns
-  std::vector<Group> groups;     // shards
-  TableCounts counts;
-};
-
-struct ReferenceTableSum {
-  bool present = false;
-  std::vector<std::string> key;
-  std::int64_t rows = 0;
-  std::string hash_sum;
-};
-
-// A shard's ownership row of a bucket (sql/010).
-struct OwnershipRow {
-  std::string state;
-  std::optional<std::int64_t> move_id;
-  std::optional<int> new_owner;
-};
-
-// A live move in the catalog's journal.
-struct LiveMove {
-  std::int64_t move_id = 0;
-  int bucket = 0;
-  int source = 0;
-  int target = 0;
-  std::string state;
-  double idle_s = 0;              // since its last journaled step
-  std::optional<int> mover_pid;   // the catalog session running it, if any
-};
-
-struct Server {
-  std::string name;
-  std::string dsn;
-  std::optional<ShardId> shard;
-  std::unique_ptr<pqxx::connection> connection;
-  std::string error;
-  std::vector<std::string> sharded_tables;  // discovered there
-  std::vector<TableScan> scans;
-  std::map<std::string, ReferenceTableSum> reference_sums;
-  std::map<std::string, std::vector<std::string>> columns;  // table -> "name type [not null]"
-  std::map<int, OwnershipRow> ownership;                     // bucket -> row (enrolled shards)
-  std::chrono::microseconds elapsed{0};
-};
-
-std::vector<std::string> KeyColumns(pqxx::transaction_base& tx, const std::string& table) {
-  std::vector<std::string> key;
-  for (const auto& row : tx.exec_params(kPrimaryKey, tx.quote_name(table))) key.push_back(row[0].as<std::string>());
-  return key;
-}
-
-// "(customer_id, order_id) = (4242, 17)"
-std::string DescribeKey(const std::vector<std::string>& columns, const std::vector<std::string>& values) {
-  std::string names, text;
-  for (const auto& c : columns) names += (names.empty() ? "" : ", ") + c;
-  for (const auto& v : values) text += (text.empty() ? "" : ", ") + v;
-  return fmt::format("({}) = ({})", names, text);
-}
-
-// Shards: every sharded table; the reference server: the mirrored ones.
-void ScanServer(Server& s, const std::vector<std::string>& reference_tables,
-                const std::vector<std::string>& mirrored_tables, std::chrono::milliseconds connect_timeout) {
-  const auto start = Clock::now();
-  try {
-    s.connection = std::make_unique<pqxx::connection>(WithConnectTimeout(s.dsn, connect_timeout));
-    {
-      // Every row, whatever bucket it belongs to: an enrolled shard shows
-      // only the buckets it owns unless asked for all (ownership.hpp).
-      pqxx::nontransaction session{*s.connection};
-      session.exec0("SET shardkit.buckets = 'all'");
-    }
-    pqxx::read_transaction tx{*s.connection, "verify"};
-    // Short aggregates over a few million rows: compiling them costs more than it saves.
-    tx.exec0("SET LOCAL jit = off");
-    tx.exec0("SET LOCAL application_name = 'shardkit verify'");
-    for (const auto& row : tx.exec(kShardedTables)) s.sharded_tables.push_back(row[0].as<std::string>());
-    if (s.shard && tx.exec1("SELECT to_regclass('shardkit_bucket_ownership') IS NOT NULL")[0].as<bool>()) {
-      for (const auto& row : tx.exec("SELECT bucket, state, move_id, new_owner FROM shardkit_bucket_ownership")) {
-        OwnershipRow o;
-        o.state = row[1].as<std::string>();
-        if (!row[2].is_null()) o.move_id = row[2].as<std::int64_t>();
-        if (!row[3].is_null()) o.new_owner = row[3].as<int>();
-        s.ownership[row[0].as<int>()] = std::move(o);
-      }
-    }
-    {
-      for (const auto& table : s.sharded_tables) {
-        if (!s.shard && std::find(mirrored_tables.begin(), mirrored_tables.end(), table) == mirrored_tables.end()) {
-          continue;
-        }
-        TableScan scan;
-        scan.table = table;
-        scan.counts.table = table;
-        scan.key = KeyColumns(tx, table);
-        const std::string name = tx.quote_name(table);
-        const std::string sql =
-            s.shard ? fmt::format("SELECT coalesce(bucket_of(customer_id), -1), bucket, count(*) FROM {} GROUP BY 1, 2",
-                                  name)
-                    : fmt::format("SELECT coalesce(bucket_of(customer_id), -1), -1, count(*) FROM {} GROUP BY 1", name);
-        for (const auto& row : tx.exec(sql)) {
-          Group g{row[0].as<int>(), row[1].is_null() ? -1 : row[1].as<int>(), row[2].as<std::int64_t>()};
-          scan.counts.rows += g.rows;
-          if (g.computed >= 0 && g.computed < kBucketCount) {
-            scan.counts.by_bucket[static_cast<std::size_t>(g.computed)] += g.rows;
-          }
-          scan.groups.push_back(g);
-        }
-        s.scans.push_back(std::move(scan));
-      }
-    }
-    auto describe = [&](const std::string& table) {
-      auto& columns = s.columns[table];
-      for (const auto& row : tx.exec_params(kColumns, tx.quote_name(table))) columns.push_back(row[0].as<std::string>());
-    };
-    for (const auto& table : s.sharded_tables) describe(table);
-    for (const auto& table : reference_tables) {
-      ReferenceTableSum sum;
-      sum.present = tx.exec_params1("SELECT to_regclass($1) IS NOT NULL", tx.quote_name(table))[0].as<bool>();
-      if (sum.present) {
-        describe(table);
-        sum.key = KeyColumns(tx, table);
-        // Order-independent: the sum of a 64-bit hash of each row's text.
-        const auto row = tx.exec1(fmt::format(
-            "SELECT count(*), coalesce(sum(hashtextextended(t::text, 0)::numeric), 0)::text FROM {} AS t",
-            tx.quote_name(table)));
-        sum.rows = row[0].as<std::int64_t>();
-        sum.hash_sum = row[1].as<std::string>();
-      }
-      s.reference_sums[table] = std::move(sum);
-    }
-    tx.commit();
-  } catch (const std::exception& e) {
-    s.error = ErrorText(e);
-    s.connection.reset();
-  }
-  s.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
-}
-
-// Up to `limit` primary keys (as text) of `table` rows matching `where`.
-std::vector<std::vector<std::string>> SampleKeys(pqxx::connection_base& c, const std::string& table,
-                                                 const std::vector<std::string>& key, const std::string& where,
-                                                 int limit, const std::vector<int>& params) {
-  pqxx::read_transaction tx{c, "verify sample"};
-  std::string columns;
-  for (const auto& k : key) columns += (columns.empty() ? "" : ", ") + tx.quote_name(k) + "::text";
-  if (columns.empty()) columns = "t::text";
-  pqxx::result rows;
-  const std::string sql = fmt::format("SELECT {} FROM {} AS t WHERE {} LIMIT {}", columns, tx.quote_name(table), where, limit);
-  if (params.size() == 1) {
-    rows = tx.exec_params(sql, params[0]);
-  } else {
-    rows = tx.exec(sql);
-  }
-  std::vector<std::vector<std::string>> out;
-  for (const auto& row : rows) {
-    std::vector<std::string> values;
-    for (const auto& field : row) values.push_back(field.is_null() ? "NULL" : field.as<std::string>());
-    out.push_back(std::move(values));
-  }
-  return out;
-}
-
-bool HasKey(pqxx::connection_base& c, const std::string& table, const std::vector<std::string>& key,
-            const std::vector<std::string>& values) {
-  pqxx::read_transaction tx{c, "verify owner"};
-  std::string where;
-  for (std::size_t i = 0; i < key.size(); ++i) {
-    where += fmt::format("{}{}::text = {}", i ? " AND " : "", tx.quote_name(key[i]), tx.quote(values[i]));
-  }
-  // The key's columns as text: exact for the integer keys of sharded tables;
-  // customer_id first lets the primary key index find the customer's rows.
-  const std::string sql = fmt::format("SELECT EXISTS (SELECT 1 FROM {} WHERE {}{})", tx.quote_name(table),
-                                      key.empty() ? "false" : where,
-                                      key.empty() || key[0] != "customer_id"
-                                          ? std::string()
-                                          : fmt::format(" AND customer_id = {}::integer", tx.quote(values[0])));
-  return tx.exec1(sql)[0].as<bool>();
-}
-
-// key (as text) -> row hash, of a whole table.
-std::map<std::vector<std::string>, std::int64_t> RowHashes(pqxx::connection_base& c, const std::string& table,
-                                                           const std::vector<std::string>& key) {
-  pqxx::read_transaction tx{c, "verify diff"};
-  std::string columns;
-  for (const auto& k : key) columns += tx.quote_name(k) + "::text, ";
-  if (key.empty()) columns = "t::text, ";
-  std::map<std::vector<std::string>, std::int64_t> out;
-  for (const auto& row : tx.exec(fmt::format("SELECT {}hashtextextended(t::text, 0) FROM {} AS t", columns,
-                                             tx.quote_name(table)))) {
-    std::vector<std::string> k;
-    for (std::size_t i = 0; i + 1 < row.size(); ++i) k.push_back(row[static_cast<pqxx::row::size_type>(i)].is_null() ? "NULL" : row[static_cast<pqxx::row::size_type>(i)].as<std::string>());
-    const auto hash = row[static_cast<pqxx::row::size_type>(row.size() - 1)].as<std::int64_t>();
-    out[std::move(k)] += hash;  // without a key, equal rows add up
-  }
-  return out;
-}
-
-// The catalog's live moves; empty without a catalog or its journal.
-std::vector<LiveMove> LiveMoves(const ClusterConfig& config, std::chrono::milliseconds connect_timeout,
-                                std::string& error) {
-  std::vector<LiveMove> moves;
-  if (!config.catalog_dsn) return moves;
-  try {
-    pqxx::connection c{WithConnectTimeout(*config.catalog_dsn, connect_timeout)};
-    pqxx::read_transaction tx{c, "verify moves"};
-    if (tx.exec1("SELECT to_regclass('shardkit_moves') IS NULL")[0].as<bool>()) return moves;
-    for (const auto& row : tx.exec(
-             "SELECT m.move_id, m.bucket, m.source, m.target, m.state, "
-             "extract(epoch FROM clock_timestamp() - m.updated_at)::float8, "
-             "(SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = 21324 "
-             "AND l.objid::bigint = m.move_id AND l.objsubid = 2 AND l.granted AND l.database = "
-             "(SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1) "
-             "FROM shardkit_moves m WHERE m.state NOT IN ('done', 'aborted') ORDER BY m.bucket")) {
-      LiveMove m;
-      m.move_id = row[0].as<std::int64_t>();
-      m.bucket = row[1].as<int>();
-      m.source = row[2].as<int>();
-      m.target = row[3].as<int>();
-      m.state = row[4].as<std::string>();
-      m.idle_s = row[5].as<double>();
-      if (!row[6].is_null()) m.mover_pid = row[6].as<int>();
-      moves.push_back(std::move(m));
-    }
-  } catch (const std::exception& e) {
-    error = ErrorText(e);
-  }
-  return moves;
 }
 
 }  // namespace
@@ -330,7 +87,7 @@ void AddFinding(VerifyReport& report, FindingKind kind, std::string server, std:
 struct VerifyRun {
   const ClusterConfig& config;
   const VerifyOptions& options;
-  std::vector<Server>& servers;
+  std::vector<ScannedServer>& servers;
   const std::optional<BucketDirectory>& directory;
   VerifyReport& report;
   // Compare the reference server's rows of the mirrored tables, per bucket.
@@ -346,13 +103,6 @@ struct VerifyRun {
   }
 };
 
-const TableScan* ScanOf(const Server& s, const std::string& table) {
-  for (const auto& scan : s.scans) {
-    if (scan.table == table) return &scan;
-  }
-  return nullptr;
-}
-
 // The directory the rows are checked against; nullopt, and a finding, if it
 // cannot be read.
 std::optional<BucketDirectory> LoadDirectory(const ClusterConfig& config, VerifyReport& report) {
@@ -367,26 +117,6 @@ std::optional<BucketDirectory> LoadDirectory(const ClusterConfig& config, Verify
                            report.directory_source, ErrorText(e)));
   }
   return directory;
-}
-
-// Every shard and the reference server, scanned at once.
-std::vector<Server> ScanServers(const ClusterConfig& config, const VerifyOptions& options) {
-  std::vector<Server> servers;
-  for (std::size_t i = 0; i < config.shards.size(); ++i) {
-    servers.push_back(Server{config.shards[i].name.empty() ? fmt::format("shard{}", i) : config.shards[i].name,
-                             config.shards[i].dsn, static_cast<ShardId>(i), {}, {}, {}, {}, {}, {}, {}});
-  }
-  if (config.reference_dsn) {
-    servers.push_back(Server{"reference", *config.reference_dsn, std::nullopt, {}, {}, {}, {}, {}, {}, {}});
-  }
-  std::vector<std::thread> threads;
-  for (auto& s : servers) {
-    threads.emplace_back([&s, &options] {
-      ScanServer(s, options.reference_tables, options.mirrored_tables, options.connect_timeout);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return servers;
 }
 
 // A finding per server that could not be scanned; their names.
@@ -428,7 +158,7 @@ void CheckTableDefinitions(VerifyRun& run) {
   std::set<std::string> tables(run.report.sharded_tables.begin(), run.report.sharded_tables.end());
   tables.insert(run.options.reference_tables.begin(), run.options.reference_tables.end());
   for (const auto& table : tables) {
-    const Server* baseline = nullptr;
+    const ScannedServer* baseline = nullptr;
     for (const auto& candidate : run.servers) {
       if (!candidate.connection || !candidate.columns.contains(table)) continue;
       if (baseline == nullptr || !candidate.shard) baseline = &candidate;  // the reference wins
@@ -465,7 +195,7 @@ struct BucketMarks {
   std::optional<std::int64_t> marked_move;
 };
 
-BucketMarks MarksOf(const std::vector<Server>& servers, int bucket) {
+BucketMarks MarksOf(const std::vector<ScannedServer>& servers, int bucket) {
   BucketMarks b;
   for (const auto& srv : servers) {
     if (!srv.shard || !srv.connection) continue;
@@ -550,7 +280,7 @@ std::set<int> CheckMovesInProgress(VerifyRun& run) {
 
 // Rows whose bucket is not bucket_of(customer_id): a finding per stored
 // bucket. Returns the rows per computed bucket that the shard does not own.
-std::map<int, std::int64_t> CheckBucketColumn(VerifyRun& run, Server& s, const TableScan& scan) {
+std::map<int, std::int64_t> CheckBucketColumn(VerifyRun& run, ScannedServer& s, const TableScan& scan) {
   std::map<int, std::int64_t> not_owned;  // bucket -> rows
   for (const auto& g : scan.groups) {
     if (g.stored != g.computed) {
@@ -578,9 +308,9 @@ std::map<int, std::int64_t> CheckBucketColumn(VerifyRun& run, Server& s, const T
 
 // `rows` of `bucket` on a shard that does not own it: an orphan copy if the
 // owner has a sample row too, else misplaced.
-void CheckNotOwned(VerifyRun& run, Server& s, const TableScan& scan, int bucket, std::int64_t rows) {
+void CheckNotOwned(VerifyRun& run, ScannedServer& s, const TableScan& scan, int bucket, std::int64_t rows) {
   const ShardId owner = run.directory->ShardOf(BucketId{bucket});
-  const Server& owner_server = run.servers[static_cast<std::size_t>(ToInt(owner))];
+  const ScannedServer& owner_server = run.servers[static_cast<std::size_t>(ToInt(owner))];
   std::vector<std::string> sample_values;
   std::string sample;
   try {
@@ -636,14 +366,14 @@ void CheckRowPlacement(VerifyRun& run, const std::set<int>& in_motion) {
 // Each bucket's rows on its owner against the reference server's.
 void CheckCountsAgainstReference(VerifyRun& run, const std::set<int>& in_motion) {
   if (!run.count_reference || !run.directory || !run.servers.back().connection) return;
-  const Server& reference = run.servers.back();
+  const ScannedServer& reference = run.servers.back();
   for (const auto& table : run.report.sharded_tables) {
     const TableScan* ref_scan = run.Mirrored(table) ? ScanOf(reference, table) : nullptr;
     if (ref_scan == nullptr) continue;
     for (int bucket = 0; bucket < kBucketCount; ++bucket) {
       if (in_motion.contains(bucket)) continue;
       const ShardId owner = run.directory->ShardOf(BucketId{bucket});
-      const Server& owner_server = run.servers[static_cast<std::size_t>(ToInt(owner))];
+      const ScannedServer& owner_server = run.servers[static_cast<std::size_t>(ToInt(owner))];
       const TableScan* owner_scan = owner_server.connection ? ScanOf(owner_server, table) : nullptr;
       if (owner_scan == nullptr) continue;
       const auto b = static_cast<std::size_t>(bucket);
@@ -661,7 +391,7 @@ void CheckCountsAgainstReference(VerifyRun& run, const std::set<int>& in_motion)
 // The keys of `s`'s copy of a reference table that differ from the
 // baseline's (`baseline_rows`, read on first use): how many, and the first
 // few as samples.
-std::int64_t DiffReferenceTable(const VerifyRun& run, const Server& baseline, const Server& s, const std::string& table,
+std::int64_t DiffReferenceTable(const VerifyRun& run, const ScannedServer& baseline, const ScannedServer& s, const std::string& table,
                                 const ReferenceTableSum& want,
                                 std::optional<std::map<std::vector<std::string>, std::int64_t>>& baseline_rows,
                                 std::vector<std::string>& samples) {
@@ -696,7 +426,7 @@ std::int64_t DiffReferenceTable(const VerifyRun& run, const Server& baseline, co
 // Reference tables: identical everywhere.
 void CheckReferenceTables(VerifyRun& run) {
   for (const auto& table : run.options.reference_tables) {
-    const Server* baseline = nullptr;
+    const ScannedServer* baseline = nullptr;
     if (run.config.reference_dsn && run.servers.back().connection &&
         run.servers.back().reference_sums[table].present) {
       baseline = &run.servers.back();
@@ -761,7 +491,7 @@ void CheckMigrationVersions(VerifyRun& run, const MigrationStatus& migration_sta
   if (migration_status.AtOneVersion()) run.report.schema_version = migration_status.VersionOf(0);
 }
 
-ServerCounts CountsOf(const Server& s) {
+ServerCounts CountsOf(const ScannedServer& s) {
   ServerCounts counts;
   counts.server = s.name;
   counts.shard = s.shard;
@@ -792,7 +522,7 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& opt
   }
 
   const std::optional<BucketDirectory> directory = LoadDirectory(config, report);
-  std::vector<Server> servers = ScanServers(config, options);
+  std::vector<ScannedServer> servers = ScanServers(config, options);
   const bool count_reference = !options.mirrored_tables.empty() && config.reference_dsn.has_value();
   VerifyRun run{config, options, servers, directory, report, count_reference};
   std::set<std::string> unreachable = CheckReachable(run);

@@ -1,16 +1,16 @@
-// The migration files: names, headers, checksums, statements (migrate.hpp).
+// The migration files: names, headers, the set of a directory and where the installed one is (migrate.hpp).
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cctype>
-#include <cstdint>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 
+#include "core/sha256.hpp"
+#include "schema/migration_statements.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/schema/migrate.hpp"
 
@@ -21,153 +21,6 @@
 namespace shardkit {
 namespace {
 
-// ------------------------------------------------------------- SHA-256
-
-constexpr std::array<std::uint32_t, 64> kRoundConstants{
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-constexpr std::uint32_t RotateRight(std::uint32_t x, int n) noexcept { return (x >> n) | (x << (32 - n)); }
-
-void Compress(std::array<std::uint32_t, 8>& h, const unsigned char* block) noexcept {
-  std::array<std::uint32_t, 64> w{};
-  for (std::size_t i = 0; i < 16; ++i) {
-    w[i] = (std::uint32_t{block[4 * i]} << 24) | (std::uint32_t{block[4 * i + 1]} << 16) |
-           (std::uint32_t{block[4 * i + 2]} << 8) | std::uint32_t{block[4 * i + 3]};
-  }
-  for (std::size_t i = 16; i < 64; ++i) {
-    const std::uint32_t s0 = RotateRight(w[i - 15], 7) ^ RotateRight(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    const std::uint32_t s1 = RotateRight(w[i - 2], 17) ^ RotateRight(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  std::uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], k = h[7];
-  for (std::size_t i = 0; i < 64; ++i) {
-    const std::uint32_t s1 = RotateRight(e, 6) ^ RotateRight(e, 11) ^ RotateRight(e, 25);
-    const std::uint32_t choose = (e & f) ^ (~e & g);
-    const std::uint32_t t1 = k + s1 + choose + kRoundConstants[i] + w[i];
-    const std::uint32_t s0 = RotateRight(a, 2) ^ RotateRight(a, 13) ^ RotateRight(a, 22);
-    const std::uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
-    const std::uint32_t t2 = s0 + majority;
-    k = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  h[0] += a;
-  h[1] += b;
-  h[2] += c;
-  h[3] += d;
-  h[4] += e;
-  h[5] += f;
-  h[6] += g;
-  h[7] += k;
-}
-
-// ------------------------------------------------------ SQL scanning
-
-bool IsIdentStart(char c) noexcept { return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_'; }
-bool IsIdentChar(char c) noexcept {
-  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '$';
-}
-
-std::string Upper(std::string_view word) {
-  std::string out(word);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// The statement without leading whitespace and comments, upper-cased words
-// separated by single spaces: enough to recognise "CREATE INDEX CONCURRENTLY".
-std::string Keywords(std::string_view statement, std::size_t max_words) {
-  std::string out;
-  std::size_t i = 0, words = 0;
-  while (i < statement.size() && words < max_words) {
-    const char c = statement[i];
-    if (std::isspace(static_cast<unsigned char>(c)) != 0) {
-      ++i;
-    } else if (c == '-' && i + 1 < statement.size() && statement[i + 1] == '-') {
-      while (i < statement.size() && statement[i] != '\n') ++i;
-    } else if (c == '/' && i + 1 < statement.size() && statement[i + 1] == '*') {
-      const auto end = statement.find("*/", i + 2);
-      i = end == std::string_view::npos ? statement.size() : end + 2;
-    } else if (IsIdentStart(c)) {
-      const std::size_t start = i;
-      while (i < statement.size() && IsIdentChar(statement[i])) ++i;
-      out += (out.empty() ? "" : " ") + Upper(statement.substr(start, i - start));
-      ++words;
-    } else {
-      break;  // a quote, a parenthesis...: the keywords are over
-    }
-  }
-  return out;
-}
-
-// Anything but whitespace and comments?
-bool HasCode(std::string_view statement) {
-  std::size_t i = 0;
-  while (i < statement.size()) {
-    const char c = statement[i];
-    if (std::isspace(static_cast<unsigned char>(c)) != 0) {
-      ++i;
-    } else if (c == '-' && i + 1 < statement.size() && statement[i + 1] == '-') {
-      while (i < statement.size() && statement[i] != '\n') ++i;
-    } else if (c == '/' && i + 1 < statement.size() && statement[i + 1] == '*') {
-      const auto end = statement.find("*/", i + 2);
-      i = end == std::string_view::npos ? statement.size() : end + 2;
-    } else {
-      return true;
-    }
-  }
-  return false;
-}
-
-bool StartsWithWords(const std::string& keywords, std::string_view prefix) {
-  return keywords == prefix || (keywords.starts_with(prefix) && keywords.size() > prefix.size() &&
-                                keywords[prefix.size()] == ' ');
-}
-
-// Statements that PostgreSQL refuses inside a transaction block, and those
-// that would end the migrator's transaction.
-std::optional<std::string> NeedsNoTransaction(const std::string& keywords) {
-  static const std::vector<std::string_view> kOutside{
-      "CREATE INDEX CONCURRENTLY", "CREATE UNIQUE INDEX CONCURRENTLY", "DROP INDEX CONCURRENTLY",
-      "VACUUM",                    "CREATE DATABASE",                  "DROP DATABASE",
-      "ALTER SYSTEM",              "CREATE TABLESPACE",                "DROP TABLESPACE",
-      "CREATE SUBSCRIPTION",       "REINDEX DATABASE",                 "REINDEX SYSTEM"};
-  for (const auto prefix : kOutside) {
-    if (StartsWithWords(keywords, prefix)) return std::string(prefix);
-  }
-  if (StartsWithWords(keywords, "REINDEX") && keywords.find("CONCURRENTLY") != std::string::npos) {
-    return std::string("REINDEX CONCURRENTLY");
-  }
-  return std::nullopt;
-}
-
-bool EndsTransaction(const std::string& keywords) {
-  for (const std::string_view prefix : {"BEGIN", "START TRANSACTION", "COMMIT", "ROLLBACK", "END", "ABORT",
-                                        "SAVEPOINT", "RELEASE", "PREPARE TRANSACTION"}) {
-    if (StartsWithWords(keywords, prefix)) return true;
-  }
-  return false;
-}
-
-std::string Trim(std::string_view text) {
-  std::size_t first = 0, last = text.size();
-  while (first < last && std::isspace(static_cast<unsigned char>(text[first])) != 0) ++first;
-  while (last > first && std::isspace(static_cast<unsigned char>(text[last - 1])) != 0) --last;
-  return std::string(text.substr(first, last - first));
-}
-
 std::string ReadWholeFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw MigrationError(fmt::format("cannot read {}", path.string()));
@@ -176,151 +29,8 @@ std::string ReadWholeFile(const std::filesystem::path& path) {
   return text.str();
 }
 
-}  // namespace
-
-std::string Sha256Hex(std::string_view bytes) {
-  std::array<std::uint32_t, 8> h{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
-  const std::size_t full_blocks = bytes.size() / 64;
-  for (std::size_t i = 0; i < full_blocks; ++i) Compress(h, data + 64 * i);
-  // The tail, a 1 bit, zeros, and the length in bits (big endian).
-  std::array<unsigned char, 128> tail{};
-  const std::size_t rest = bytes.size() - 64 * full_blocks;
-  std::copy_n(data + 64 * full_blocks, rest, tail.begin());
-  tail[rest] = 0x80;
-  const std::size_t tail_size = rest + 9 <= 64 ? 64 : 128;
-  const std::uint64_t bits = static_cast<std::uint64_t>(bytes.size()) * 8;
-  for (std::size_t i = 0; i < 8; ++i) {
-    tail[tail_size - 1 - i] = static_cast<unsigned char>(bits >> (8 * i));
-  }
-  Compress(h, tail.data());
-  if (tail_size == 128) Compress(h, tail.data() + 64);
-  std::string hex;
-  hex.reserve(64);
-  for (const std::uint32_t word : h) hex += fmt::format("{:08x}", word);
-  return hex;
-}
-
-std::vector<std::string> SplitStatements(std::string_view sql) {
-  std::vector<std::string> statements;
-  std::size_t start = 0;
-  std::size_t i = 0;
-  int atomic_depth = 0;  // inside BEGIN ATOMIC ... END (CASE ... END nests)
-  std::string previous_word;
-  auto flush = [&](std::size_t end) {
-    std::string statement = Trim(sql.substr(start, end - start));
-    if (HasCode(statement)) statements.push_back(std::move(statement));
-    start = end + 1;
-  };
-  while (i < sql.size()) {
-    const char c = sql[i];
-    const char next = i + 1 < sql.size() ? sql[i + 1] : '\0';
-    if (c == '-' && next == '-') {
-      while (i < sql.size() && sql[i] != '\n') ++i;
-    } else if (c == '/' && next == '*') {
-      int depth = 1;
-      i += 2;
-      while (i < sql.size() && depth > 0) {
-        if (sql[i] == '/' && i + 1 < sql.size() && sql[i + 1] == '*') {
-          ++depth;
-          i += 2;
-        } else if (sql[i] == '*' && i + 1 < sql.size() && sql[i + 1] == '/') {
-          --depth;
-          i += 2;
-        } else {
-          ++i;
-        }
-      }
-    } else if (c == '\'') {
-      // E'...' allows backslash escapes; standard strings double the quote.
-      const bool escapes = i > 0 && (sql[i - 1] == 'E' || sql[i - 1] == 'e') && (i < 2 || !IsIdentChar(sql[i - 2]));
-      ++i;
-      while (i < sql.size()) {
-        if (escapes && sql[i] == '\\') {
-          i += 2;
-        } else if (sql[i] == '\'') {
-          if (i + 1 < sql.size() && sql[i + 1] == '\'') {
-            i += 2;
-          } else {
-            ++i;
-            break;
-          }
-        } else {
-          ++i;
-        }
-      }
-    } else if (c == '"') {
-      ++i;
-      while (i < sql.size()) {
-        if (sql[i] == '"') {
-          if (i + 1 < sql.size() && sql[i + 1] == '"') {
-            i += 2;
-          } else {
-            ++i;
-            break;
-          }
-        } else {
-          ++i;
-        }
-      }
-    } else if (c == '$' && (i == 0 || !IsIdentChar(sql[i - 1])) && (next == '$' || IsIdentStart(next))) {
-      std::size_t j = i + 1;
-      while (j < sql.size() && sql[j] != '$' && (std::isalnum(static_cast<unsigned char>(sql[j])) != 0 || sql[j] == '_')) ++j;
-      if (j < sql.size() && sql[j] == '$') {
-        const std::string_view tag = sql.substr(i, j - i + 1);
-        const auto end = sql.find(tag, j + 1);
-        i = end == std::string_view::npos ? sql.size() : end + tag.size();
-      } else {
-        i = j;  // not a dollar quote after all ($1 inside an identifier, say)
-      }
-    } else if (IsIdentStart(c) && (i == 0 || !IsIdentChar(sql[i - 1]))) {
-      const std::size_t word_start = i;
-      while (i < sql.size() && IsIdentChar(sql[i])) ++i;
-      const std::string word = Upper(sql.substr(word_start, i - word_start));
-      if (word == "ATOMIC" && previous_word == "BEGIN") {
-        ++atomic_depth;
-      } else if (atomic_depth > 0 && word == "CASE") {
-        ++atomic_depth;
-      } else if (atomic_depth > 0 && word == "END") {
-        --atomic_depth;
-      }
-      previous_word = word;
-    } else if (c == ';' && atomic_depth == 0) {
-      flush(i);
-      ++i;
-      previous_word.clear();
-    } else {
-      ++i;
-    }
-  }
-  if (start < sql.size()) flush(sql.size());
-  return statements;
-}
-
-std::string_view RoleName(ServerRole role) noexcept {
-  switch (role) {
-    case ServerRole::kShard:
-      return "shard";
-    case ServerRole::kReference:
-      return "reference";
-    case ServerRole::kCatalog:
-      return "catalog";
-  }
-  return "?";
-}
-
-bool Migration::Targets(ServerRole role) const noexcept {
-  return std::find(targets.begin(), targets.end(), role) != targets.end();
-}
-
-std::string Migration::TargetList() const {
-  std::string out;
-  for (const ServerRole role : targets) out += (out.empty() ? "" : ", ") + std::string(RoleName(role));
-  return out;
-}
-
-Migration ParseMigration(const std::string& file_name, std::string text) {
+// The version and name from NNN_name.sql.
+Migration FromFileName(const std::string& file_name) {
   static const std::regex kName(R"(^(\d{3,})_([A-Za-z0-9_]+)\.sql$)");
   std::smatch m;
   if (!std::regex_match(file_name, m, kName)) {
@@ -337,18 +47,55 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
   if (migration.version < 1) throw MigrationError(fmt::format("{}: versions start at 001", file_name));
   migration.name = m[2].str();
   migration.file_name = file_name;
+  return migration;
+}
 
-  // CRLF (a Windows checkout) must not change the checksum.
+// CRLF (a Windows checkout) must not change the checksum.
+std::string WithoutCarriageReturns(const std::string& text) {
   std::string normalised;
   normalised.reserve(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) {
     if (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n') continue;
     normalised.push_back(text[i]);
   }
-  migration.sql = std::move(normalised);
-  migration.checksum = Sha256Hex(migration.sql);
+  return normalised;
+}
 
-  // The header: "-- shardkit-migration: key = value" within lines 1-5.
+// The value of a "targets" header line: roles, in the order shard, reference, catalog.
+void ParseTargets(const std::string& value, int number, Migration& migration) {
+  const std::string& file_name = migration.file_name;
+  std::array<bool, 3> seen{};
+  std::stringstream items(value);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    item = detail::Trim(item);
+    ServerRole role{};
+    if (item == "shard") {
+      role = ServerRole::kShard;
+    } else if (item == "reference") {
+      role = ServerRole::kReference;
+    } else if (item == "catalog") {
+      role = ServerRole::kCatalog;
+    } else {
+      throw MigrationError(fmt::format("{} line {}: target \"{}\" is none of shard, reference, catalog",
+                                       file_name, number, item),
+                           {}, migration.version);
+    }
+    seen[static_cast<std::size_t>(role)] = true;
+  }
+  for (const ServerRole role : {ServerRole::kShard, ServerRole::kReference, ServerRole::kCatalog}) {
+    if (seen[static_cast<std::size_t>(role)]) migration.targets.push_back(role);
+  }
+  if (migration.targets.empty()) {
+    throw MigrationError(fmt::format("{} line {}: targets is empty: name shard, reference and/or catalog",
+                                     file_name, number),
+                         {}, migration.version);
+  }
+}
+
+// The header: "-- shardkit-migration: key = value" within lines 1-5.
+void ParseHeaders(Migration& migration) {
+  const std::string& file_name = migration.file_name;
   static const std::regex kHeader(R"(^--\s*shardkit-migration\s*:\s*([A-Za-z_]+)\s*=\s*(.*?)\s*$)");
   static const std::regex kLooksLikeHeader(R"(shardkit-migration\s*:)");
   std::istringstream lines(migration.sql);
@@ -376,33 +123,7 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
     if (key == "targets") {
       if (have_targets) throw MigrationError(fmt::format("{} line {}: targets given twice", file_name, number));
       have_targets = true;
-      std::array<bool, 3> seen{};
-      std::stringstream items(value);
-      std::string item;
-      while (std::getline(items, item, ',')) {
-        item = Trim(item);
-        ServerRole role{};
-        if (item == "shard") {
-          role = ServerRole::kShard;
-        } else if (item == "reference") {
-          role = ServerRole::kReference;
-        } else if (item == "catalog") {
-          role = ServerRole::kCatalog;
-        } else {
-          throw MigrationError(fmt::format("{} line {}: target \"{}\" is none of shard, reference, catalog",
-                                           file_name, number, item),
-                               {}, migration.version);
-        }
-        seen[static_cast<std::size_t>(role)] = true;
-      }
-      for (const ServerRole role : {ServerRole::kShard, ServerRole::kReference, ServerRole::kCatalog}) {
-        if (seen[static_cast<std::size_t>(role)]) migration.targets.push_back(role);
-      }
-      if (migration.targets.empty()) {
-        throw MigrationError(fmt::format("{} line {}: targets is empty: name shard, reference and/or catalog",
-                                         file_name, number),
-                             {}, migration.version);
-      }
+      ParseTargets(value, number, migration);
     } else if (key == "transaction") {
       if (have_transaction) {
         throw MigrationError(fmt::format("{} line {}: transaction given twice", file_name, number));
@@ -428,12 +149,16 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
                                      file_name),
                          {}, migration.version);
   }
+}
 
+// The statements, checked against the transaction the file runs in, and the steps.
+void SplitIntoSteps(Migration& migration) {
+  const std::string& file_name = migration.file_name;
   const std::vector<std::string> statements = SplitStatements(migration.sql);
   if (statements.empty()) throw MigrationError(fmt::format("{}: has no statements", file_name), {}, migration.version);
   for (std::size_t i = 0; i < statements.size(); ++i) {
-    const std::string keywords = Keywords(statements[i], 4);
-    if (EndsTransaction(keywords)) {
+    const std::string keywords = detail::LeadingKeywords(statements[i], 4);
+    if (detail::EndsTransaction(keywords)) {
       throw MigrationError(fmt::format("{}: statement {} ({}...) controls the transaction; remove it: the migrator "
                                        "runs each file in one transaction (or, with transaction = none, each "
                                        "statement on its own)",
@@ -441,7 +166,7 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
                            {}, migration.version);
     }
     if (migration.transactional) {
-      if (const auto what = NeedsNoTransaction(keywords)) {
+      if (const auto what = detail::NeedsNoTransaction(keywords)) {
         throw MigrationError(fmt::format("{}: statement {} ({}) cannot run inside a transaction: add the header "
                                          "line \"-- shardkit-migration: transaction = none\"",
                                          file_name, i + 1, *what),
@@ -454,6 +179,38 @@ Migration ParseMigration(const std::string& file_name, std::string text) {
   } else {
     migration.steps = statements;
   }
+}
+
+}  // namespace
+
+std::string_view RoleName(ServerRole role) noexcept {
+  switch (role) {
+    case ServerRole::kShard:
+      return "shard";
+    case ServerRole::kReference:
+      return "reference";
+    case ServerRole::kCatalog:
+      return "catalog";
+  }
+  return "?";
+}
+
+bool Migration::Targets(ServerRole role) const noexcept {
+  return std::find(targets.begin(), targets.end(), role) != targets.end();
+}
+
+std::string Migration::TargetList() const {
+  std::string out;
+  for (const ServerRole role : targets) out += (out.empty() ? "" : ", ") + std::string(RoleName(role));
+  return out;
+}
+
+Migration ParseMigration(const std::string& file_name, std::string text) {
+  Migration migration = FromFileName(file_name);
+  migration.sql = WithoutCarriageReturns(text);
+  migration.checksum = Sha256Hex(migration.sql);
+  ParseHeaders(migration);
+  SplitIntoSteps(migration);
   return migration;
 }
 

@@ -45,6 +45,62 @@ std::size_t SkipSpaceAndComments(std::string_view statement, std::size_t i) {
 // Anything but whitespace and comments?
 bool HasCode(std::string_view statement) { return SkipSpaceAndComments(statement, 0) < statement.size(); }
 
+// The position after the /* comment at `i`, nested comments included (to
+// the end of `sql` if it is not closed).
+std::size_t SkipBlockComment(std::string_view sql, std::size_t i) {
+  int depth = 1;
+  i += 2;
+  while (i < sql.size() && depth > 0) {
+    if (sql[i] == '/' && i + 1 < sql.size() && sql[i + 1] == '*') {
+      ++depth;
+      i += 2;
+    } else if (sql[i] == '*' && i + 1 < sql.size() && sql[i + 1] == '/') {
+      --depth;
+      i += 2;
+    } else {
+      ++i;
+    }
+  }
+  return i;
+}
+
+// The position after the string or quoted identifier that `quote` opens at
+// `i`: a doubled quote is part of it, and so is the character after a
+// backslash with `backslash_escapes`.
+std::size_t SkipQuoted(std::string_view sql, std::size_t i, char quote, bool backslash_escapes) {
+  ++i;
+  while (i < sql.size()) {
+    if (backslash_escapes && sql[i] == '\\') {
+      i += 2;
+    } else if (sql[i] == quote) {
+      if (i + 1 < sql.size() && sql[i + 1] == quote) {
+        i += 2;
+      } else {
+        ++i;
+        break;
+      }
+    } else {
+      ++i;
+    }
+  }
+  return i;
+}
+
+// The position after the $tag$ ... $tag$ quote at `i` (to the end of `sql`
+// if it is not closed), or after the would-be tag if no '$' ends it.
+std::size_t SkipDollarQuote(std::string_view sql, std::size_t i) {
+  std::size_t j = i + 1;
+  while (j < sql.size() && sql[j] != '$' && (std::isalnum(static_cast<unsigned char>(sql[j])) != 0 || sql[j] == '_')) {
+    ++j;
+  }
+  if (j < sql.size() && sql[j] == '$') {
+    const std::string_view tag = sql.substr(i, j - i + 1);
+    const auto end = sql.find(tag, j + 1);
+    return end == std::string_view::npos ? sql.size() : end + tag.size();
+  }
+  return j;  // not a dollar quote after all ($1 inside an identifier, say)
+}
+
 bool StartsWithWords(const std::string& keywords, std::string_view prefix) {
   return keywords == prefix || (keywords.starts_with(prefix) && keywords.size() > prefix.size() &&
                                 keywords[prefix.size()] == ' ');
@@ -117,61 +173,15 @@ std::vector<std::string> SplitStatements(std::string_view sql) {
     if (c == '-' && next == '-') {
       while (i < sql.size() && sql[i] != '\n') ++i;
     } else if (c == '/' && next == '*') {
-      int depth = 1;
-      i += 2;
-      while (i < sql.size() && depth > 0) {
-        if (sql[i] == '/' && i + 1 < sql.size() && sql[i + 1] == '*') {
-          ++depth;
-          i += 2;
-        } else if (sql[i] == '*' && i + 1 < sql.size() && sql[i + 1] == '/') {
-          --depth;
-          i += 2;
-        } else {
-          ++i;
-        }
-      }
+      i = SkipBlockComment(sql, i);
     } else if (c == '\'') {
       // E'...' allows backslash escapes; standard strings double the quote.
       const bool escapes = i > 0 && (sql[i - 1] == 'E' || sql[i - 1] == 'e') && (i < 2 || !IsIdentChar(sql[i - 2]));
-      ++i;
-      while (i < sql.size()) {
-        if (escapes && sql[i] == '\\') {
-          i += 2;
-        } else if (sql[i] == '\'') {
-          if (i + 1 < sql.size() && sql[i + 1] == '\'') {
-            i += 2;
-          } else {
-            ++i;
-            break;
-          }
-        } else {
-          ++i;
-        }
-      }
+      i = SkipQuoted(sql, i, '\'', escapes);
     } else if (c == '"') {
-      ++i;
-      while (i < sql.size()) {
-        if (sql[i] == '"') {
-          if (i + 1 < sql.size() && sql[i + 1] == '"') {
-            i += 2;
-          } else {
-            ++i;
-            break;
-          }
-        } else {
-          ++i;
-        }
-      }
+      i = SkipQuoted(sql, i, '"', false);
     } else if (c == '$' && (i == 0 || !IsIdentChar(sql[i - 1])) && (next == '$' || IsIdentStart(next))) {
-      std::size_t j = i + 1;
-      while (j < sql.size() && sql[j] != '$' && (std::isalnum(static_cast<unsigned char>(sql[j])) != 0 || sql[j] == '_')) ++j;
-      if (j < sql.size() && sql[j] == '$') {
-        const std::string_view tag = sql.substr(i, j - i + 1);
-        const auto end = sql.find(tag, j + 1);
-        i = end == std::string_view::npos ? sql.size() : end + tag.size();
-      } else {
-        i = j;  // not a dollar quote after all ($1 inside an identifier, say)
-      }
+      i = SkipDollarQuote(sql, i);
     } else if (IsIdentStart(c) && (i == 0 || !IsIdentChar(sql[i - 1]))) {
       const std::size_t word_start = i;
       while (i < sql.size() && IsIdentChar(sql[i])) ++i;

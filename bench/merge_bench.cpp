@@ -1,4 +1,4 @@
-// Cost of merging per-shard partials in the application, on seed 001's
+// Cost of merging per-shard partials in the application, on the Bookstore case's
 // best-sellers shape: per-book partial sums from 2 shards, 37,644 rows in all
 // (the "exact" answer's transfer), merged, ordered by the total and cut to
 // the top 10. Also the AVG path (numeric SUM + COUNT, divided like
@@ -21,7 +21,7 @@ namespace {
 constexpr shardkit::TypeOid kInt8 = 20;
 constexpr shardkit::TypeOid kNumeric = 1700;
 
-// Seed 001: 37,644 per-book partial rows from 2 shards; books sold on both
+// The Bookstore case: 37,644 per-book partial rows from 2 shards; books sold on both
 // shards appear twice.
 std::vector<shardkit::PartialRows> BestSellerPartials(bool with_price) {
   std::mt19937_64 rng(1);

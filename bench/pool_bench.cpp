@@ -1,4 +1,4 @@
-// Pool Acquire+release (uncontended and contended), and seed 001's routed
+// Pool Acquire+release (uncontended and contended), and the Bookstore case's routed
 // "my orders" query through shardkit vs the same query on a raw libpqxx
 // connection held by the benchmark. Needs the local cluster (lab/cluster start).
 #include <benchmark/benchmark.h>

@@ -8,7 +8,7 @@
 //
 // Two sales shapes, same volumes (39,875 orders in the window, 1-3 items
 // each, 30,000 books; plus older history outside the window):
-//   flat   — seed 001 / the lab: ~2,000 "hot" books sell 14-18 copies each,
+//   flat   — the Bookstore case / the lab: ~2,000 "hot" books sell 14-18 copies each,
 //            the rest of the catalogue a few; best sellers barely stand out.
 //   zipf   — a long-tailed catalogue: book popularity Zipf(s = 0.9).
 //

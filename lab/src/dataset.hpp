@@ -1,4 +1,4 @@
-// dataset.hpp — the Bookstore data of seed 001, generated deterministically.
+// dataset.hpp — the Bookstore data of the Bookstore case, generated deterministically.
 //
 // The same (scale, seed) gives the same rows on every machine and every
 // library version: the generator uses std::mt19937_64 (its output sequence is
@@ -8,7 +8,7 @@
 //   auto data = shardkit::lab::GenerateDataset({.scale = 0.01, .seed = 1});
 //   for (const auto& o : data.orders) use(o.customer_id, o.order_id, o.ordered_at);
 //
-// Shape at scale 1 (seed 001): ~1M orders, 2022: 1,111, 2023: 79,166,
+// Shape at scale 1 (the Bookstore case): ~1M orders, 2022: 1,111, 2023: 79,166,
 // 2024: 204,167, 2025: 329,167, 2026: 386,391, of which 39,875 in the last 30
 // days before the fixed lab date kLabNow (2026-11-14 00:00 UTC, the seed's
 // publication day), so runs are reproducible whatever today's date is.
@@ -150,7 +150,7 @@ struct Dataset {
 
 [[nodiscard]] const std::vector<std::string>& Categories();
 
-// Orders per calendar year at scale 1 (seed 001's per-shard figures added up)
+// Orders per calendar year at scale 1 (the Bookstore case's per-shard figures added up)
 // and in the last 30 days.
 struct YearShape {
   int year;

@@ -1,4 +1,4 @@
-// Demo 5 (seed 001's second exercise): the average order amount per
+// Demo 5 (the Bookstore case's second exercise): the average order amount per
 // category over the last 30 days. An average does not merge; its SUM and
 // COUNT do. An order lives on one shard (co-located by customer_id), so the
 // per-order amounts are complete on each shard.

@@ -1,4 +1,4 @@
-// Demo 9 (seed 001's exercise): rebalance under load. From the shards that
+// Demo 9 (the Bookstore case's exercise): rebalance under load. From the shards that
 // hold the buckets now to those plus one empty shard, and back, while writer
 // threads place orders with items through the routed write API (shardkit
 // IDs) and reader threads ask "my orders" and a cross-shard report. Then a

@@ -12,11 +12,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Seed 001's "my orders" query.
+// The Bookstore case's "my orders" query.
 constexpr const char* kMyOrders =
     "SELECT order_id, ordered_at, total FROM orders WHERE customer_id = $1 ORDER BY ordered_at DESC";
 
-// Seed 001's vectors with the even 2-shard directory (0-31 -> 0, 32-63 -> 1).
+// The Bookstore case's vectors with the even 2-shard directory (0-31 -> 0, 32-63 -> 1).
 const std::map<CustomerId, std::pair<BucketId, ShardId>>& SeedRoutes() {
   static const std::map<CustomerId, std::pair<BucketId, ShardId>> routes{
       {CustomerId{4242}, {BucketId{44}, ShardId{1}}},
@@ -86,10 +86,10 @@ DemoResult RunRouting(Lab& lab) {
     const std::string id = std::to_string(ToInt(v.customer));
     if (const auto it = SeedRoutes().find(v.customer); it != SeedRoutes().end()) {
       r.Expect("routing." + id + ".bucket", v.bucket == it->second.first,
-               fmt::format("bucket {} (seed 001: {})", v.bucket, it->second.first));
+               fmt::format("bucket {} (the Bookstore case: {})", v.bucket, it->second.first));
       if (even_split) {
         r.Expect("routing." + id + ".shard", v.shard == it->second.second,
-                 fmt::format("shard {} (seed 001 with buckets 0-31 -> 0, 32-63 -> 1: {})", v.shard,
+                 fmt::format("shard {} (the Bookstore case with buckets 0-31 -> 0, 32-63 -> 1: {})", v.shard,
                              it->second.second));
       }
     }

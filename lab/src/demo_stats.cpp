@@ -1,6 +1,6 @@
 // Demo 7: the run's cross-shard query statistics. A cross-shard query is as
 // slow as its slowest shard, and a growing number of them hints at a wrong
-// shard key (seed 001: measure and limit them).
+// shard key (the Bookstore case: measure and limit them).
 #include <fmt/format.h>
 
 #include <map>

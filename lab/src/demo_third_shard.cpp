@@ -1,4 +1,4 @@
-// Demo 6 (seed 001's first exercise): add a third shard. With 64 fixed
+// Demo 6 (the Bookstore case's first exercise): add a third shard. With 64 fixed
 // buckets only the buckets the new shard takes over move; with
 // customer_id % shard_count about two thirds of all customers move.
 #include <fmt/format.h>

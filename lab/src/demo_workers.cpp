@@ -1,4 +1,4 @@
-// Demo 7 (seed 000): worker sharding. Orders enqueue notification jobs in
+// Demo 7 (the worker-sharding case): worker sharding. Orders enqueue notification jobs in
 // their own transaction (shardkit_jobs on the customer's shard); real worker
 // processes share the 64 partitions through leases with fencing tokens in
 // the catalog. A 5th worker joins (gradual handoff), one is SIGKILLed (its

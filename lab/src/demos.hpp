@@ -1,6 +1,6 @@
-// demos.hpp — seed 001's experiments, each a function over a loaded Lab.
+// demos.hpp — the Bookstore case's experiments, each a function over a loaded Lab.
 //
-// Every demo prints in seed 001's format, records its figures, and checks
+// Every demo prints in the Bookstore case's format, records its figures, and checks
 // its answers against the unsharded reference server:
 //
 //   shardkit::lab::Lab lab{config};
@@ -34,7 +34,7 @@ namespace shardkit::lab {
 [[nodiscard]] DemoResult RunCategoryAvg(Lab& lab);
 // 6. A third shard: the fewest bucket moves vs customer_id % shard count.
 [[nodiscard]] DemoResult RunThirdShard(Lab& lab);
-// 7. Worker sharding (seed 000): worker processes share the 64 partitions
+// 7. Worker sharding (the worker-sharding case): worker processes share the 64 partitions
 //    by leases with fencing tokens; join, SIGKILL, SIGSTOP past the lease,
 //    a hot customer and salting; a checker over every job and effect.
 struct WorkersDemoOptions {
@@ -49,7 +49,7 @@ struct WorkersDemoOptions {
 };
 [[nodiscard]] DemoResult RunWorkers(Lab& lab);
 [[nodiscard]] DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options);
-// 9. Rebalance under load (seed 001's exercise): to one more shard and
+// 9. Rebalance under load (the Bookstore case's exercise): to one more shard and
 //    back while writers place orders through the routed write API and
 //    readers ask "my orders" and a cross-shard report; a per-second
 //    timeline, each bucket's stall, and a checker (nothing lost, nothing

@@ -108,7 +108,7 @@ template <class Duration>
 [[nodiscard]] std::string Percent(double fraction, int decimals = 1);
 
 // A table of aligned columns. Psql style draws " a | b " with a dashed rule,
-// as psql prints (seed 001's shard table); plain style separates by spaces.
+// as psql prints (the Bookstore case's shard table); plain style separates by spaces.
 class TextTable {
  public:
   enum class Align { kLeft, kRight };

@@ -1,4 +1,4 @@
-// bookstore-lab — seed 001's Bookstore experiments on real shards.
+// bookstore-lab — the Bookstore case's Bookstore experiments on real shards.
 //
 //   bookstore-lab                       load if needed, then every demo
 //   bookstore-lab top10 --scale 0.01    one demo (loads that scale if needed)
@@ -41,7 +41,7 @@ const char* Title(const std::string& demo) {
   if (demo == "top10") return "4. the wrong top-10: best sellers of the last 30 days";
   if (demo == "category-avg") return "5. exercise: average order amount per category";
   if (demo == "third-shard") return "6. exercise: add a third shard";
-  if (demo == "workers") return "7. worker sharding: partitions, leases, fencing, hot keys (seed 000)";
+  if (demo == "workers") return "7. worker sharding: partitions, leases, fencing, hot keys (the worker-sharding case)";
   if (demo == "stats") return "8. cross-shard query statistics of this run";
   if (demo == "rebalance") return "9. exercise: rebalance to one more shard and back, under load";
   if (demo == "load") return "load";
@@ -106,7 +106,7 @@ bool Reachable(Lab& lab, std::string& problem) {
 int main(int argc, char** argv) {
   // The workers demo starts this program again as its worker processes.
   if (argc > 1 && std::string_view(argv[1]) == "worker") return WorkerMain(argc - 1, argv + 1);
-  CLI::App app{"The Bookstore lab: seed 001's sharding experiments on real PostgreSQL shards, "
+  CLI::App app{"The Bookstore lab: the Bookstore case's sharding experiments on real PostgreSQL shards, "
                "each answer checked against an unsharded reference server."};
   app.fallthrough();
   app.require_subcommand(0, 1);
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
   std::string work_dir = "lab/out";
   bool compare_psql = false;
   app.add_option("--config", config_path, "shardkit config file (default: $SHARDKIT_CONFIG, else ./shardkit.toml)");
-  app.add_option("--scale", scale, "data size relative to seed 001 (1 = ~1M orders; 0.01 for tests)")
+  app.add_option("--scale", scale, "data size relative to the Bookstore case (1 = ~1M orders; 0.01 for tests)")
       ->check(CLI::Range(0.001, 10.0));
   app.add_option("--seed", seed, "random seed of the data generator");
   app.add_flag("--json", json, "print one JSON document with every figure and check on stdout");

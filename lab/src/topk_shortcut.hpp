@@ -1,4 +1,4 @@
-// The deliberately wrong "top k per shard, merged" list of seed 001: each
+// The deliberately wrong "top k per shard, merged" list of the Bookstore case: each
 // shard's own top k, summed across shards and ranked. Keys split across
 // shards are missed and totals are partial, so it is NOT an exact answer;
 // the lab shows it next to TPUT, tests and benchmarks compare against it.

@@ -205,7 +205,7 @@ int WorkerMain(int argc, char** argv) {
           "VALUES ($1, $2, $3, $4, $5, $6, $7)",
           job.customer_id, job.bucket, job.job_id, job.fence, job.stream_key.value_or(0), job.kind, name);
       if (const char* next = StatusOfKind(job.kind); next != nullptr && job.stream_key) {
-        // Only forward: a late, older status is ignored (seed 000's guard).
+        // Only forward: a late, older status is ignored (the worker-sharding case's guard).
         const pqxx::result r = tx.exec_params(
             "UPDATE order_tracking SET status = $3, status_seq = $4, updated_at = clock_timestamp() "
             "WHERE customer_id = $1 AND order_id = $2 AND status_seq < $4",

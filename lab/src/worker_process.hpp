@@ -1,5 +1,5 @@
 // worker_process.hpp — the Bookstore's outbox worker as a real process, for
-// the `workers` demo (seed 000).
+// the `workers` demo (the worker-sharding case).
 //
 // The child is `bookstore-lab worker --config FILE --name w1 ...`: it joins
 // the outbox queue's worker group (shardkit::PartitionLeases), works off the

@@ -36,7 +36,7 @@ using Clock = std::chrono::steady_clock;
 
 inline constexpr CustomerId kHotCustomer{4242};
 inline constexpr int kSalt = 8;
-inline constexpr double kHotShare = 0.4;  // seed 000: one customer, ~40% of all notifications
+inline constexpr double kHotShare = 0.4;  // the worker-sharding case: one customer, ~40% of all notifications
 
 [[nodiscard]] inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 [[nodiscard]] inline double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }

@@ -35,7 +35,7 @@
 //   and given back before the caller waits for its workers. Without
 //   hold-and-wait there is no cycle, so two scatters over pools of size 1
 //   cannot deadlock; the worst they do is
-//   queue behind each other, bounded by the deadline. This was preferred to
+//   queue behind each other, bounded by the deadline. It beats
 //   acquiring every pool in ascending shard order (which also avoids cycles)
 //   because ordered acquisition holds shard 0's connection idle while it waits
 //   for shard 1's, and opens new connections one after another instead of in

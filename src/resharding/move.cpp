@@ -48,7 +48,7 @@
 // admin sessions is flushed at once (synchronous_commit = local): a
 // walsender sends only flushed WAL, so with synchronous_commit = off (the
 // lab's setting) the barrier would wait for the WAL writer, up to
-// wal_writer_delay (200 ms by default), which was most of the stall.
+// wal_writer_delay (200 ms by default), most of a cutover's stall.
 //
 // Here: planning a move, the run's state machine and the public API. The
 // steps are beside it (move_copy.cpp, move_replication.cpp, move_cutover.cpp,

@@ -22,7 +22,7 @@ using shardkit::ShardId;
 // The bucket of a plain int32, as a number.
 int Bucket(std::int32_t id) { return shardkit::ToInt(shardkit::BucketOf(CustomerId{id})); }
 
-// Seed 001's C# expression, transcribed literally with 64-bit arithmetic:
+// The Bookstore case's C# expression, transcribed literally with 64-bit arithmetic:
 // (int)((((ulong)(uint)customerId * 2654435761UL) % 4294967296UL) >> 26)
 int ReferenceBucket(std::int32_t customer_id) {
   const std::uint64_t widened = static_cast<std::uint32_t>(customer_id);

@@ -38,7 +38,7 @@ TEST(BucketedId, LayoutAndDecode) {
 }
 
 TEST(BucketedIdGenerator, SeedVectorsRouteLikeTheirCustomers) {
-  // Seed 001: 4242 -> bucket 44 -> shard 1; 4243 -> 20 -> 0; 77777 -> 53 -> 1.
+  // The Bookstore case: 4242 -> bucket 44 -> shard 1; 4243 -> 20 -> 0; 77777 -> 53 -> 1.
   BucketedIdGenerator generator{5};
   const BucketDirectory directory = BucketDirectory::EvenSplit(2);
   const std::int64_t a = generator.NextFor(CustomerId{4242});

@@ -2,7 +2,7 @@
 // the shards (by the customer's bucket) and, unsharded, into the reference
 // server; TPUT and all-partials must equal the reference's
 //   GROUP BY key ORDER BY coalesce(sum(measure), 0) DESC, key LIMIT k
-// exactly, and the per-shard shortcut must differ on seed 001's shape.
+// exactly, and the per-shard shortcut must differ on the Bookstore case's shape.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -143,7 +143,7 @@ class TopKPg : public ::testing::Test {
       const int n = std::uniform_int_distribution<int>(1, 3)(rng);
       for (int i = 0; i < n; ++i) add(kTies, any_customer(), item, 1);
     }
-    // Seed 001: ten books sell 9 on each shard (18), twenty books sell 16 on
+    // The Bookstore case: ten books sell 9 on each shard (18), twenty books sell 16 on
     // one shard and 1 on the other (17), the tail at most 8 per shard.
     for (I64 book = 1; book <= 3000; ++book) {
       for (int s = 0; s < 2 && s < shards; ++s) {
@@ -390,7 +390,7 @@ TEST_F(TopKPg, NumericMeasuresAreExactDecimals) {
   }
 }
 
-TEST_F(TopKPg, ShortcutDiffersOnSeed001sShapeTputDoesNot) {
+TEST_F(TopKPg, ShortcutDiffersOnTheBookstoreShapeTputDoesNot) {
   const auto q = Query(kSeedLike, 10);
   const Rows expected = Reference(q);
   ASSERT_EQ(expected.size(), 10U);
@@ -578,7 +578,7 @@ TEST_F(TopKPg, AutoIsExactAndSaysWhatItChose) {
       }
     }
   }
-  // Seed 001's shape: phase 2 ships a small share of the groups -> TPUT.
+  // The Bookstore case's shape: phase 2 ships a small share of the groups -> TPUT.
   const auto seed_like = TopKBySum(*scatter_, Query(kSeedLike, 10), TopKMethod::kAuto);
   EXPECT_EQ(seed_like.method, TopKMethod::kTput) << seed_like.choice;
 }

@@ -219,7 +219,7 @@ TEST(Tput, TiesAtTheBoundaryGoToTheSmallerKey) {
   EXPECT_EQ(top.items[1].key, TopKKey{I64{1}});
 }
 
-// Seed 001: books that sold 18 (9 + 9) are in no shard's top 10, while each
+// The Bookstore case: books that sold 18 (9 + 9) are in no shard's top 10, while each
 // shard's top 10 is full of books that sold 16 there and 1 on the other shard.
 Shards SeedLikeBooks() {
   std::vector<std::map<I64, I64>> partial(2);
@@ -244,7 +244,7 @@ Shards SeedLikeBooks() {
   return shards;
 }
 
-TEST(Shortcut, GetsSeed001sWrongListTputGetsTheRightOne) {
+TEST(Shortcut, GetsTheBookstoreCasesWrongListTputGetsTheRightOne) {
   const Shards shards = SeedLikeBooks();
   lab::MemoryTopKSource<I64> source(shards);
   const auto expected = BruteForce(shards, 10);
@@ -258,7 +258,7 @@ TEST(Shortcut, GetsSeed001sWrongListTputGetsTheRightOne) {
   std::set<TopKKey> right;
   for (const auto& e : expected) right.insert(e.key);
   for (const auto& e : shortcut.items) {
-    EXPECT_FALSE(right.contains(e.key)) << "none of the ten match, as in seed 001";
+    EXPECT_FALSE(right.contains(e.key)) << "none of the ten match, as in the Bookstore case";
     EXPECT_EQ(e.value, 16) << "the shortcut only sees the 16 of a book that really sold 17";
   }
 

@@ -30,12 +30,12 @@ shardkit::CustomerId ParseCustomerId(const std::string& text) {
   return shardkit::CustomerId{id};
 }
 
-// The SQL of seed 001's "my orders": served by orders_customer_time_idx.
+// The SQL of the Bookstore case's "my orders": served by orders_customer_time_idx.
 constexpr const char* kMyOrdersSql =
     "SELECT order_id, ordered_at, total FROM orders WHERE customer_id = $1 ORDER BY ordered_at DESC";
 
 // Routing needs only the directory. Without any configuration file (no
-// --config, no $SHARDKIT_CONFIG, no ./shardkit.toml) it uses seed 001's
+// --config, no $SHARDKIT_CONFIG, no ./shardkit.toml) it uses the Bookstore case's
 // layout, two shards split evenly, and says so.
 shardkit::BucketDirectory RoutingDirectory(const CliContext& context) {
   const auto path = shardkit::ResolveConfigPath(context.config_path);

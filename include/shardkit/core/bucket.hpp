@@ -76,7 +76,7 @@ inline constexpr std::uint32_t kKnuthMultiplier = 2654435761U;
 
 static_assert(BucketOf(CustomerId{4242}) == BucketId{44} && BucketOf(CustomerId{4243}) == BucketId{20} &&
                   BucketOf(CustomerId{77777}) == BucketId{53},
-              "seed 001 test vectors");
+              "the Bookstore case test vectors");
 
 }  // namespace shardkit
 

@@ -1,7 +1,7 @@
 // shardkit/ids/ids.hpp — global IDs that never collide across shards.
 //
 // Each shard's identity sequence is its own: order_id 1000001 exists on
-// shard 0 and on shard 1 (seed 001). shardkit's keys come from generators
+// shard 0 and on shard 1 (the Bookstore case). shardkit's keys come from generators
 // that need no shard and no coordination per ID:
 //
 //   UUIDv7 (uuidv7.hpp)        128-bit, uuid column, random + time-ordered;

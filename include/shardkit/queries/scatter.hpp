@@ -97,7 +97,7 @@ struct ScatterResult {
 };
 
 // Cumulative cross-shard statistics. A growing count of cross-shard queries
-// is how a wrong shard key shows (seed 001).
+// is how a wrong shard key shows (the Bookstore case).
 struct ScatterStats {
   std::uint64_t scatters = 0;        // statements sent to more than one shard
   std::uint64_t single_shard = 0;    // calls that touched exactly one shard (not cross-shard)

@@ -20,7 +20,7 @@
 //   int owner = ring.NodeFor(shardkit::PlacementHash(customer_id));
 //   auto rows = shardkit::SimulatePlacement({.nodes = 4, .add = 1, .keys = ids});   // shardctl placement-sim
 //
-// With a fixed partition layer (the 64 buckets and a table, seed 000's
+// With a fixed partition layer (the 64 buckets and a table, the worker-sharding case's
 // method 1) there is no need for a ring: the table is simpler and visible.
 // The ring and its cousins are for systems without such a layer; this header
 // exists to measure the difference, and for services that need them.

@@ -1,6 +1,6 @@
 // shardkit/routing/resolver.hpp — customer_id -> bucket -> shard -> that shard's pool.
 //
-// The port of seed 001's BucketShardResolver: a fixed bucket per customer,
+// The port of the Bookstore case's BucketShardResolver: a fixed bucket per customer,
 // a replaceable directory from bucket to shard, one pool per shard.
 //
 //   auto resolver = shardkit::BucketShardResolver::FromConfig(shardkit::LoadConfig(path));

@@ -12,7 +12,7 @@
 //     move carries its jobs along. (Other powers of two work too: 128
 //     partitions split each bucket in two, the seed's harmless doubling; 16
 //     group four buckets.)
-//   - A salted hot customer (seed 000: one customer made ~40% of all
+//   - A salted hot customer (the worker-sharding case: one customer made ~40% of all
 //     notifications, its worker was pinned while three idled, and more
 //     workers changed nothing) spreads over S partitions (S a power of two):
 //         partition = (home + (PlacementHash(salt_key) mod S) * (P / S)) mod P

@@ -1,7 +1,7 @@
 // shardkit/workers/job_queue.hpp — an outbox of jobs on every shard, worked off by
 // partition owners with fenced completions.
 //
-// Seed 000: background work (notifications for orders, say) split over the
+// The worker-sharding case: background work (notifications for orders, say) split over the
 // 64 partitions, each owned by one worker process at a time
 // (partition_lease.hpp). A job is a row of shardkit_jobs (sql/020_jobs.sql)
 // on its customer's shard, written in the same transaction as the order
@@ -53,7 +53,7 @@
 // Ordering: one partition's jobs are processed in created order by one
 // worker at a time. Across a takeover two owners can briefly overlap (the
 // old one finishing a job the new one skipped as locked), so where a stream
-// must never go backwards (seed 000: "delivered" overwritten by "shipped")
+// must never go backwards (the worker-sharding case: "delivered" overwritten by "shipped")
 // the effect guards itself with the job's sequence number:
 //
 //   UPDATE order_tracking SET status = $1, status_seq = $2 WHERE ... AND status_seq < $2
@@ -188,7 +188,7 @@ struct JobWorkerOptions {
   std::chrono::milliseconds acquire_timeout{2000};   // a shard connection from its pool
 };
 
-// Per-partition counters of one worker (seed 000: measure per partition,
+// Per-partition counters of one worker (the worker-sharding case: measure per partition,
 // not the average — three idle workers hide a stuck one).
 struct PartitionMetrics {
   int partition = 0;

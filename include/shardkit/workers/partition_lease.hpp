@@ -1,6 +1,6 @@
 // shardkit/workers/partition_lease.hpp — which worker process handles which partition.
 //
-// Seed 000's method 1: the work is split into a fixed number of partitions
+// The worker-sharding case's method 1: the work is split into a fixed number of partitions
 // (the 64 buckets by default) and a lease table in the catalog says who owns
 // each one (sql/021_partition_leases.sql). A worker joins a group and keeps
 // a fair share of the partitions:

@@ -36,8 +36,7 @@ void Report(benchmark::State& state, Clock::time_point start, double format_limi
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const auto ids = static_cast<double>(state.iterations());
   state.counters["ids_per_s"] = benchmark::Counter(ids / seconds);
-  state.counters["ns_per_id"] =
-      benchmark::Counter(seconds * 1e9 / ids, benchmark::Counter::kAvgThreads);
+  state.counters["ns_per_id"] = benchmark::Counter(seconds * 1e9 / ids, benchmark::Counter::kAvgThreads);
   if (format_limit_per_s > 0) state.counters["of_limit"] = benchmark::Counter(ids / seconds / format_limit_per_s);
 }
 

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "shardkit/routing/resolver.hpp"
 #include "shardkit/workers/job_queue.hpp"
 #include "shardkit/workers/partition_lease.hpp"
-#include "shardkit/routing/resolver.hpp"
 #include "support/test_cluster.hpp"
 
 namespace {
@@ -165,7 +165,13 @@ void BM_Claim(benchmark::State& state) {
   state.counters["claim_us"] = claim_us / static_cast<double>(state.iterations());
   state.counters["tick_us"] = tick_us / static_cast<double>(state.iterations());
 }
-BENCHMARK(BM_Claim)->Arg(1)->Arg(64)->ArgName("partitions")->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(50);
+BENCHMARK(BM_Claim)
+    ->Arg(1)
+    ->Arg(64)
+    ->ArgName("partitions")
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(50);
 
 // A worker joins a group whose 64 partitions one worker holds: the holder
 // hands 32 over one at a time (no in-flight jobs, no pause); both tick in
@@ -192,10 +198,10 @@ void BM_HandoffPause(benchmark::State& state) {
     total_ms += std::chrono::duration<double, std::milli>(elapsed).count();
     pqxx::connection c{cluster.CatalogDsn()};
     pqxx::nontransaction tx{c};
-    for (const auto& row : tx.exec_params(
-             "SELECT extract(epoch FROM claimed_at - released_at) * 1000 FROM shardkit_partition_leases "
-             "WHERE worker_group = $1 AND owner = 'new' AND released_at IS NOT NULL",
-             group)) {
+    for (const auto& row :
+         tx.exec_params("SELECT extract(epoch FROM claimed_at - released_at) * 1000 FROM shardkit_partition_leases "
+                        "WHERE worker_group = $1 AND owner = 'new' AND released_at IS NOT NULL",
+                        group)) {
       gaps.push_back(row[0].as<double>());
     }
     new_owner->Leave(Clock::now() + 1s);

@@ -37,7 +37,12 @@ void BM_MigrateFullHistoryOnAFreshCluster(benchmark::State& state) {
   state.counters["files"] = static_cast<double>(set.All().size());
   state.counters["applied"] = applied;
 }
-BENCHMARK(BM_MigrateFullHistoryOnAFreshCluster)->Arg(2)->Arg(3)->Iterations(5)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MigrateFullHistoryOnAFreshCluster)
+    ->Arg(2)
+    ->Arg(3)
+    ->Iterations(5)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // Everything applied already: connect, lock, read every history, apply nothing.
 void BM_MigrateNothingToDo(benchmark::State& state) {

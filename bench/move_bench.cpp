@@ -22,16 +22,16 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <sched.h>
 #include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <pqxx/pqxx>
-#include <sched.h>
 #include <thread>
 
 #include "pg/raw_pg.hpp"
-#include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/resharding/move.hpp"
+#include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/routing/ownership.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/writes/routed.hpp"
@@ -45,7 +45,9 @@ using shardkit::CustomerId;
 using shardkit::ShardId;
 using Clock = std::chrono::steady_clock;
 
-double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+double Millis(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
 
 double Quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -80,7 +82,8 @@ shardkit::MoveOptions QuickMoves() {
 }
 
 void BM_MoveOneBucket(benchmark::State& state) {
-  shardkit::test::ScratchCluster cluster{"move_bench_one", shardkit::test::ScratchOptions().Shards(3).Directory(TwoOfThree())};
+  shardkit::test::ScratchCluster cluster{"move_bench_one",
+                                         shardkit::test::ScratchOptions().Shards(3).Directory(TwoOfThree())};
   const BucketId bucket{5};  // on shard 0
   {
     pqxx::connection c{cluster.ShardDsn(0)};
@@ -114,9 +117,9 @@ void BM_MoveOneBucket(benchmark::State& state) {
     for (const auto& t : tables) (void)in.Exec(fmt::format("TRUNCATE plain.{}", t));
     const auto plain_start = Clock::now();
     for (const auto& t : tables) {
-      (void)out.CopyInto(fmt::format("COPY (SELECT * FROM {} WHERE bucket = {}) TO STDOUT (FORMAT binary)", t,
-                                     ToInt(bucket)),
-                         in, fmt::format("COPY plain.{} FROM STDIN (FORMAT binary)", t));
+      (void)out.CopyInto(
+          fmt::format("COPY (SELECT * FROM {} WHERE bucket = {}) TO STDOUT (FORMAT binary)", t, ToInt(bucket)), in,
+          fmt::format("COPY plain.{} FROM STDIN (FORMAT binary)", t));
     }
     plain_ms.push_back(Millis(Clock::now() - plain_start));
     state.ResumeTiming();
@@ -174,12 +177,14 @@ void BM_MoveUnderLoad(benchmark::State& state) {
           const auto start = Clock::now();
           try {
             routed.Run(customer, [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& at) {
-              tx.exec_params("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) "
-                             "VALUES ($1, $2, $3, now(), 30)",
-                             customer, at.bucket, id);
-              tx.exec_params("INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, "
-                             "unit_price) SELECT $1, $2, $3, l, 7, 1, 9.99 FROM generate_series(1, 3) AS l",
-                             customer, at.bucket, id);
+              tx.exec_params(
+                  "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) "
+                  "VALUES ($1, $2, $3, now(), 30)",
+                  customer, at.bucket, id);
+              tx.exec_params(
+                  "INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, "
+                  "unit_price) SELECT $1, $2, $3, l, 7, 1, 9.99 FROM generate_series(1, 3) AS l",
+                  customer, at.bucket, id);
             });
           } catch (const std::exception&) {
             continue;
@@ -226,13 +231,15 @@ BENCHMARK(BM_MoveUnderLoad)->Arg(6)->Iterations(1)->Unit(benchmark::kMillisecond
 
 void PlaceOrder(pqxx::connection& c, int customer, std::int64_t order_id) {
   pqxx::work tx{c};
-  tx.exec_params("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) "
-                 "VALUES ($1, bucket_of($1), $2, now(), 30)",
-                 customer, order_id);
+  tx.exec_params(
+      "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) "
+      "VALUES ($1, bucket_of($1), $2, now(), 30)",
+      customer, order_id);
   for (int line = 1; line <= 3; ++line) {
-    tx.exec_params("INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, unit_price) "
-                   "VALUES ($1, bucket_of($1), $2, $3, 7, 1, 9.99)",
-                   customer, order_id, line);
+    tx.exec_params(
+        "INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, unit_price) "
+        "VALUES ($1, bucket_of($1), $2, $3, 7, 1, 9.99)",
+        customer, order_id, line);
   }
   tx.commit();
 }
@@ -254,7 +261,9 @@ void UnpinThisThread() {
   (void)sched_setaffinity(0, sizeof set, &set);
 }
 
-pid_t BackendPid(pqxx::connection& c) { return static_cast<pid_t>(c.backendpid()); }
+pid_t BackendPid(pqxx::connection& c) {
+  return static_cast<pid_t>(c.backendpid());
+}
 
 // The fence's cost per write transaction, fenced / unfenced, interleaved
 // (medians). Where the scheduler puts the client and the two backends

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/resharding/placement.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/workers/hot_keys.hpp"
-#include "shardkit/resharding/placement.hpp"
 
 namespace {
 

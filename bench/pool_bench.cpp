@@ -23,10 +23,12 @@ shardkit::test::ScratchCluster& Cluster() {
   static auto cluster = [] {
     auto c = std::make_unique<shardkit::test::ScratchCluster>("pool_bench");
     const int shard = shardkit::ToInt(shardkit::BucketDirectory::EvenSplit(2).ShardFor(kCustomer));
-    c->ExecOnShard(shard, fmt::format(
-        "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) "
-        "SELECT {0}, bucket_of({0}), 1000 + g, now() - g * interval '1 day', 10 * g FROM generate_series(1, 10) g",
-        kCustomer));
+    c->ExecOnShard(
+        shard,
+        fmt::format(
+            "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) "
+            "SELECT {0}, bucket_of({0}), 1000 + g, now() - g * interval '1 day', 10 * g FROM generate_series(1, 10) g",
+            kCustomer));
     return c;
   }();
   return *cluster;
@@ -56,7 +58,8 @@ BENCHMARK(BM_PoolAcquireRelease)->Threads(1)->Threads(4)->Threads(8)->UseRealTim
 
 void BM_MyOrdersRawLibpqxx(benchmark::State& state) {
   auto& cluster = Cluster();
-  pqxx::connection connection{cluster.ShardDsn(shardkit::ToInt(shardkit::BucketDirectory::EvenSplit(2).ShardFor(kCustomer)))};
+  pqxx::connection connection{
+      cluster.ShardDsn(shardkit::ToInt(shardkit::BucketDirectory::EvenSplit(2).ShardFor(kCustomer)))};
   for (auto _ : state) {
     pqxx::read_transaction tx{connection};
     auto rows = tx.exec_params(kMyOrders, kCustomer);

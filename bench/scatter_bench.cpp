@@ -35,10 +35,10 @@
 
 #include "pg/libpq_handle.hpp"
 #include "shardkit/config.hpp"
-#include "shardkit/routing/ownership.hpp"
 #include "shardkit/pool/pool.hpp"
-#include "shardkit/routing/resolver.hpp"
 #include "shardkit/queries/scatter.hpp"
+#include "shardkit/routing/ownership.hpp"
+#include "shardkit/routing/resolver.hpp"
 #include "support/test_cluster.hpp"
 
 namespace {
@@ -81,8 +81,8 @@ std::unique_ptr<shardkit::BucketShardResolver> Resolver(const shardkit::ClusterC
     names.push_back("s" + std::to_string(i) + "@" + server.name);
   }
   // BucketDirectory needs no more shards than buckets; 32 <= 64.
-  return std::make_unique<shardkit::BucketShardResolver>(shardkit::BucketDirectory::EvenSplit(width),
-                                                         std::move(pools), std::move(names));
+  return std::make_unique<shardkit::BucketShardResolver>(shardkit::BucketDirectory::EvenSplit(width), std::move(pools),
+                                                         std::move(names));
 }
 
 double Median(std::vector<double> values) {
@@ -92,7 +92,9 @@ double Median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
 }
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 // CPU time of the whole process (every thread: the scatter's workers too).
 double ProcessCpuSeconds() {
@@ -170,7 +172,7 @@ void BM_FanOutWidth(benchmark::State& state) {
 
   const double clock_read = ClockReadSeconds();
   std::vector<double> scatter_times;
-  std::vector<double> scatter_cpu;  // per shard request
+  std::vector<double> scatter_cpu;                                          // per shard request
   std::vector<std::vector<double>> alone(static_cast<std::size_t>(width));  // per shard, per iteration
   std::vector<double> in_scatter_slowest;
   for (auto _ : state) {

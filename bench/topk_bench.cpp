@@ -35,12 +35,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memory_topk_source.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/routing/resolver.hpp"
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/queries/topk.hpp"
-#include "memory_topk_source.hpp"
+#include "shardkit/routing/resolver.hpp"
 #include "topk_shortcut.hpp"
 
 namespace shardkit {
@@ -95,7 +95,8 @@ std::vector<OrderRow> GenerateOrders(const std::string& shape, int history_order
   std::shuffle(permutation.begin(), permutation.end(), rng);
   auto zipf_book = [&] {
     const double u = std::uniform_real_distribution<double>(0, zipf_sum)(rng);
-    return permutation[static_cast<std::size_t>(std::lower_bound(zipf_cdf.begin(), zipf_cdf.end(), u) - zipf_cdf.begin())];
+    return permutation[static_cast<std::size_t>(std::lower_bound(zipf_cdf.begin(), zipf_cdf.end(), u) -
+                                                zipf_cdf.begin())];
   };
 
   // Window: decide the order sizes, then which book each line sells.
@@ -113,7 +114,8 @@ std::vector<OrderRow> GenerateOrders(const std::string& shape, int history_order
       for (int c = 0; c < copies; ++c) line_books.push_back(permutation[static_cast<std::size_t>(h)]);
     }
     while (line_books.size() < lines) {
-      line_books.push_back(permutation[static_cast<std::size_t>(std::uniform_int_distribution<int>(kHotBooks, kBooks - 1)(rng))]);
+      line_books.push_back(
+          permutation[static_cast<std::size_t>(std::uniform_int_distribution<int>(kHotBooks, kBooks - 1)(rng))]);
     }
     std::shuffle(line_books.begin(), line_books.end(), rng);
   } else {
@@ -128,7 +130,8 @@ std::vector<OrderRow> GenerateOrders(const std::string& shape, int history_order
   }
   // History: older than the window, Zipf-popular books.
   for (int o = 0; o < history_orders; ++o) {
-    OrderRow row{customer(), next_id++, kNow - kWindow - 1 - std::uniform_int_distribution<I64>(0, 4 * 365 * 86400LL)(rng), {}};
+    OrderRow row{
+        customer(), next_id++, kNow - kWindow - 1 - std::uniform_int_distribution<I64>(0, 4 * 365 * 86400LL)(rng), {}};
     const int n = std::uniform_int_distribution<int>(1, 3)(rng);
     for (int i = 0; i < n; ++i) row.books.push_back(zipf_book());
     orders.push_back(std::move(row));
@@ -243,7 +246,8 @@ class Cluster {
         // The Bookstore schema's columns and indexes (sql/002) that matter here.
         tx.exec(fmt::format(
             "CREATE TABLE {0} (customer_id integer NOT NULL, bucket smallint NOT NULL, order_id bigint NOT NULL, "
-            "ordered_at timestamptz NOT NULL, status text NOT NULL DEFAULT 'placed', PRIMARY KEY (customer_id, order_id));"
+            "ordered_at timestamptz NOT NULL, status text NOT NULL DEFAULT 'placed', PRIMARY KEY (customer_id, "
+            "order_id));"
             "CREATE TABLE {1} (customer_id integer NOT NULL, bucket smallint NOT NULL, order_id bigint NOT NULL, "
             "line_no integer NOT NULL, book_id bigint NOT NULL, quantity integer NOT NULL, "
             "PRIMARY KEY (customer_id, order_id, line_no))",
@@ -258,11 +262,13 @@ class Cluster {
         for (const auto& row : orders) {
           if (!reference && directory->ShardFor(row.customer) != static_cast<ShardId>(target)) continue;
           for (std::size_t l = 0; l < row.books.size(); ++l) {
-            i << std::make_tuple(row.customer, BucketOf(row.customer), row.order_id, static_cast<int>(l + 1), row.books[l], 1);
+            i << std::make_tuple(row.customer, BucketOf(row.customer), row.order_id, static_cast<int>(l + 1),
+                                 row.books[l], 1);
           }
         }
         i.complete();
-        tx.exec(fmt::format("CREATE INDEX ON {0} (ordered_at); CREATE INDEX ON {1} (book_id)", orders_table, items_table));
+        tx.exec(
+            fmt::format("CREATE INDEX ON {0} (ordered_at); CREATE INDEX ON {1} (book_id)", orders_table, items_table));
         tx.commit();
       }
       pqxx::nontransaction tx{c};
@@ -289,9 +295,10 @@ class Cluster {
 
  public:
   static std::string ReferenceSql(const TopKQuery& q) {
-    return fmt::format("SELECT {0}, coalesce(sum({1}), 0) AS total FROM {2} WHERE {3} GROUP BY 1 "
-                       "ORDER BY total DESC, 1 LIMIT {4}",
-                       q.key, q.measure, q.from, q.where, q.k);
+    return fmt::format(
+        "SELECT {0}, coalesce(sum({1}), 0) AS total FROM {2} WHERE {3} GROUP BY 1 "
+        "ORDER BY total DESC, 1 LIMIT {4}",
+        q.key, q.measure, q.from, q.where, q.k);
   }
 
  private:
@@ -350,7 +357,8 @@ void BM_BestSellers(benchmark::State& state, const std::string& shape, TopKMetho
     }
     total_ms += static_cast<double>(last.elapsed.count()) / 1000.0;
     phase_ms.resize(last.phases.size());
-    for (std::size_t p = 0; p < last.phases.size(); ++p) phase_ms[p] += static_cast<double>(last.phases[p].elapsed.count()) / 1000.0;
+    for (std::size_t p = 0; p < last.phases.size(); ++p)
+      phase_ms[p] += static_cast<double>(last.phases[p].elapsed.count()) / 1000.0;
     ++runs;
   }
   const bool equal = last.items == s.reference;
@@ -426,10 +434,10 @@ void BM_BestSellersPaired(benchmark::State& state, const std::string& shape, Top
   f.bytes = last_mine.total_bytes;
   f.mean_ms = median(mine);
   f.matches_reference = true;
-  f.extra = fmt::format("paired with all partials ({} rows, {} bytes): medians {:.2f} / {:.2f} ms, median ratio {:.3f} "
-                        "over {} iterations",
-                        last_all.total_rows, last_all.total_bytes, median(mine), median(all), median(ratio),
-                        ratio.size());
+  f.extra = fmt::format(
+      "paired with all partials ({} rows, {} bytes): medians {:.2f} / {:.2f} ms, median ratio {:.3f} "
+      "over {} iterations",
+      last_all.total_rows, last_all.total_bytes, median(mine), median(all), median(ratio), ratio.size());
   Summary()[shape + " / " + TopKMethodName(method) + " vs all partials, paired"] = f;
 }
 
@@ -528,19 +536,27 @@ void Register() {
   for (const char* shape : {"flat", "zipf"}) {
     const std::string s = shape;
     benchmark::RegisterBenchmark(("best_sellers/" + s + "/reference_unsharded").c_str(), BM_BestSellersReference, s)
-        ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(2.0);
     benchmark::RegisterBenchmark(("best_sellers/" + s + "/shortcut_NOT_exact").c_str(), BM_BestSellers, s,
                                  TopKMethod::kAllPartials, true)
-        ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
-    for (auto [name, method] : {std::pair{"all_partials", TopKMethod::kAllPartials}, std::pair{"tput", TopKMethod::kTput},
-                                std::pair{"auto", TopKMethod::kAuto}}) {
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(2.0);
+    for (auto [name, method] : {std::pair{"all_partials", TopKMethod::kAllPartials},
+                                std::pair{"tput", TopKMethod::kTput}, std::pair{"auto", TopKMethod::kAuto}}) {
       benchmark::RegisterBenchmark(("best_sellers/" + s + "/" + name).c_str(), BM_BestSellers, s, method, false)
-          ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(2.0);
     }
-    for (auto [name, method] : {std::pair{"tput_vs_all_partials", TopKMethod::kTput},
-                                std::pair{"auto_vs_all_partials", TopKMethod::kAuto}}) {
+    for (auto [name, method] :
+         {std::pair{"tput_vs_all_partials", TopKMethod::kTput}, std::pair{"auto_vs_all_partials", TopKMethod::kAuto}}) {
       benchmark::RegisterBenchmark(("best_sellers/" + s + "/" + name).c_str(), BM_BestSellersPaired, s, method)
-          ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(4.0);
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(4.0);
     }
   }
   for (const char* shape : {"zipf", "flat", "one-shard-holds"}) {

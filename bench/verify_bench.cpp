@@ -37,7 +37,8 @@ void BM_VerifyCluster(benchmark::State& state) {
   }
   state.counters["rows"] = static_cast<double>(rows);
   state.counters["findings"] = static_cast<double>(findings);
-  state.counters["rows_per_s"] = benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["rows_per_s"] =
+      benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_VerifyCluster)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -27,7 +27,9 @@ Cluster::Cluster(const ClusterConfig& config, ClusterOptions options) : config_(
 
 Cluster::~Cluster() = default;
 
-shardkit::Route Cluster::Route(CustomerId customer) const { return resolver_->Resolve(customer); }
+shardkit::Route Cluster::Route(CustomerId customer) const {
+  return resolver_->Resolve(customer);
+}
 
 ScatterResult Cluster::Scatter(const std::string& sql, const SqlParams& params, const ScatterOptions& options) {
   return scatter_->Run(sql, params, options);

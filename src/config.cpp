@@ -9,8 +9,8 @@
 #include <regex>
 #include <sstream>
 #include <string_view>
-#include <vector>
 #include <toml.hpp>
+#include <vector>
 
 #include "shardkit/errors.hpp"
 
@@ -26,17 +26,47 @@ bool IsUri(std::string_view dsn) {
 // "pasword" or a keyword libpq does not know, whose value is as likely a
 // password as anything.
 bool IsPublicKeyword(std::string_view key) {
-  static constexpr std::string_view kPublic[] = {
-      "host", "hostaddr", "port", "user", "connect_timeout", "client_encoding", "options", "application_name",
-      "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
-      "tcp_user_timeout", "replication", "gssencmode", "sslmode", "requiressl", "sslcompression", "sslcert",
-      "sslkey", "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version",
-      "ssl_max_protocol_version", "krbsrvname", "gsslib", "service", "target_session_attrs", "passfile",
-      "load_balance_hosts", "dbname"};
+  static constexpr std::string_view kPublic[] = {"host",
+                                                 "hostaddr",
+                                                 "port",
+                                                 "user",
+                                                 "connect_timeout",
+                                                 "client_encoding",
+                                                 "options",
+                                                 "application_name",
+                                                 "fallback_application_name",
+                                                 "keepalives",
+                                                 "keepalives_idle",
+                                                 "keepalives_interval",
+                                                 "keepalives_count",
+                                                 "tcp_user_timeout",
+                                                 "replication",
+                                                 "gssencmode",
+                                                 "sslmode",
+                                                 "requiressl",
+                                                 "sslcompression",
+                                                 "sslcert",
+                                                 "sslkey",
+                                                 "sslrootcert",
+                                                 "sslcrl",
+                                                 "sslcrldir",
+                                                 "sslsni",
+                                                 "requirepeer",
+                                                 "ssl_min_protocol_version",
+                                                 "ssl_max_protocol_version",
+                                                 "krbsrvname",
+                                                 "gsslib",
+                                                 "service",
+                                                 "target_session_attrs",
+                                                 "passfile",
+                                                 "load_balance_hosts",
+                                                 "dbname"};
   return std::find(std::begin(kPublic), std::end(kPublic), key) != std::end(kPublic);
 }
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 // [begin, end) of every value to hide in a key=value connection string, in
 // libpq's syntax: spaces may surround '='; a value is single-quoted
@@ -181,8 +211,8 @@ std::string Scrub(std::string message, const std::vector<std::string>& secrets) 
 
 // Reads an optional integer key of a table, checking its range.
 template <typename Int>
-Int IntOr(const toml::value& table, const std::string& table_name, const std::string& key, Int fallback,
-          Int min_value, Int max_value) {
+Int IntOr(const toml::value& table, const std::string& table_name, const std::string& key, Int fallback, Int min_value,
+          Int max_value) {
   if (!table.contains(key)) return fallback;
   const toml::value& v = table.at(key);
   if (!v.is_integer()) {
@@ -190,8 +220,7 @@ Int IntOr(const toml::value& table, const std::string& table_name, const std::st
   }
   const auto n = v.as_integer();
   if (n < min_value || n > max_value) {
-    throw ConfigError(table_name + "." + key,
-                      fmt::format("{} is out of range ({}..{})", n, min_value, max_value));
+    throw ConfigError(table_name + "." + key, fmt::format("{} is out of range ({}..{})", n, min_value, max_value));
   }
   return static_cast<Int>(n);
 }
@@ -267,7 +296,8 @@ std::size_t EditDistance(std::string_view a, std::string_view b) {
 void RequireKnownKeys(const toml::value& table, const std::string& path,
                       std::initializer_list<std::string_view> known) {
   if (!table.is_table()) {
-    throw ConfigError(path.empty() ? "(file)" : path, fmt::format("must be a table (line {})", table.location().line()));
+    throw ConfigError(path.empty() ? "(file)" : path,
+                      fmt::format("must be a table (line {})", table.location().line()));
   }
   for (const auto& [key, value] : table.as_table()) {
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
@@ -307,11 +337,12 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
   try {
     RequireKnownKeys(root, "", {"shard", "pool", "directory", "reference", "catalog"});
     if (root.contains("pool")) {
-      RequireKnownKeys(root.at("pool"), "pool",
-                       {"max_size", "max_waiters", "connect_timeout_ms", "acquire_timeout_ms", "time_zone",
-                        "search_path"});
+      RequireKnownKeys(
+          root.at("pool"), "pool",
+          {"max_size", "max_waiters", "connect_timeout_ms", "acquire_timeout_ms", "time_zone", "search_path"});
     }
-    if (root.contains("directory")) RequireKnownKeys(root.at("directory"), "directory", {"source", "version", "buckets"});
+    if (root.contains("directory"))
+      RequireKnownKeys(root.at("directory"), "directory", {"source", "version", "buckets"});
     if (root.contains("reference")) RequireKnownKeys(root.at("reference"), "reference", {"dsn"});
     if (root.contains("catalog")) RequireKnownKeys(root.at("catalog"), "catalog", {"dsn"});
     if (!root.contains("shard") || !root.at("shard").is_array() || root.at("shard").as_array().empty()) {
@@ -359,7 +390,8 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
         IntOr<std::int64_t>(pool, "pool", "acquire_timeout_ms", config.pool.acquire_timeout.count(), 0, 3600000));
     if (pool.contains("time_zone")) {
       config.pool.time_zone = StringAt(pool, "pool", "time_zone");
-      if (config.pool.time_zone.empty()) throw ConfigError("pool.time_zone", "is empty: name a time zone such as \"UTC\"");
+      if (config.pool.time_zone.empty())
+        throw ConfigError("pool.time_zone", "is empty: name a time zone such as \"UTC\"");
     }
     if (pool.contains("search_path")) {
       config.pool.search_path = StringAt(pool, "pool", "search_path");
@@ -369,8 +401,7 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
     }
 
     const int shard_count = static_cast<int>(config.shards.size());
-    const toml::value directory =
-        root.contains("directory") ? root.at("directory") : toml::value(toml::table{});
+    const toml::value directory = root.contains("directory") ? root.at("directory") : toml::value(toml::table{});
     if (directory.contains("source")) {
       const std::string source = StringAt(directory, "directory", "source");
       if (source == "config") {
@@ -434,8 +465,9 @@ ClusterConfig ParseConfig(std::string_view toml_text, std::string origin) {
 ClusterConfig LoadConfig(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) {
-    throw ConfigError(path.string(), "cannot be read: point SHARDKIT_CONFIG or --config at the cluster's "
-                                     "configuration file");
+    throw ConfigError(path.string(),
+                      "cannot be read: point SHARDKIT_CONFIG or --config at the cluster's "
+                      "configuration file");
   }
   std::stringstream text;
   text << in.rdbuf();

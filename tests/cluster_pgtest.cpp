@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "shardkit/queries/aggregate_query.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/queries/aggregate_query.hpp"
 #include "shardkit/resharding/move.hpp"
 #include "support/bookstore_rows.hpp"
 #include "support/test_cluster.hpp"
@@ -64,12 +64,8 @@ TEST_F(ClusterPg, AnswersLikeTheReferenceServer) {
   EXPECT_EQ(orders, OnReference("SELECT count(*) FROM orders WHERE customer_id = 42")[0][0].as<long>());
 
   // A merge: orders and their totals per status, as one server answers.
-  const MergedResult merged = cluster->Merge(AggregateQuery::From("orders")
-                                                 .GroupBy("status")
-                                                 .Count("n")
-                                                 .Sum("total", "total")
-                                                 .OrderBy("status")
-                                                 .Plan());
+  const MergedResult merged = cluster->Merge(
+      AggregateQuery::From("orders").GroupBy("status").Count("n").Sum("total", "total").OrderBy("status").Plan());
   const auto expected = OnReference("SELECT status, count(*), sum(total) FROM orders GROUP BY 1 ORDER BY 1");
   ASSERT_EQ(merged.rows.size(), expected.size());
   for (std::size_t i = 0; i < merged.rows.size(); ++i) {

@@ -100,10 +100,12 @@ std::vector<std::pair<std::string, std::string>> MutatedConfigs() {
   // at spread-out offsets elsewhere.
   for (std::size_t at = base.find(kPassword); at != std::string::npos; at = base.find(kPassword, at + 1)) {
     for (std::size_t extra = std::strlen(kPassword); extra <= std::strlen(kPassword) + 40; extra += 3) {
-      if (at + extra <= base.size()) out.emplace_back("truncated at " + std::to_string(at + extra), base.substr(0, at + extra));
+      if (at + extra <= base.size())
+        out.emplace_back("truncated at " + std::to_string(at + extra), base.substr(0, at + extra));
     }
   }
-  for (std::size_t at = 0; at < base.size(); at += 17) out.emplace_back("truncated at " + std::to_string(at), base.substr(0, at));
+  for (std::size_t at = 0; at < base.size(); at += 17)
+    out.emplace_back("truncated at " + std::to_string(at), base.substr(0, at));
 
   // Quotes: the closing quote of every secret line removed, doubled,
   // swapped for the other kind; a stray quote before and after the password.
@@ -123,8 +125,10 @@ std::vector<std::pair<std::string, std::string>> MutatedConfigs() {
     edit("closing quote doubled", [](std::string& l) { l += l.back(); });
     edit("quote kinds mixed", [](std::string& l) { l.back() = l.back() == '"' ? '\'' : '"'; });
     edit("stray quote before the password", [](std::string& l) { l.insert(l.find(kPassword), "\""); });
-    edit("stray quote after the password", [](std::string& l) { l.insert(l.find(kPassword) + std::strlen(kPassword), "\""); });
-    edit("stray backslash after the password", [](std::string& l) { l.insert(l.find(kPassword) + std::strlen(kPassword), "\\"); });
+    edit("stray quote after the password",
+         [](std::string& l) { l.insert(l.find(kPassword) + std::strlen(kPassword), "\""); });
+    edit("stray backslash after the password",
+         [](std::string& l) { l.insert(l.find(kPassword) + std::strlen(kPassword), "\\"); });
     edit("bad escape before the password", [](std::string& l) { l.insert(l.find(kPassword), "\\q"); });
     edit("control character in the string", [](std::string& l) { l.insert(l.find(kPassword), "\x01"); });
     edit("key without =", [](std::string& l) { l.erase(l.find('='), 1); });
@@ -145,9 +149,8 @@ std::vector<std::pair<std::string, std::string>> MutatedConfigs() {
     edit("renamed to max_size", [](std::string& l) { l.replace(0, 3, "max_size"); });
     edit("line doubled", [](std::string& l) { l += "\n" + l; });
     edit("written as a table header", [](std::string& l) { l = "[" + l + "]"; });
-    edit("written as a bucket range", [](std::string& l) {
-      l = "buckets = { " + l.substr(l.find('=') + 1) + " = 0 }";
-    });
+    edit("written as a bucket range",
+         [](std::string& l) { l = "buckets = { " + l.substr(l.find('=') + 1) + " = 0 }"; });
     edit("CRLF line end", [](std::string& l) { l += "\r"; });
     edit("NUL in the line", [](std::string& l) { l.insert(l.find(kPassword), std::string(1, '\0')); });
     edit("as a multi-line string", [](std::string& l) {
@@ -228,7 +231,9 @@ std::vector<std::pair<std::string, std::string>> MutatedConfigs() {
   return out;
 }
 
-bool Leaks(const std::string& text) { return text.find(kPassword) != std::string::npos; }
+bool Leaks(const std::string& text) {
+  return text.find(kPassword) != std::string::npos;
+}
 
 TEST(ConfigRedaction, NoMessageOfAMutatedFileHoldsThePassword) {
   const auto configs = MutatedConfigs();

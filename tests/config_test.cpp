@@ -121,8 +121,7 @@ TEST(Config, TwoShardsWithOneNameOrOneDatabaseAreRefused) {
             std::string::npos);
   EXPECT_EQ(ErrorKey("[[shard]]\ndsn='host=h password=s3cret'\n[[shard]]\ndsn='host=h password=s3cret'\n"),
             "shard[1].dsn");
-  const std::string m =
-      ErrorText("[[shard]]\ndsn='host=h password=s3cret'\n[[shard]]\ndsn='host=h password=s3cret'\n");
+  const std::string m = ErrorText("[[shard]]\ndsn='host=h password=s3cret'\n[[shard]]\ndsn='host=h password=s3cret'\n");
   EXPECT_NE(m.find("same connection string as shard[0]"), std::string::npos) << m;
   EXPECT_EQ(m.find("s3cret"), std::string::npos) << m;
 }
@@ -206,7 +205,8 @@ TEST(WithConnectTimeout, AddsWholeSecondsOnlyWhenAbsent) {
   EXPECT_EQ(shardkit::WithConnectTimeout("host=h", milliseconds(2500)), "host=h connect_timeout=3");
   EXPECT_EQ(shardkit::WithConnectTimeout("host=h", milliseconds(100)), "host=h connect_timeout=2");
   EXPECT_EQ(shardkit::WithConnectTimeout("host=h connect_timeout=9", milliseconds(100)), "host=h connect_timeout=9");
-  EXPECT_EQ(shardkit::WithConnectTimeout("postgresql://h/db", milliseconds(4000)), "postgresql://h/db?connect_timeout=4");
+  EXPECT_EQ(shardkit::WithConnectTimeout("postgresql://h/db", milliseconds(4000)),
+            "postgresql://h/db?connect_timeout=4");
   EXPECT_EQ(shardkit::WithConnectTimeout("postgresql://h/db?sslmode=disable", milliseconds(4000)),
             "postgresql://h/db?sslmode=disable&connect_timeout=4");
 }

@@ -142,7 +142,8 @@ TEST_F(LabTest, LoadPutsEveryRowOnItsShardAndAllOnTheReference) {
     auto lease = lab_->Resolver().Pool(s).Acquire();
     pqxx::nontransaction tx{*lease};
     std::string mine = "{";
-    for (BucketId b : lab_->Resolver().Directory()->BucketsOf(s)) mine += (mine.size() > 1 ? "," : "") + std::to_string(ToInt(b));
+    for (BucketId b : lab_->Resolver().Directory()->BucketsOf(s))
+      mine += (mine.size() > 1 ? "," : "") + std::to_string(ToInt(b));
     mine += "}";
     for (const std::string table : {"customers", "orders", "order_items"}) {
       const auto foreign =
@@ -224,7 +225,8 @@ TEST_F(LabTest, ShardKeyCountsAddUpToTheReference) {
   EXPECT_EQ(summed, generated);
   EXPECT_EQ(r.figures["hot_year"].get<int>(), 2026);
   EXPECT_DOUBLE_EQ(r.figures["hot_share"].get<double>(), 1.0);
-  EXPECT_NE(r.text.find("== shard0\n year | orders | last_30_days\n------+--------+--------------\n"), std::string::npos)
+  EXPECT_NE(r.text.find("== shard0\n year | orders | last_30_days\n------+--------+--------------\n"),
+            std::string::npos)
       << r.text;
 }
 
@@ -258,7 +260,8 @@ TEST_F(LabTest, ShortcutTop10IsWrongWhileExactAndTputEqualTheReference) {
   std::map<std::int64_t, std::int64_t> sold;
   for (const auto& o : data_->orders) {
     if (o.ordered_at < kWindowStart) continue;
-    for (std::uint32_t k = o.first_item; k < o.first_item + o.item_count; ++k) sold[data_->items[k].book_id] += data_->items[k].quantity;
+    for (std::uint32_t k = o.first_item; k < o.first_item + o.item_count; ++k)
+      sold[data_->items[k].book_id] += data_->items[k].quantity;
   }
   std::vector<std::pair<std::int64_t, std::int64_t>> ranked;
   for (const auto& [book, n] : sold) ranked.emplace_back(-n, book);

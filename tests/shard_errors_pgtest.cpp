@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "shardkit/errors.hpp"
-#include "shardkit/routing/resolver.hpp"
 #include "shardkit/queries/scatter.hpp"
+#include "shardkit/routing/resolver.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {

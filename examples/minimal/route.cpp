@@ -12,8 +12,8 @@
 
 #include <shardkit/cluster.hpp>
 #include <shardkit/config.hpp>
-#include <shardkit/routing/directory.hpp>
 #include <shardkit/errors.hpp>
+#include <shardkit/routing/directory.hpp>
 
 int main(int argc, char** argv) {
   std::optional<std::string> config_path;

@@ -44,13 +44,13 @@
 #include <string>
 
 #include "shardkit/config.hpp"
-#include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/queries/merge.hpp"
-#include "shardkit/routing/resolver.hpp"
-#include "shardkit/writes/routed.hpp"
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/queries/scatter_merge.hpp"
 #include "shardkit/queries/topk.hpp"
+#include "shardkit/routing/directory_watcher.hpp"
+#include "shardkit/routing/resolver.hpp"
+#include "shardkit/writes/routed.hpp"
 
 namespace shardkit {
 

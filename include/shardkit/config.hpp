@@ -48,8 +48,8 @@
 #include <string_view>
 #include <vector>
 
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/pool/pool.hpp"
+#include "shardkit/routing/directory.hpp"
 
 namespace shardkit {
 
@@ -75,7 +75,7 @@ struct ClusterConfig {
   BucketDirectory directory = BucketDirectory::EvenSplit(1);  // from the file (kConfig)
   std::optional<std::string> reference_dsn;
   std::optional<std::string> catalog_dsn;  // [catalog] dsn: the control database
-  std::string origin;  // where it was read from, for messages
+  std::string origin;                      // where it was read from, for messages
 };
 
 // Parses TOML text; throws ConfigError naming the key (and line) at fault.

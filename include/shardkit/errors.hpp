@@ -122,8 +122,7 @@ class UnknownShard : public ShardError {
  public:
   UnknownShard(ShardId shard, int shard_count)
       : ShardError(shard, "unknown shard " + std::to_string(ToInt(shard)) + ": the cluster has " +
-                              std::to_string(shard_count) + " shards (0.." +
-                              std::to_string(shard_count - 1) + ")") {}
+                              std::to_string(shard_count) + " shards (0.." + std::to_string(shard_count - 1) + ")") {}
 };
 
 // The shard's server cannot be reached (connect failed, connection lost).
@@ -246,8 +245,7 @@ class IdGeneratorError : public Error {
 // (or the number as text); the message says what was expected.
 class IdFormatError : public Error {
  public:
-  IdFormatError(std::string input, const std::string& message)
-      : Error(message), input_(std::move(input)) {}
+  IdFormatError(std::string input, const std::string& message) : Error(message), input_(std::move(input)) {}
   [[nodiscard]] const std::string& input() const noexcept { return input_; }
 
  private:
@@ -266,8 +264,7 @@ class LeaseError : public Error {
 // queue is misconfigured. shard() names the shard when one is involved.
 class JobError : public Error {
  public:
-  explicit JobError(const std::string& message, std::optional<ShardId> shard = {})
-      : Error(message), shard_(shard) {}
+  explicit JobError(const std::string& message, std::optional<ShardId> shard = {}) : Error(message), shard_(shard) {}
   [[nodiscard]] std::optional<ShardId> shard() const noexcept { return shard_; }
 
  private:

@@ -35,12 +35,12 @@ constexpr std::array<CategoryShape, 12> kCategoryShapes{{
     {"Computing", 7, 25, 80},
 }};
 
-constexpr std::array<const char*, 16> kTitleAdjectives{
-    "Silent", "Hidden", "Last", "Golden", "Broken", "Northern", "Quiet", "Endless",
-    "Paper", "Winter", "Secret", "Distant", "Burning", "Little", "Second", "Crooked"};
-constexpr std::array<const char*, 16> kTitleNouns{
-    "Harbor", "Garden", "Library", "River", "Orchard", "Lantern", "Bridge", "Archive",
-    "Island", "Compass", "Kingdom", "Letter", "Station", "Mirror", "Theory", "Recipe"};
+constexpr std::array<const char*, 16> kTitleAdjectives{"Silent",  "Hidden",  "Last",   "Golden", "Broken", "Northern",
+                                                       "Quiet",   "Endless", "Paper",  "Winter", "Secret", "Distant",
+                                                       "Burning", "Little",  "Second", "Crooked"};
+constexpr std::array<const char*, 16> kTitleNouns{"Harbor",  "Garden",  "Library", "River",   "Orchard", "Lantern",
+                                                  "Bridge",  "Archive", "Island",  "Compass", "Kingdom", "Letter",
+                                                  "Station", "Mirror",  "Theory",  "Recipe"};
 
 // Hot books' sales in the last 30 days: copies -> share of hot books.
 constexpr std::array<std::pair<int, double>, 5> kHotSales{{{14, 0.20}, {15, 0.30}, {16, 0.33}, {17, 0.15}, {18, 0.02}}};
@@ -90,8 +90,7 @@ std::string FormatTimestamp(UnixSeconds t) {
   const unsigned d = doy - (153 * mp + 2) / 5 + 1;
   const unsigned m = mp < 10 ? mp + 3 : mp - 9;
   const UnixSeconds y = y0 + (m <= 2 ? 1 : 0);
-  return fmt::format("{:04}-{:02}-{:02} {:02}:{:02}:{:02}+00", y, m, d, secs / 3600, (secs / 60) % 60,
-                     secs % 60);
+  return fmt::format("{:04}-{:02}-{:02} {:02}:{:02}:{:02}+00", y, m, d, secs / 3600, (secs / 60) % 60, secs % 60);
 }
 
 int YearOf(UnixSeconds t) noexcept {
@@ -110,8 +109,7 @@ std::uint64_t Rng::Below(std::uint64_t n) {
   if (n == 0) throw std::invalid_argument("Rng::Below(0)");
   // Rejection keeps it unbiased: draws at or above the largest multiple of n
   // are thrown away.
-  const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() -
-                              std::numeric_limits<std::uint64_t>::max() % n;
+  const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() - std::numeric_limits<std::uint64_t>::max() % n;
   std::uint64_t r = Next();
   while (r >= limit) r = Next();
   return r % n;
@@ -121,7 +119,9 @@ std::int64_t Rng::Between(std::int64_t lo, std::int64_t hi) {
   return lo + static_cast<std::int64_t>(Below(static_cast<std::uint64_t>(hi - lo) + 1));
 }
 
-double Rng::Unit() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+double Rng::Unit() {
+  return static_cast<double>(Next() >> 11) * 0x1.0p-53;
+}
 
 WeightedSampler::WeightedSampler(const std::vector<double>& weights) {
   cumulative_.reserve(weights.size());

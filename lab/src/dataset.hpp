@@ -140,9 +140,9 @@ struct DatasetParams {
 struct Dataset {
   DatasetParams params;
   std::vector<Book> books;
-  std::vector<Customer> customers;     // by customer_id
-  std::vector<Order> orders;           // by ordered_at
-  std::vector<OrderItem> items;        // grouped by order (Order::first_item)
+  std::vector<Customer> customers;  // by customer_id
+  std::vector<Order> orders;        // by ordered_at
+  std::vector<OrderItem> items;     // grouped by order (Order::first_item)
   [[nodiscard]] std::size_t TotalRows() const noexcept {
     return books.size() + customers.size() + orders.size() + items.size();
   }

@@ -117,16 +117,20 @@ DemoResult RunCategoryAvg(Lab& lab) {
     wrong_differs += wrong != ref_avg ? 1 : 0;
     cells.insert(cells.end(), {avg, ref_avg, same ? "yes" : "NO", wrong});
     table.AddRow(cells);
-    rows.push_back({{"category", category}, {"merged_avg", avg}, {"reference_avg", ref_avg}, {"orders", count},
-                    {"equal", same}, {"avg_of_shard_avgs", wrong}});
+    rows.push_back({{"category", category},
+                    {"merged_avg", avg},
+                    {"reference_avg", ref_avg},
+                    {"orders", count},
+                    {"equal", same},
+                    {"avg_of_shard_avgs", wrong}});
   }
   r.text += table.Render();
   r.text += fmt::format(
       "merged = reference to the last digit for {} of {} categories; averaging the shards' averages gets {} of them "
       "wrong\n",
       equal, reference.size(), wrong_differs);
-  r.Expect("category-avg.equals_reference", equal == reference.size() && merged.rows.size() == reference.size() &&
-                                                !reference.empty(),
+  r.Expect("category-avg.equals_reference",
+           equal == reference.size() && merged.rows.size() == reference.size() && !reference.empty(),
            fmt::format("{} of {} categories equal (merged {} rows)", equal, reference.size(), merged.rows.size()));
   r.figures = {{"window_start", WindowStartParam()},
                {"plan", plan.Describe()},

@@ -101,11 +101,12 @@ DemoResult RunIds(Lab& lab) {
     auto lease = lab.Resolver().PoolFor(c).Acquire();
     pqxx::work tx{*lease};
     tx.exec0(kIdentityTable);
-    p.order_id = tx.exec_params1("INSERT INTO lab_identity_orders (customer_id) VALUES ($1::integer) RETURNING order_id", c)[0]
-                     .as<std::int64_t>();
-    for (const auto& row : tx.exec_params(
-             "INSERT INTO lab_identity_orders (customer_id) SELECT $1::integer FROM generate_series(1, $2::integer) RETURNING order_id",
-             c, kBulkOrders)) {
+    p.order_id =
+        tx.exec_params1("INSERT INTO lab_identity_orders (customer_id) VALUES ($1::integer) RETURNING order_id", c)[0]
+            .as<std::int64_t>();
+    for (const auto& row : tx.exec_params("INSERT INTO lab_identity_orders (customer_id) SELECT $1::integer FROM "
+                                          "generate_series(1, $2::integer) RETURNING order_id",
+                                          c, kBulkOrders)) {
       p.bulk.push_back(row[0].as<std::int64_t>());
     }
     tx.abort();
@@ -121,8 +122,8 @@ DemoResult RunIds(Lab& lab) {
                         Thousands(kBulkOrders), Thousands(static_cast<std::int64_t>(identity_common)));
   const bool distinct_shards = identity[0].shard != identity[1].shard;
   r.Expect("ids.identity_collides", !distinct_shards || (same_first && identity_common == kBulkOrders),
-           distinct_shards ? fmt::format("first order_id {} and {}; {} of {} bulk ids on both shards", identity[0].order_id,
-                                         identity[1].order_id, identity_common, kBulkOrders)
+           distinct_shards ? fmt::format("first order_id {} and {}; {} of {} bulk ids on both shards",
+                                         identity[0].order_id, identity[1].order_id, identity_common, kBulkOrders)
                            : "4242 and 4243 are on the same shard in this directory: no collision to show");
 
   // 2. shardkit Snowflake IDs: two service instances, one per customer.
@@ -140,10 +141,11 @@ DemoResult RunIds(Lab& lab) {
     pqxx::work tx{*lease};
     tx.exec0(kPlainTable);
     tx.exec_params0("INSERT INTO lab_snowflake_orders (order_id, customer_id) VALUES ($1, $2)", p.order_id, c);
-    tx.exec_params0(
-        "INSERT INTO lab_snowflake_orders (order_id, customer_id) SELECT unnest($1::bigint[]), $2::integer", PgBigintArray(p.bulk), c);
+    tx.exec_params0("INSERT INTO lab_snowflake_orders (order_id, customer_id) SELECT unnest($1::bigint[]), $2::integer",
+                    PgBigintArray(p.bulk), c);
     std::vector<std::int64_t> stored;
-    for (const auto& row : tx.exec("SELECT order_id FROM lab_snowflake_orders")) stored.push_back(row[0].as<std::int64_t>());
+    for (const auto& row : tx.exec("SELECT order_id FROM lab_snowflake_orders"))
+      stored.push_back(row[0].as<std::int64_t>());
     tx.abort();
     r.Expect(fmt::format("ids.snowflake.stored.{}", c), stored.size() == p.bulk.size() + 1,
              fmt::format("{} rows stored on shard {}", stored.size(), p.shard));
@@ -155,8 +157,8 @@ DemoResult RunIds(Lab& lab) {
   for (std::size_t i = 0; i < snowflake.size(); ++i) {
     const auto& p = snowflake[i];
     const SnowflakeParts parts = DecodeSnowflake(p.order_id, kLabIdEpochMs);
-    r.text += fmt::format("customer {} on shard {}: order_id {}  (ms {}, worker {}, sequence {})\n", p.customer, p.shard,
-                          p.order_id, parts.unix_ms, parts.worker_id, parts.sequence);
+    r.text += fmt::format("customer {} on shard {}: order_id {}  (ms {}, worker {}, sequence {})\n", p.customer,
+                          p.shard, p.order_id, parts.unix_ms, parts.worker_id, parts.sequence);
     snow.push_back({{"customer_id", p.customer},
                     {"shard", p.shard},
                     {"order_id", p.order_id},
@@ -197,22 +199,23 @@ DemoResult RunIds(Lab& lab) {
       Thousands(rows), Thousands(distinct), sample_id, FormatTimestamp(sample_parts.unix_ms / 1000),
       sample_parts.worker_id);
 
-  r.figures = {{"identity",
-                {{"orders", Json::array({{{"customer_id", identity[0].customer},
-                                          {"shard", identity[0].shard},
-                                          {"order_id", identity[0].order_id}},
-                                         {{"customer_id", identity[1].customer},
-                                          {"shard", identity[1].shard},
-                                          {"order_id", identity[1].order_id}}})},
-                 {"bulk_per_shard", kBulkOrders},
-                 {"ids_used_twice", identity_common}}},
-               {"snowflake",
-                {{"orders", snow},
-                 {"epoch_unix_ms", kLabIdEpochMs},
-                 {"worker_ids", instances.how},
-                 {"bulk_per_shard", kBulkOrders},
-                 {"ids_used_twice", snowflake_common}}},
-               {"loaded", {{"orders", rows}, {"distinct_order_ids", distinct}}}};
+  r.figures = {
+      {"identity",
+       {{"orders",
+         Json::array(
+             {{{"customer_id", identity[0].customer}, {"shard", identity[0].shard}, {"order_id", identity[0].order_id}},
+              {{"customer_id", identity[1].customer},
+               {"shard", identity[1].shard},
+               {"order_id", identity[1].order_id}}})},
+        {"bulk_per_shard", kBulkOrders},
+        {"ids_used_twice", identity_common}}},
+      {"snowflake",
+       {{"orders", snow},
+        {"epoch_unix_ms", kLabIdEpochMs},
+        {"worker_ids", instances.how},
+        {"bulk_per_shard", kBulkOrders},
+        {"ids_used_twice", snowflake_common}}},
+      {"loaded", {{"orders", rows}, {"distinct_order_ids", distinct}}}};
   return r;
 }
 

@@ -74,8 +74,7 @@ DemoResult RunRouting(Lab& lab) {
     const bool expect_fresh = !shard_seen[static_cast<std::size_t>(ToInt(v.shard))];
     shard_seen[static_cast<std::size_t>(ToInt(v.shard))] = true;
     r.text += fmt::format("customer {}: bucket {}, shard {}, {} orders ({} ms, {})\n", v.customer, v.bucket, v.shard,
-                          v.order_ids.size(), Ms(v.elapsed),
-                          v.fresh ? "first connection to that shard" : "pooled");
+                          v.order_ids.size(), Ms(v.elapsed), v.fresh ? "first connection to that shard" : "pooled");
     customers.push_back({{"customer_id", v.customer},
                          {"bucket", v.bucket},
                          {"shard", v.shard},
@@ -116,8 +115,8 @@ DemoResult RunRouting(Lab& lab) {
     std::vector<std::int64_t> truth;
     for (const auto& row : ref.exec_params(kMyOrders, v.customer)) truth.push_back(row[0].as<std::int64_t>());
     r.Expect("routing." + id + ".reference", truth == v.order_ids,
-             fmt::format("shard {} returned {} orders, the reference {}{}", v.shard, v.order_ids.size(),
-                         truth.size(), truth == v.order_ids ? ", same ids in the same order" : ", DIFFERENT"));
+             fmt::format("shard {} returned {} orders, the reference {}{}", v.shard, v.order_ids.size(), truth.size(),
+                         truth == v.order_ids ? ", same ids in the same order" : ", DIFFERENT"));
     auto lease = lab.Resolver().Pool(v.shard).Acquire();
     pqxx::nontransaction tx{*lease};
     const auto sql_bucket = tx.exec_params1("SELECT bucket_of($1)", v.customer)[0].as<BucketId>();
@@ -129,15 +128,17 @@ DemoResult RunRouting(Lab& lab) {
       if (s == v.shard) continue;
       auto other = lab.Resolver().Pool(s).Acquire();
       pqxx::nontransaction otx{*other};
-      const auto n = otx.exec_params1("SELECT count(*) FROM orders WHERE customer_id = $1", v.customer)[0].as<std::int64_t>();
+      const auto n =
+          otx.exec_params1("SELECT count(*) FROM orders WHERE customer_id = $1", v.customer)[0].as<std::int64_t>();
       misplaced += static_cast<std::size_t>(n);
       r.Expect("routing." + id + ".only_on_its_shard." + lab.ShardLabel(s), n == 0,
                fmt::format("{} orders of customer {} on shard {} (must be 0)", n, v.customer, s));
     }
   }
-  r.text += fmt::format("checked: the reference server returns the same orders for each customer, bucket_of() in SQL "
-                        "agrees, and the other shard has {} of them\n",
-                        misplaced);
+  r.text += fmt::format(
+      "checked: the reference server returns the same orders for each customer, bucket_of() in SQL "
+      "agrees, and the other shard has {} of them\n",
+      misplaced);
   r.figures = {{"query", kMyOrders}, {"customers", customers}};
   return r;
 }

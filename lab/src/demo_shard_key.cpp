@@ -35,13 +35,16 @@ PerYear Read(const pqxx::result& rows) {
 
 std::string SeedTable(const PerYear& years) {
   TextTable t({{"year"}, {"orders"}, {"last_30_days"}});
-  for (const auto& [year, c] : years) t.AddRow({std::to_string(year), std::to_string(c.orders), std::to_string(c.last_30_days)});
+  for (const auto& [year, c] : years)
+    t.AddRow({std::to_string(year), std::to_string(c.orders), std::to_string(c.last_30_days)});
   return t.Render();
 }
 
 }  // namespace
 
-std::string WindowStartParam() { return FormatTimestamp(kWindowStart); }
+std::string WindowStartParam() {
+  return FormatTimestamp(kWindowStart);
+}
 
 DemoResult RunShardKey(Lab& lab) {
   DemoResult r;
@@ -97,7 +100,8 @@ DemoResult RunShardKey(Lab& lab) {
 
   // The same orders range-sharded by year: each year's orders on its own shard.
   r.text += "\nthe same orders range-sharded by ordered_at, one shard per year:\n";
-  TextTable range({{"year shard"}, {"orders"}, {"last_30_days"}, {"share of last 30 days"}, {"", TextTable::Align::kLeft, true}});
+  TextTable range(
+      {{"year shard"}, {"orders"}, {"last_30_days"}, {"share of last 30 days"}, {"", TextTable::Align::kLeft, true}});
   std::int64_t hot_window = 0;
   int hot_year = 0;
   for (const auto& [year, c] : reference) {
@@ -118,7 +122,8 @@ DemoResult RunShardKey(Lab& lab) {
   double hash_max = 0;
   std::string hash_shares;
   for (std::size_t i = 0; i < window_per_shard.size(); ++i) {
-    const double share = window_total > 0 ? static_cast<double>(window_per_shard[i]) / static_cast<double>(window_total) : 0;
+    const double share =
+        window_total > 0 ? static_cast<double>(window_per_shard[i]) / static_cast<double>(window_total) : 0;
     hash_max = std::max(hash_max, share);
     hash_shares += fmt::format("{}{}", i == 0 ? "" : " / ", Percent(share));
   }
@@ -134,8 +139,8 @@ DemoResult RunShardKey(Lab& lab) {
   const double sigma = window_total > 0 ? std::sqrt((1 / m) * (1 - 1 / m) / static_cast<double>(window_total)) : 0;
   const double even_bound = 1 / m + 6 * sigma + 0.01;
   r.Expect("shard-key.hash_spreads_new_orders", hash_max <= even_bound,
-           fmt::format("largest shard's share of the last 30 days {} (even: {}, allowed up to {})", Percent(hash_max, 2),
-                       Percent(1 / m, 2), Percent(even_bound, 2)));
+           fmt::format("largest shard's share of the last 30 days {} (even: {}, allowed up to {})",
+                       Percent(hash_max, 2), Percent(1 / m, 2), Percent(even_bound, 2)));
   r.Expect("shard-key.range_makes_a_hot_shard", window_total > 0 && hot_share == 1.0 && hot_year == kLastYear,
            fmt::format("{} of the last 30 days' orders on the {} shard", Percent(hot_share), hot_year));
 

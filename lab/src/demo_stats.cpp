@@ -20,19 +20,20 @@ DemoResult RunStats(Lab& lab) {
       stats.scatters + stats.single_shard > 0
           ? static_cast<double>(stats.shard_requests) / static_cast<double>(stats.scatters + stats.single_shard)
           : 0;
-  const std::chrono::microseconds mean_slowest{
-      stats.scatters + stats.single_shard > 0
-          ? stats.total_slowest.count() / static_cast<std::int64_t>(stats.scatters + stats.single_shard)
-          : 0};
+  const std::chrono::microseconds mean_slowest{stats.scatters + stats.single_shard > 0
+                                                   ? stats.total_slowest.count() /
+                                                         static_cast<std::int64_t>(stats.scatters + stats.single_shard)
+                                                   : 0};
   r.text += fmt::format(
       "cross-shard queries this run: {} (and {} on a single shard); fan-out {:.1f} shards on average, {} at most; "
       "{} rows received; failed {}, partial {}\n",
-      stats.scatters, stats.single_shard, mean_fanout, stats.max_fanout, Thousands(static_cast<std::int64_t>(stats.rows)),
-      stats.failed, stats.partial);
-  r.text += fmt::format("waiting for the slowest shard: {} ms on average, {} ms at most, {} ms in all\n", Ms(mean_slowest),
-                        Ms(stats.max_slowest), Ms(stats.total_slowest));
+      stats.scatters, stats.single_shard, mean_fanout, stats.max_fanout,
+      Thousands(static_cast<std::int64_t>(stats.rows)), stats.failed, stats.partial);
+  r.text += fmt::format("waiting for the slowest shard: {} ms on average, {} ms at most, {} ms in all\n",
+                        Ms(mean_slowest), Ms(stats.max_slowest), Ms(stats.total_slowest));
 
-  TextTable table({{"query", TextTable::Align::kLeft}, {"shards"}, {"rows"}, {"ms"}, {"slowest shard", TextTable::Align::kLeft}});
+  TextTable table(
+      {{"query", TextTable::Align::kLeft}, {"shards"}, {"rows"}, {"ms"}, {"slowest shard", TextTable::Align::kLeft}});
   std::map<ShardId, int> slowest_count;
   Json queries = Json::array();
   for (const auto& rec : records) {
@@ -41,7 +42,8 @@ DemoResult RunStats(Lab& lab) {
       slowest = fmt::format("{} ({} ms)", lab.ShardLabel(*rec.slowest_shard), Ms(rec.slowest_elapsed));
       ++slowest_count[*rec.slowest_shard];
     }
-    table.AddRow({rec.label, std::to_string(rec.fanout), Thousands(static_cast<std::int64_t>(rec.rows)), Ms(rec.elapsed), slowest});
+    table.AddRow({rec.label, std::to_string(rec.fanout), Thousands(static_cast<std::int64_t>(rec.rows)),
+                  Ms(rec.elapsed), slowest});
     Json q{{"label", rec.label}, {"fanout", rec.fanout}, {"rows", rec.rows}, {"ms", MsValue(rec.elapsed)}};
     if (rec.slowest_shard) {
       q["slowest_shard"] = *rec.slowest_shard;
@@ -51,17 +53,25 @@ DemoResult RunStats(Lab& lab) {
   }
   if (!records.empty()) r.text += table.Render();
   std::string tally;
-  for (const auto& [shard, n] : slowest_count) tally += fmt::format("{}{} {} time{}", tally.empty() ? "" : ", ", lab.ShardLabel(shard), n, n == 1 ? "" : "s");
+  for (const auto& [shard, n] : slowest_count)
+    tally += fmt::format("{}{} {} time{}", tally.empty() ? "" : ", ", lab.ShardLabel(shard), n, n == 1 ? "" : "s");
   if (!tally.empty()) r.text += "slowest shard: " + tally + "\n";
 
-  TextTable pools({{"pool", TextTable::Align::kLeft}, {"acquired"}, {"waited"}, {"connects"}, {"timeouts"}, {"broken"},
-                   {"in use"}, {"idle"}, {"wait p99 ms"}});
+  TextTable pools({{"pool", TextTable::Align::kLeft},
+                   {"acquired"},
+                   {"waited"},
+                   {"connects"},
+                   {"timeouts"},
+                   {"broken"},
+                   {"in use"},
+                   {"idle"},
+                   {"wait p99 ms"}});
   Json pool_json = Json::array();
   for (const ShardId s : FirstShards(lab.ShardCount())) {
     const PoolStats p = lab.Resolver().Pool(s).Stats();
     pools.AddRow({lab.ShardLabel(s), std::to_string(p.acquired), std::to_string(p.waited), std::to_string(p.connects),
-                  std::to_string(p.timeouts), std::to_string(p.broken), std::to_string(p.in_use), std::to_string(p.idle),
-                  Ms(p.acquire_wait_p99)});
+                  std::to_string(p.timeouts), std::to_string(p.broken), std::to_string(p.in_use),
+                  std::to_string(p.idle), Ms(p.acquire_wait_p99)});
     pool_json.push_back({{"shard", s},
                          {"acquired", p.acquired},
                          {"waited", p.waited},

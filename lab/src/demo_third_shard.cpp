@@ -69,7 +69,8 @@ DemoResult RunThirdShard(Lab& lab) {
       if (after.ShardOf(x) != s) gives.push_back(x);
     }
     table.AddRow({fmt::format("shard{}{}", s, is_new ? " (new)" : ""),
-                  !is_new ? fmt::format("{} ({})", Ranges(b), b.size()) : "-", fmt::format("{} ({})", Ranges(a), a.size()),
+                  !is_new ? fmt::format("{} ({})", Ranges(b), b.size()) : "-",
+                  fmt::format("{} ({})", Ranges(a), a.size()),
                   gives.empty() ? "" : fmt::format("{} ({})", Ranges(gives), gives.size())});
     const auto size = static_cast<int>(a.size());
     balanced_after = balanced_after && size >= kBucketCount / (n + 1) && size <= (kBucketCount + n) / (n + 1);
@@ -85,9 +86,9 @@ DemoResult RunThirdShard(Lab& lab) {
       "FROM {} GROUP BY bucket";
   std::map<std::string, std::map<BucketId, BucketRows>> tables;
   for (const std::string table_name : {"customers", "orders"}) {
-    const ScatterResult result = lab.Run("third-shard: " + table_name + " per bucket",
-                                         fmt::format(fmt::runtime(per_bucket_sql), table_name),
-                                         {std::to_string(n), std::to_string(n + 1)});
+    const ScatterResult result =
+        lab.Run("third-shard: " + table_name + " per bucket", fmt::format(fmt::runtime(per_bucket_sql), table_name),
+                {std::to_string(n), std::to_string(n + 1)});
     auto& rows = tables[table_name];
     for (const auto& s : result.shards) {
       for (const auto& row : s.rows) {
@@ -112,11 +113,11 @@ DemoResult RunThirdShard(Lab& lab) {
                           Thousands(bucket_moves), Thousands(total), Percent(bucket_share), n, n + 1,
                           Thousands(modulo_moves), Percent(modulo_share));
     // The reference, asked directly, must agree with the per-bucket sums.
-    const auto truth = ref.exec_params1(
-        fmt::format("SELECT count(*), count(*) FILTER (WHERE bucket = ANY($1::int[])), "
-                    "count(*) FILTER (WHERE customer_id % $2 <> customer_id % $3) FROM {}",
-                    table_name),
-        PgIntArray(moved), n, n + 1);
+    const auto truth =
+        ref.exec_params1(fmt::format("SELECT count(*), count(*) FILTER (WHERE bucket = ANY($1::int[])), "
+                                     "count(*) FILTER (WHERE customer_id % $2 <> customer_id % $3) FROM {}",
+                                     table_name),
+                         PgIntArray(moved), n, n + 1);
     const auto ref_total = truth[0].as<std::int64_t>();
     const auto ref_bucket = truth[1].as<std::int64_t>();
     const auto ref_modulo = truth[2].as<std::int64_t>();
@@ -140,7 +141,8 @@ DemoResult RunThirdShard(Lab& lab) {
       n + 1, Percent(1.0 - 1.0 / (n + 1), 0));
 
   r.Expect("third-shard.directory_valid", after.ShardCount() == n + 1 && balanced_after,
-           fmt::format("{} shards holding {}..{} buckets each", n + 1, kBucketCount / (n + 1), (kBucketCount + n) / (n + 1)));
+           fmt::format("{} shards holding {}..{} buckets each", n + 1, kBucketCount / (n + 1),
+                       (kBucketCount + n) / (n + 1)));
   // From an even split the fewest moves are exactly the new shard's share.
   int min_before = kBucketCount, max_before = 0;
   for (const ShardId s : FirstShards(n)) {
@@ -154,12 +156,8 @@ DemoResult RunThirdShard(Lab& lab) {
   }
   Json directory = Json::array();
   for (const BucketId b : AllBuckets()) directory.push_back(after.ShardOf(b));
-  r.figures = {{"shards_before", n},
-               {"shards_after", n + 1},
-               {"buckets_moved", moved.size()},
-               {"moved_buckets", moved},
-               {"minimum_moves", minimum},
-               {"directory_after", directory},
+  r.figures = {{"shards_before", n},     {"shards_after", n + 1},    {"buckets_moved", moved.size()},
+               {"moved_buckets", moved}, {"minimum_moves", minimum}, {"directory_after", directory},
                {"measured", measured}};
   return r;
 }

@@ -27,8 +27,9 @@ using Entry = TopKEntry<std::int64_t>;
 using Result = TopKResult<std::int64_t>;
 using Shortcut = ShortcutTopKResult<std::int64_t>;
 
-std::int64_t BookOf(const Entry& e) { return std::get<std::int64_t>(e.key); }
-
+std::int64_t BookOf(const Entry& e) {
+  return std::get<std::int64_t>(e.key);
+}
 
 Json ListJson(const std::vector<Entry>& items) {
   Json list = Json::array();
@@ -41,16 +42,13 @@ template <class R>
 Json MethodJson(const R& r, const char* method, bool exact, const std::vector<Entry>& reference) {
   Json phases = Json::array();
   for (const auto& p : r.phases) {
-    phases.push_back({{"name", p.name}, {"rows", p.rows}, {"shards_asked", p.shards_asked}, {"ms", MsValue(p.elapsed)}});
+    phases.push_back(
+        {{"name", p.name}, {"rows", p.rows}, {"shards_asked", p.shards_asked}, {"ms", MsValue(p.elapsed)}});
   }
-  Json j{{"method", method},
-         {"exact", exact},
-         {"rows", r.total_rows},
-         {"bytes", r.total_bytes},
-         {"ms", MsValue(r.elapsed)},
-         {"phases", phases},
-         {"top", ListJson(r.items)},
-         {"equals_reference", r.items == reference}};
+  Json j{{"method", method},         {"exact", exact},
+         {"rows", r.total_rows},     {"bytes", r.total_bytes},
+         {"ms", MsValue(r.elapsed)}, {"phases", phases},
+         {"top", ListJson(r.items)}, {"equals_reference", r.items == reference}};
   return j;
 }
 
@@ -135,17 +133,19 @@ DemoResult RunTop10(Lab& lab) {
   // shortcut's books.
   pqxx::nontransaction ref{lab.Reference()};
   std::vector<Entry> reference;
-  for (const auto& row : ref.exec_params(fmt::format("SELECT i.book_id, sum(i.quantity)::bigint AS sold FROM {} WHERE {} "
-                                                     "GROUP BY i.book_id ORDER BY sold DESC, i.book_id LIMIT {}",
-                                                     kFrom, kWhere, kTop),
-                                         WindowStartParam())) {
+  for (const auto& row :
+       ref.exec_params(fmt::format("SELECT i.book_id, sum(i.quantity)::bigint AS sold FROM {} WHERE {} "
+                                   "GROUP BY i.book_id ORDER BY sold DESC, i.book_id LIMIT {}",
+                                   kFrom, kWhere, kTop),
+                       WindowStartParam())) {
     reference.push_back({row[0].as<std::int64_t>(), row[1].as<std::int64_t>()});
   }
   std::vector<std::int64_t> shortcut_books;
   for (const auto& e : shortcut.items) shortcut_books.push_back(BookOf(e));
   std::map<std::int64_t, std::int64_t> really;
   std::string books_array = "{";
-  for (std::size_t i = 0; i < shortcut_books.size(); ++i) books_array += (i ? "," : "") + std::to_string(shortcut_books[i]);
+  for (std::size_t i = 0; i < shortcut_books.size(); ++i)
+    books_array += (i ? "," : "") + std::to_string(shortcut_books[i]);
   books_array += "}";
   for (const auto& row : ref.exec_params(fmt::format("SELECT i.book_id, sum(i.quantity)::bigint FROM {} WHERE {} AND "
                                                      "i.book_id = ANY($2::bigint[]) GROUP BY i.book_id",
@@ -161,9 +161,10 @@ DemoResult RunTop10(Lab& lab) {
                         tput.total_rows, Ms(tput.elapsed));
   r.text += fmt::format("auto (exact): {}; {} rows transferred, {} ms\n", automatic.choice, automatic.total_rows,
                         Ms(automatic.elapsed));
-  r.text += fmt::format("time, median of {} rounds of the three in turn: all partials {:.1f} ms, TPUT {:.1f} ms "
-                        "({:.2f}x all partials' time), auto {:.1f} ms\n",
-                        kTimingRounds, Median(all_ms), Median(tput_ms), Median(tput_ratio), Median(auto_ms));
+  r.text += fmt::format(
+      "time, median of {} rounds of the three in turn: all partials {:.1f} ms, TPUT {:.1f} ms "
+      "({:.2f}x all partials' time), auto {:.1f} ms\n",
+      kTimingRounds, Median(all_ms), Median(tput_ms), Median(tput_ratio), Median(auto_ms));
   for (std::size_t i = 0; i < kTop; ++i) {
     std::string line = fmt::format("  #{:<3}", i + 1);
     if (i < exact.items.size()) {
@@ -195,17 +196,19 @@ DemoResult RunTop10(Lab& lab) {
       overlap, kTop, wrong_values);
   if (tput.tau1 && tput.tau2) {
     std::string phases;
-    for (const auto& p : tput.phases) phases += fmt::format("{}{}: {} rows, {} ms", phases.empty() ? "" : "; ", p.name, p.rows, Ms(p.elapsed));
-    r.text += fmt::format("TPUT: tau1 = {}, tau2 = {}, {} candidates; {}\n", *tput.tau1, *tput.tau2, tput.candidates, phases);
+    for (const auto& p : tput.phases)
+      phases += fmt::format("{}{}: {} rows, {} ms", phases.empty() ? "" : "; ", p.name, p.rows, Ms(p.elapsed));
+    r.text +=
+        fmt::format("TPUT: tau1 = {}, tau2 = {}, {} candidates; {}\n", *tput.tau1, *tput.tau2, tput.candidates, phases);
   }
   const bool exact_ok = exact.items == reference;
   const bool tput_ok = tput.items == reference;
   const bool auto_ok = automatic.items == reference;
   const bool shortcut_differs = shortcut.items != reference;
-  r.text += fmt::format(
-      "checked against the reference server's GROUP BY: exact {}, TPUT {}, top-10 per shard {}\n",
-      exact_ok ? "= reference" : "DIFFERS from reference", tput_ok ? "= reference" : "DIFFERS from reference",
-      shortcut_differs ? "differs (wrong, as expected)" : "happens to equal it");
+  r.text += fmt::format("checked against the reference server's GROUP BY: exact {}, TPUT {}, top-10 per shard {}\n",
+                        exact_ok ? "= reference" : "DIFFERS from reference",
+                        tput_ok ? "= reference" : "DIFFERS from reference",
+                        shortcut_differs ? "differs (wrong, as expected)" : "happens to equal it");
   r.Expect("top10.exact_equals_reference", exact_ok,
            fmt::format("exact [{}] vs reference [{}]", Describe(exact.items), Describe(reference)));
   r.Expect("top10.tput_equals_reference", tput_ok,
@@ -231,7 +234,8 @@ DemoResult RunTop10(Lab& lab) {
                {"exact", MethodJson(exact, reference)},
                {"shortcut", shortcut_json},
                {"tput", MethodJson(tput, reference)},
-               {"auto", [&] {
+               {"auto",
+                [&] {
                   Json j = MethodJson(automatic, reference);
                   j["choice"] = automatic.choice;
                   j["chosen"] = TopKMethodName(automatic.method);

@@ -64,9 +64,10 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
     FourShare(d);
 
     SteadyLoad load{options, customers, placer};
-    r.text += fmt::format("steady load: {:.0f} orders/s, each enqueuing 3 jobs (confirmed, shipped, delivered) in the "
-                          "order's transaction\n",
-                          options.orders_per_second);
+    r.text += fmt::format(
+        "steady load: {:.0f} orders/s, each enqueuing 3 jobs (confirmed, shipped, delivered) in the "
+        "order's transaction\n",
+        options.orders_per_second);
     (void)WaitUntil([&] { return Done(lab, queue_name) >= 300; }, std::chrono::seconds(30));
 
     const double handoff_pause_ms = FifthJoins(d);

@@ -62,7 +62,7 @@ struct RebalanceDemoOptions {
   int parallel = 2;
   std::chrono::milliseconds cleanup_grace{500};
   std::chrono::milliseconds settle{1500};  // load before, between and after the moves
-  int max_moves = 0;  // > 0: only the first N moves of the plan there (and those back); tests
+  int max_moves = 0;                       // > 0: only the first N moves of the plan there (and those back); tests
   std::function<void(const std::string&)> progress;  // a line per finished move
 };
 [[nodiscard]] DemoResult RunRebalance(Lab& lab);

@@ -34,13 +34,15 @@ Lab::Lab(ClusterConfig config) : config_(std::move(config)) {
 
 Lab::~Lab() = default;
 
-std::string Lab::ShardLabel(ShardId shard) const { return fmt::format("shard{}", shard); }
+std::string Lab::ShardLabel(ShardId shard) const {
+  return fmt::format("shard{}", shard);
+}
 
 std::string Lab::ReferenceDsn() const {
   if (!config_.reference_dsn) {
-    throw ConfigError("reference.dsn",
-                      fmt::format("{} has no [reference] server; the lab checks every answer against it",
-                                  config_.origin));
+    throw ConfigError(
+        "reference.dsn",
+        fmt::format("{} has no [reference] server; the lab checks every answer against it", config_.origin));
   }
   return WithConnectTimeout(*config_.reference_dsn, config_.pool.connect_timeout);
 }
@@ -87,9 +89,13 @@ std::vector<Lab::ScatterRecord> Lab::Records() const {
   return records_;
 }
 
-std::string Ms(std::chrono::microseconds d) { return fmt::format("{:.1f}", MsValue(d)); }
+std::string Ms(std::chrono::microseconds d) {
+  return fmt::format("{:.1f}", MsValue(d));
+}
 
-double MsValue(std::chrono::microseconds d) { return static_cast<double>(d.count()) / 1000.0; }
+double MsValue(std::chrono::microseconds d) {
+  return static_cast<double>(d.count()) / 1000.0;
+}
 
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -108,7 +114,9 @@ std::string Thousands(std::int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
-std::string Percent(double fraction, int decimals) { return fmt::format("{:.{}f}%", fraction * 100.0, decimals); }
+std::string Percent(double fraction, int decimals) {
+  return fmt::format("{:.{}f}%", fraction * 100.0, decimals);
+}
 
 TextTable::TextTable(std::vector<Column> columns, Style style) : columns_(std::move(columns)), style_(style) {}
 
@@ -163,7 +171,7 @@ std::string TextTable::Render(const std::string& indent) const {
 }
 
 const std::vector<std::string>& DemoNames() {
-  static const std::vector<std::string> names{"routing", "shard-key", "ids", "top10",
+  static const std::vector<std::string> names{"routing",      "shard-key",   "ids",     "top10",
                                               "category-avg", "third-shard", "workers", "stats"};
   return names;
 }

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "shardkit/config.hpp"
-#include "shardkit/routing/resolver.hpp"
 #include "shardkit/queries/scatter.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 namespace shardkit::lab {
 
@@ -39,8 +39,8 @@ struct Check {
 
 struct DemoResult {
   std::string name;
-  std::string text;                      // what the demo prints
-  Json figures = Json::object();         // every figure, for --json
+  std::string text;               // what the demo prints
+  Json figures = Json::object();  // every figure, for --json
   std::vector<Check> checks;
   [[nodiscard]] bool Ok() const noexcept;
   // Records a check; returns `ok` so callers can branch on it.

@@ -18,8 +18,8 @@
 #include <thread>
 #include <tuple>
 
-#include "shardkit/resharding/copy.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/resharding/copy.hpp"
 
 extern char** environ;
 
@@ -28,8 +28,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kLabMetaDdl =
-    "CREATE TABLE IF NOT EXISTS lab_meta (key text PRIMARY KEY, value text NOT NULL)";
+constexpr const char* kLabMetaDdl = "CREATE TABLE IF NOT EXISTS lab_meta (key text PRIMARY KEY, value text NOT NULL)";
 // Children first; one statement so the order does not matter to TRUNCATE.
 constexpr const char* kTruncate = "TRUNCATE order_items, orders, customers, books";
 constexpr std::int64_t kProgressStep = 4096;
@@ -47,7 +46,9 @@ constexpr const char* kSecondaryIndexes =
     "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid) "
     "ORDER BY 1";
 
-std::string ScaleText(double scale) { return fmt::format("{}", scale); }
+std::string ScaleText(double scale) {
+  return fmt::format("{}", scale);
+}
 
 // An order's status follows from its age at the lab date.
 const char* StatusOf(UnixSeconds ordered_at) {
@@ -379,8 +380,8 @@ int RunProcess(const std::vector<std::string>& args) {
   argv.push_back(nullptr);
   pid_t pid = 0;
   if (const int rc = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ); rc != 0) {
-    throw Error(fmt::format("cannot run {}: {}; install postgresql-client-15 (scripts/bootstrap)", args[0],
-                            std::strerror(rc)));
+    throw Error(
+        fmt::format("cannot run {}: {}; install postgresql-client-15 (scripts/bootstrap)", args[0], std::strerror(rc)));
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
@@ -465,9 +466,10 @@ LoadReport LoadDataset(Lab& lab, const Dataset& data, const LoadOptions& options
     try {
       std::rethrow_exception(errors[i]);
     } catch (const std::exception& e) {
-      throw Error(fmt::format("loading {} failed: {} (its previous data is unchanged; the other servers may hold "
-                              "the new load, so the next run loads again)",
-                              rows[i].name, e.what()));
+      throw Error(
+          fmt::format("loading {} failed: {} (its previous data is unchanged; the other servers may hold "
+                      "the new load, so the next run loads again)",
+                      rows[i].name, e.what()));
     }
   }
   report.servers = std::move(results);
@@ -499,8 +501,7 @@ bool IsLoaded(Lab& lab, const DatasetParams& params, std::string* why) {
                              ScaleText(params.scale), params.seed));
     }
     if (m.generator != kGeneratorVersion) {
-      return say(fmt::format("{} holds data of generator version {}, not {}", server, m.generator,
-                             kGeneratorVersion));
+      return say(fmt::format("{} holds data of generator version {}, not {}", server, m.generator, kGeneratorVersion));
     }
     if (m.load_id != metas[0]->load_id) {
       return say(fmt::format("{} and shard0 hold different loads (an interrupted load?)", server));
@@ -549,9 +550,8 @@ DemoResult DescribeLoad(const LoadReport& report) {
   for (const auto& s : report.servers) {
     const double seconds = static_cast<double>(s.copy_time.count()) / 1e6;
     const auto rate = static_cast<std::int64_t>(seconds > 0 ? static_cast<double>(s.Rows()) / seconds : 0);
-    table.AddRow({s.server, Thousands(s.books), Thousands(s.customers), Thousands(s.orders),
-                  Thousands(s.order_items), Thousands(s.Rows()), Ms(s.copy_time), Thousands(rate),
-                  Ms(s.index_time), Ms(s.analyze_time)});
+    table.AddRow({s.server, Thousands(s.books), Thousands(s.customers), Thousands(s.orders), Thousands(s.order_items),
+                  Thousands(s.Rows()), Ms(s.copy_time), Thousands(rate), Ms(s.index_time), Ms(s.analyze_time)});
     servers.push_back({{"server", s.server},
                        {"books", s.books},
                        {"customers", s.customers},
@@ -566,10 +566,11 @@ DemoResult DescribeLoad(const LoadReport& report) {
   r.text = fmt::format("load: scale {}, seed {}, lab date {} (generated in {} ms)\n", ScaleText(report.params.scale),
                        report.params.seed, FormatTimestamp(kLabNow), Ms(report.generate_time));
   r.text += table.Render();
-  r.text += fmt::format("{} rows on {} servers in {} ms: {} rows/s (servers in parallel, one thread each; TRUNCATE, "
-                        "COPY via shardkit::CopyWriter and index rebuild in one transaction per server)\n",
-                        Thousands(report.Rows()), report.servers.size(), Ms(report.load_time),
-                        Thousands(static_cast<std::int64_t>(report.RowsPerSecond())));
+  r.text += fmt::format(
+      "{} rows on {} servers in {} ms: {} rows/s (servers in parallel, one thread each; TRUNCATE, "
+      "COPY via shardkit::CopyWriter and index rebuild in one transaction per server)\n",
+      Thousands(report.Rows()), report.servers.size(), Ms(report.load_time),
+      Thousands(static_cast<std::int64_t>(report.RowsPerSecond())));
   r.figures = {{"scale", report.params.scale},
                {"seed", report.params.seed},
                {"load_id", report.load_id},
@@ -625,8 +626,7 @@ CopyComparison CompareWithPsql(Lab& lab, const Dataset& data, const std::filesys
   // A plain table shaped like orders (defaults and CHECKs, no indexes), so
   // both sides measure the COPY itself rather than index maintenance;
   // created and rolled back in each side's own transaction.
-  constexpr const char* kProbe =
-      "CREATE TABLE lab_copy_probe (LIKE orders INCLUDING DEFAULTS INCLUDING CONSTRAINTS)";
+  constexpr const char* kProbe = "CREATE TABLE lab_copy_probe (LIKE orders INCLUDING DEFAULTS INCLUDING CONSTRAINTS)";
 
   // The lab's way: CopyWriter into the same kind of table, in a transaction
   // that is rolled back.
@@ -675,8 +675,8 @@ DemoResult DescribeCopyComparison(const CopyComparison& c) {
       "  psql \\copy:          {} ms, {} rows/s (psql run {} ms minus {} ms start-up without the \\copy)\n"
       "  ratio lab/psql:      {:.2f}\n",
       Thousands(c.rows), Ms(c.lab_copy), Thousands(static_cast<std::int64_t>(c.LabRowsPerSecond())),
-      Ms(c.psql_copy - c.psql_baseline), Thousands(static_cast<std::int64_t>(c.PsqlRowsPerSecond())),
-      Ms(c.psql_copy), Ms(c.psql_baseline), ratio);
+      Ms(c.psql_copy - c.psql_baseline), Thousands(static_cast<std::int64_t>(c.PsqlRowsPerSecond())), Ms(c.psql_copy),
+      Ms(c.psql_baseline), ratio);
   r.figures = {{"rows", c.rows},
                {"lab_copy_ms", MsValue(c.lab_copy)},
                {"lab_rows_per_s", c.LabRowsPerSecond()},

@@ -26,7 +26,7 @@
 namespace shardkit::lab {
 
 enum class ProgressMode {
-  kAuto,   // a bar when stderr is a terminal, plain lines otherwise
+  kAuto,  // a bar when stderr is a terminal, plain lines otherwise
   kBar,
   kLines,
   kNone,
@@ -39,8 +39,8 @@ struct LoadOptions {
 struct ServerLoad {
   std::string server;  // "shard0", ..., "reference"
   std::int64_t books = 0, customers = 0, orders = 0, order_items = 0;
-  std::chrono::microseconds copy_time{0};     // TRUNCATE + COPY + indexes + commit
-  std::chrono::microseconds index_time{0};    // of which: rebuilding secondary indexes
+  std::chrono::microseconds copy_time{0};   // TRUNCATE + COPY + indexes + commit
+  std::chrono::microseconds index_time{0};  // of which: rebuilding secondary indexes
   std::chrono::microseconds analyze_time{0};
   [[nodiscard]] std::int64_t Rows() const noexcept { return books + customers + orders + order_items; }
 };

@@ -8,8 +8,8 @@
 //
 // Exit status: 0 all checks passed, 1 a check failed, 2 usage or
 // configuration error, 3 a server is unreachable.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -82,7 +82,8 @@ bool Reachable(Lab& lab, std::string& problem) {
   for (const ShardId s : FirstShards(lab.ShardCount())) {
     ConnectionPool& pool = lab.Resolver().Pool(s);
     try {
-      auto lease = pool.Acquire(std::chrono::steady_clock::now() + pool.Options().connect_timeout + std::chrono::seconds(1));
+      auto lease =
+          pool.Acquire(std::chrono::steady_clock::now() + pool.Options().connect_timeout + std::chrono::seconds(1));
     } catch (const std::exception& e) {
       out += fmt::format("  {}: {}\n", lab.Resolver().ShardName(s), e.what());
     }
@@ -106,8 +107,9 @@ bool Reachable(Lab& lab, std::string& problem) {
 int main(int argc, char** argv) {
   // The workers demo starts this program again as its worker processes.
   if (argc > 1 && std::string_view(argv[1]) == "worker") return WorkerMain(argc - 1, argv + 1);
-  CLI::App app{"The Bookstore lab: the Bookstore case's sharding experiments on real PostgreSQL shards, "
-               "each answer checked against an unsharded reference server."};
+  CLI::App app{
+      "The Bookstore lab: the Bookstore case's sharding experiments on real PostgreSQL shards, "
+      "each answer checked against an unsharded reference server."};
   app.fallthrough();
   app.require_subcommand(0, 1);
   std::optional<std::string> config_path;

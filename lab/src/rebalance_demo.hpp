@@ -31,7 +31,9 @@ namespace shardkit::lab::rebalance_demo {
 
 using Clock = std::chrono::steady_clock;
 
-[[nodiscard]] inline double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+[[nodiscard]] inline double Millis(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
 
 // "{0,1,2}"
 [[nodiscard]] std::string Sets(const std::vector<ShardId>& shards);
@@ -178,7 +180,7 @@ using Sums = std::map<std::string, std::array<std::int64_t, 3>>;
 struct CheckerResult {
   std::int64_t unknown_committed = 0;  // outcome-unknown writes that committed (added to the reference)
   std::int64_t lost = 0, duplicated = 0, misplaced = 0, short_items = 0;
-  Sums shards_sum;     // the union of the shards, every row they hold
+  Sums shards_sum;  // the union of the shards, every row they hold
   Sums reference_sum;
   std::string union_detail;
   std::vector<std::string> leftovers;  // replication objects left behind

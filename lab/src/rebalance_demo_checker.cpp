@@ -95,15 +95,15 @@ void CompareUnion(Lab& lab, CheckerResult& out) {
   out.reference_sum = SumsOf(lab.ReferenceDsn(), false);
   for (const auto& [table, v] : out.reference_sum) {
     const auto& got = out.shards_sum[table];
-    out.union_detail += fmt::format("{}{}: shards {} rows, reference {}{}", out.union_detail.empty() ? "" : "; ",
-                                    table, got[0], v[0], got == v ? "" : " (checksums differ)");
+    out.union_detail += fmt::format("{}{}: shards {} rows, reference {}{}", out.union_detail.empty() ? "" : "; ", table,
+                                    got[0], v[0], got == v ? "" : " (checksums differ)");
   }
 }
 
 }  // namespace
 
-CheckerResult CheckRebalance(Lab& lab, const BucketDirectory& start_directory,
-                             const BucketDirectory& final_directory, const LoadResults& load) {
+CheckerResult CheckRebalance(Lab& lab, const BucketDirectory& start_directory, const BucketDirectory& final_directory,
+                             const LoadResults& load) {
   const ClusterConfig& config = lab.Config();
   CheckerResult out;
   out.unknown_committed = ResolveUnknown(lab, final_directory, load.unknown);

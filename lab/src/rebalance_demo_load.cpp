@@ -16,7 +16,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string LabNowParam() { return fmt::format("{}", kLabNow); }
+std::string LabNowParam() {
+  return fmt::format("{}", kLabNow);
+}
 
 // The cross-shard report: orders and their total up to the lab's "now" (the
 // loaded data; the demo's own orders come later), in cents.
@@ -43,9 +45,9 @@ void Writer(Load& load, int w) {
     o.order_id = load.ids.Next();
     o.items = 1 + static_cast<int>(random() % 3);
     o.total_cents = 999 * o.items;
-    o.ordered_at = fmt::format("{}", std::chrono::duration_cast<std::chrono::microseconds>(
-                                         std::chrono::system_clock::now().time_since_epoch())
-                                         .count());
+    o.ordered_at = fmt::format(
+        "{}", std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+                  .count());
     RoutedOptions ro;
     ro.deadline = Clock::now() + 5s;
     ro.label = "place order";
@@ -53,8 +55,8 @@ void Writer(Load& load, int w) {
     const auto began = Clock::now();
     try {
       load.routed.Run(
-          o.customer, [&](pqxx::transaction_base& tx, const RoutedContext& at) { InsertOrder(tx, o, at.bucket); },
-          ro, &outcome);
+          o.customer, [&](pqxx::transaction_base& tx, const RoutedContext& at) { InsertOrder(tx, o, at.bucket); }, ro,
+          &outcome);
       load.recorder.Write(began, Clock::now(), true, outcome.attempts > 1, false);
       {
         std::lock_guard lock(res.orders_mutex);
@@ -174,7 +176,8 @@ void InsertOrder(pqxx::transaction_base& tx, const DemoOrder& o, BucketId bucket
       o.customer, bucket, o.order_id, o.ordered_at, o.total_cents);
   tx.exec_params(
       "INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, unit_price) "
-      "SELECT $1, $2, $3::bigint, n, 1 + (($3::bigint + n) % 50), 1 + n % 2, 9.99 FROM generate_series(1, $4::int) AS n",
+      "SELECT $1, $2, $3::bigint, n, 1 + (($3::bigint + n) % 50), 1 + n % 2, 9.99 FROM generate_series(1, $4::int) AS "
+      "n",
       o.customer, bucket, o.order_id, o.items);
 }
 

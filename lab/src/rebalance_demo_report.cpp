@@ -34,12 +34,20 @@ Timeline TimelineOf(const std::vector<Second>& seconds) {
     t.all_latency.insert(t.all_latency.end(), s.latency_ms.begin(), s.latency_ms.end());
     const double p50 = Quantile(s.latency_ms, 0.5), p99 = Quantile(s.latency_ms, 0.99),
                  max = s.latency_ms.empty() ? 0 : *std::max_element(s.latency_ms.begin(), s.latency_ms.end());
-    t.json.push_back({{"second", i}, {"phase", s.phase}, {"writes_ok", s.ok}, {"writes_retried", s.retried},
-                      {"writes_failed", s.failed}, {"writes_unknown", s.unknown}, {"p50_ms", p50},
-                      {"p99_ms", p99}, {"max_ms", max}, {"reads", s.reads}, {"reads_retried", s.read_retried},
+    t.json.push_back({{"second", i},
+                      {"phase", s.phase},
+                      {"writes_ok", s.ok},
+                      {"writes_retried", s.retried},
+                      {"writes_failed", s.failed},
+                      {"writes_unknown", s.unknown},
+                      {"p50_ms", p50},
+                      {"p99_ms", p99},
+                      {"max_ms", max},
+                      {"reads", s.reads},
+                      {"reads_retried", s.read_retried},
                       {"reads_failed", s.read_failed}});
-    t.text += fmt::format("  {:>3}  {:<14} {:>5} {:>7} {:>6} {:>7}  {:>7.1f} {:>7.1f} {:>7.1f}  {:>5}\n", i,
-                          s.phase, s.ok, s.retried, s.failed, s.unknown, p50, p99, max, s.reads);
+    t.text += fmt::format("  {:>3}  {:<14} {:>5} {:>7} {:>6} {:>7}  {:>7.1f} {:>7.1f} {:>7.1f}  {:>5}\n", i, s.phase,
+                          s.ok, s.retried, s.failed, s.unknown, p50, p99, max, s.reads);
   }
   return t;
 }
@@ -59,12 +67,16 @@ Stalls StallsOf(Lab& lab, const std::vector<MoveRecord>& moved) {
   for (const auto& m : moved) {
     stalls.push_back(m.stall_ms.value_or(0));
     out.rows_moved += m.rows_copied;
-    out.json.push_back({{"move_id", m.move_id}, {"bucket", ToInt(m.bucket)}, {"from", ToInt(m.source)},
-                        {"to", ToInt(m.target)}, {"rows", m.rows_copied}, {"copy_ms", m.copy_ms.value_or(0)},
+    out.json.push_back({{"move_id", m.move_id},
+                        {"bucket", ToInt(m.bucket)},
+                        {"from", ToInt(m.source)},
+                        {"to", ToInt(m.target)},
+                        {"rows", m.rows_copied},
+                        {"copy_ms", m.copy_ms.value_or(0)},
                         {"stall_ms", m.stall_ms.value_or(0)}});
     out.text += fmt::format("  bucket {:>2}  {} -> {}  {:>7} rows  copy {:>7.1f} ms  stall {:>6.1f} ms\n", m.bucket,
-                            lab.ShardLabel(m.source), lab.ShardLabel(m.target), m.rows_copied,
-                            m.copy_ms.value_or(0), m.stall_ms.value_or(0));
+                            lab.ShardLabel(m.source), lab.ShardLabel(m.target), m.rows_copied, m.copy_ms.value_or(0),
+                            m.stall_ms.value_or(0));
   }
   out.max_stall = stalls.empty() ? 0 : *std::max_element(stalls.begin(), stalls.end());
   out.median_stall = Quantile(stalls, 0.5);

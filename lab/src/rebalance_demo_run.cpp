@@ -32,8 +32,8 @@ std::optional<ShardSets> GrowthShards(Lab& lab, const BucketDirectory& directory
   return shards;
 }
 
-MovesResult MoveThereAndBack(Lab& lab, const RebalanceDemoOptions& options, const ShardSets& shards,
-                             Recorder& recorder, const std::function<void(const std::string&)>& say) {
+MovesResult MoveThereAndBack(Lab& lab, const RebalanceDemoOptions& options, const ShardSets& shards, Recorder& recorder,
+                             const std::function<void(const std::string&)>& say) {
   const ClusterConfig& config = lab.Config();
   BucketShardResolver& resolver = lab.Resolver();
   const std::vector<ShardId>& from = shards.from;

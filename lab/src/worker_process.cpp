@@ -18,10 +18,10 @@
 #include <pqxx/pqxx>
 
 #include "shardkit/errors.hpp"
+#include "shardkit/routing/resolver.hpp"
 #include "shardkit/workers/hot_keys.hpp"
 #include "shardkit/workers/job_queue.hpp"
 #include "shardkit/workers/partition_lease.hpp"
-#include "shardkit/routing/resolver.hpp"
 
 namespace shardkit::lab {
 
@@ -50,7 +50,8 @@ void* MapStatus(const std::filesystem::path& path, bool create) {
   }
   void* map = ::mmap(nullptr, kStatusBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
-  if (map == MAP_FAILED) throw Error(fmt::format("worker status file {}: mmap: {}", path.string(), std::strerror(errno)));
+  if (map == MAP_FAILED)
+    throw Error(fmt::format("worker status file {}: mmap: {}", path.string(), std::strerror(errno)));
   return map;
 }
 
@@ -282,8 +283,8 @@ int WorkerMain(int argc, char** argv) {
 
 // ----------------------------------------------------------- the parent
 
-WorkerProcess::WorkerProcess(const std::string& executable, const std::filesystem::path& config_file,
-                             std::string name, const WorkerSettings& s, const std::filesystem::path& work_dir)
+WorkerProcess::WorkerProcess(const std::string& executable, const std::filesystem::path& config_file, std::string name,
+                             const WorkerSettings& s, const std::filesystem::path& work_dir)
     : name_(std::move(name)) {
   status_file_ = work_dir / fmt::format("worker-{}-{}.status", name_, ::getpid());
   status_map_ = MapStatus(status_file_, true);

@@ -96,7 +96,8 @@ class WorkerProcess {
   [[nodiscard]] std::vector<Json> Events(const std::string& type) const;
   [[nodiscard]] std::optional<Json> Last(const std::string& type) const;
   // Waits until `done` holds for its events (or the deadline); true if it did.
-  bool WaitFor(const std::function<bool(const std::vector<Json>&)>& done, std::chrono::steady_clock::time_point deadline);
+  bool WaitFor(const std::function<bool(const std::vector<Json>&)>& done,
+               std::chrono::steady_clock::time_point deadline);
 
  private:
   void Reap(int options);

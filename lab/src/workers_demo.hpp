@@ -38,8 +38,12 @@ inline constexpr CustomerId kHotCustomer{4242};
 inline constexpr int kSalt = 8;
 inline constexpr double kHotShare = 0.4;  // the worker-sharding case: one customer, ~40% of all notifications
 
-[[nodiscard]] inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-[[nodiscard]] inline double Millis(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+[[nodiscard]] inline double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+[[nodiscard]] inline double Millis(Clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
 
 // ------------------------------------------------------------------- load
 
@@ -189,7 +193,9 @@ struct PhaseStats {
   std::int64_t hot_jobs = 0;
   double hot_drain_s = 0;  // the hot customer's jobs: first created -> last done
   std::set<int> hot_partitions;
-  [[nodiscard]] double HotJobsPerSecond() const { return hot_drain_s > 0 ? static_cast<double>(hot_jobs) / hot_drain_s : 0; }
+  [[nodiscard]] double HotJobsPerSecond() const {
+    return hot_drain_s > 0 ? static_cast<double>(hot_jobs) / hot_drain_s : 0;
+  }
   [[nodiscard]] double BusiestWorkerShare() const {
     std::int64_t most = 0;
     for (const auto& [w, n] : per_worker) most = std::max(most, n);

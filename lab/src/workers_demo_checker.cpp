@@ -47,7 +47,7 @@ JobCheck CheckJobsAndEffects(Demo& d, const std::vector<PlacedOrder>& placed, co
   Lab& lab = d.lab;
   const std::string& queue_name = d.queue_name;
   DemoResult& r = d.r;
-  std::map<std::int64_t, int> effects;   // job -> notifications sent
+  std::map<std::int64_t, int> effects;  // job -> notifications sent
   std::map<std::int64_t, std::string> state;
   for (const ShardId s : FirstShards(lab.ShardCount())) {
     auto lease = lab.Resolver().Pool(s).Acquire();
@@ -80,8 +80,9 @@ JobCheck CheckJobsAndEffects(Demo& d, const std::vector<PlacedOrder>& placed, co
   for (const ShardId s : FirstShards(lab.ShardCount())) {
     auto lease = lab.Resolver().Pool(s).Acquire();
     pqxx::nontransaction tx{*lease};
-    const auto row = tx.exec1("SELECT count(*), count(*) FILTER (WHERE status = 'delivered' AND status_seq = 3) "
-                              "FROM order_tracking");
+    const auto row = tx.exec1(
+        "SELECT count(*), count(*) FILTER (WHERE status = 'delivered' AND status_seq = 3) "
+        "FROM order_tracking");
     orders_total += row[0].as<std::int64_t>();
     orders_delivered += row[1].as<std::int64_t>();
   }
@@ -92,16 +93,16 @@ JobCheck CheckJobsAndEffects(Demo& d, const std::vector<PlacedOrder>& placed, co
       "checker: {} jobs enqueued with {} orders, {} done; effects: double_processed = {}, lost = {}; stale "
       "completions refused by the fence: {}; orders delivered: {} of {} (statuses never went backwards; {} late "
       "updates ignored by the sequence guard)\n",
-      Thousands(c.enqueued), Thousands(static_cast<std::int64_t>(placed.size())), Thousands(c.done), c.doubled,
-      c.lost, leaving.refusals, Thousands(orders_delivered), Thousands(orders_total), c.guard_skips);
+      Thousands(c.enqueued), Thousands(static_cast<std::int64_t>(placed.size())), Thousands(c.done), c.doubled, c.lost,
+      leaving.refusals, Thousands(orders_delivered), Thousands(orders_total), c.guard_skips);
   r.Expect("workers.double_processed_is_zero", c.doubled == 0,
            fmt::format("{} jobs with more than one effect", c.doubled));
   r.Expect("workers.lost_is_zero", c.lost == 0 && c.missing_rows == 0,
            fmt::format("{} jobs without their effect or not done, {} missing rows", c.lost, c.missing_rows));
   r.Expect("workers.no_stray_effects", c.stray == 0, fmt::format("{} effects of jobs nobody enqueued", c.stray));
   r.Expect("workers.stale_completions_refused", leaving.refusals >= 1, fmt::format("{} refused", leaving.refusals));
-  r.Expect("workers.order_status_never_backwards", orders_delivered == orders_total &&
-                                                        orders_total == static_cast<std::int64_t>(placed.size()),
+  r.Expect("workers.order_status_never_backwards",
+           orders_delivered == orders_total && orders_total == static_cast<std::int64_t>(placed.size()),
            fmt::format("{} of {} orders delivered", orders_delivered, orders_total));
   return c;
 }

@@ -15,9 +15,9 @@ PlacedOrder OrderPlacer::Place(CustomerId customer, std::uint64_t random) {
   o.customer = customer;
   o.order_id = ids_.Next();
   o.total_cents = 500 + static_cast<std::int64_t>(random % 9500);
-  o.ordered_at = fmt::format("{}", std::chrono::duration_cast<std::chrono::microseconds>(
-                                       std::chrono::system_clock::now().time_since_epoch())
-                                       .count());
+  o.ordered_at = fmt::format(
+      "{}", std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+                .count());
   static constexpr std::array<const char*, 3> kKinds{"order_confirmed", "order_shipped", "order_delivered"};
   auto lease = lab_.Resolver().PoolFor(customer).Acquire();
   pqxx::work tx{*lease, "place_order"};
@@ -72,8 +72,7 @@ std::vector<CustomerId> Customers(Lab& lab) {
   return customers;
 }
 
-SteadyLoad::SteadyLoad(const WorkersDemoOptions& options, const std::vector<CustomerId>& customers,
-                       OrderPlacer& placer)
+SteadyLoad::SteadyLoad(const WorkersDemoOptions& options, const std::vector<CustomerId>& customers, OrderPlacer& placer)
     : producer_([this, &options, &customers, &placer](std::stop_token stop) {
         const double rate = options.orders_per_second;
         Rng local(options.seed + 1);
@@ -125,6 +124,5 @@ void CleanUp(Lab& lab, const std::string& catalog_dsn, const std::string& queue,
     tx.commit();
   }
 }
-
 
 }  // namespace shardkit::lab::workers_demo

@@ -16,15 +16,15 @@ PhaseStats MeasurePhase(Lab& lab, const std::string& queue, std::int64_t first_j
   for (const ShardId shard : FirstShards(lab.ShardCount())) {
     auto lease = lab.Resolver().Pool(shard).Acquire();
     pqxx::nontransaction tx{*lease};
-    for (const auto& row : tx.exec_params(
-             "SELECT partition, coalesce(owner, ''), count(*), extract(epoch FROM min(created))::float8, "
-             "extract(epoch FROM min(taken_at))::float8, extract(epoch FROM max(done_at))::float8, "
-             "count(*) FILTER (WHERE customer_id = $4), "
-             "extract(epoch FROM min(created) FILTER (WHERE customer_id = $4))::float8, "
-             "extract(epoch FROM max(done_at) FILTER (WHERE customer_id = $4))::float8 "
-             "FROM shardkit_jobs WHERE queue = $1 AND job_id BETWEEN $2 AND $3 AND state = 'done' "
-             "GROUP BY partition, owner",
-             queue, first_job, last_job, kHotCustomer)) {
+    for (const auto& row :
+         tx.exec_params("SELECT partition, coalesce(owner, ''), count(*), extract(epoch FROM min(created))::float8, "
+                        "extract(epoch FROM min(taken_at))::float8, extract(epoch FROM max(done_at))::float8, "
+                        "count(*) FILTER (WHERE customer_id = $4), "
+                        "extract(epoch FROM min(created) FILTER (WHERE customer_id = $4))::float8, "
+                        "extract(epoch FROM max(done_at) FILTER (WHERE customer_id = $4))::float8 "
+                        "FROM shardkit_jobs WHERE queue = $1 AND job_id BETWEEN $2 AND $3 AND state = 'done' "
+                        "GROUP BY partition, owner",
+                        queue, first_job, last_job, kHotCustomer)) {
       const int p = row[0].as<int>();
       const auto n = row[2].as<std::int64_t>();
       s.jobs += n;
@@ -89,10 +89,11 @@ std::string DescribePhase(const PhaseStats& s) {
     hot += fmt::format("{}{}: {} jobs at {:.0f}/s", hot.empty() ? "" : "; ", p, s.per_partition.at(p),
                        s.partition_rate.at(p));
   }
-  return fmt::format("    {} jobs drained in {:.2f} s; customer {}'s {} jobs done at {:.0f}/s, in partition{} {}\n"
-                     "    share of the jobs per worker: {}\n",
-                     s.jobs, s.drain_s, kHotCustomer, s.hot_jobs, s.HotJobsPerSecond(),
-                     s.hot_partitions.size() == 1 ? "" : "s", hot, workers);
+  return fmt::format(
+      "    {} jobs drained in {:.2f} s; customer {}'s {} jobs done at {:.0f}/s, in partition{} {}\n"
+      "    share of the jobs per worker: {}\n",
+      s.jobs, s.drain_s, kHotCustomer, s.hot_jobs, s.HotJobsPerSecond(), s.hot_partitions.size() == 1 ? "" : "s", hot,
+      workers);
 }
 
 std::map<std::string, std::vector<int>> Holdings(const PartitionGroupView& g) {
@@ -124,10 +125,14 @@ void TotalsFigures(Demo& d, const JobCheck& jobs, std::size_t orders, const Leav
   figures["stale_refused"] = leaving.refusals;
   figures["guard_skips"] = jobs.guard_skips;
   figures["handoff_pause_ms"] = handoff_pause_ms;
-  figures["settings"] = {{"lease_ms", ws.lease.count()},         {"margin_ms", ws.margin.count()},
-                         {"renew_ms", ws.renew.count()},         {"claim_ms", ws.claim.count()},
-                         {"handoff_pause_ms", ws.handoff_pause.count()}, {"work_ms", ws.work.count()},
-                         {"orders_per_second", rate},            {"hot_burst_orders", d.options.hot_burst_orders}};
+  figures["settings"] = {{"lease_ms", ws.lease.count()},
+                         {"margin_ms", ws.margin.count()},
+                         {"renew_ms", ws.renew.count()},
+                         {"claim_ms", ws.claim.count()},
+                         {"handoff_pause_ms", ws.handoff_pause.count()},
+                         {"work_ms", ws.work.count()},
+                         {"orders_per_second", rate},
+                         {"hot_burst_orders", d.options.hot_burst_orders}};
 }
 
 }  // namespace shardkit::lab::workers_demo

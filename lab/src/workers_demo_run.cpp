@@ -74,8 +74,9 @@ CustomerId CustomerOfJob(const OrderPlacer& placer, std::int64_t job_id) {
 int EffectsOf(Lab& lab, CustomerId customer, std::int64_t job_id) {
   auto lease = lab.Resolver().PoolFor(customer).Acquire();
   pqxx::nontransaction tx{*lease};
-  return tx.exec_params1("SELECT count(*) FROM notification_log WHERE customer_id = $1 AND notification_id = $2",
-                         customer, job_id)[0]
+  return tx
+      .exec_params1("SELECT count(*) FROM notification_log WHERE customer_id = $1 AND notification_id = $2", customer,
+                    job_id)[0]
       .as<int>();
 }
 
@@ -86,7 +87,9 @@ void Fleet::Start(const std::string& name) {
   live.push_back(name);
 }
 
-void Fleet::Forget(const std::string& name) { live.erase(std::find(live.begin(), live.end(), name)); }
+void Fleet::Forget(const std::string& name) {
+  live.erase(std::find(live.begin(), live.end(), name));
+}
 
 void Fleet::TerminateAll() {
   for (auto& [name, w] : workers) (void)w->Terminate(3s);
@@ -117,8 +120,9 @@ std::vector<pqxx::result> OnShards(Lab& lab, const std::string& sql, const std::
 
 std::int64_t Unfinished(Lab& lab, const std::string& queue) {
   std::int64_t n = 0;
-  for (const auto& r : OnShards(lab, "SELECT count(*) FROM shardkit_jobs WHERE queue = $1 AND state IN "
-                                     "('pending', 'running')",
+  for (const auto& r : OnShards(lab,
+                                "SELECT count(*) FROM shardkit_jobs WHERE queue = $1 AND state IN "
+                                "('pending', 'running')",
                                 queue)) {
     n += r[0][0].as<std::int64_t>();
   }
@@ -144,8 +148,10 @@ void FourShare(Demo& d) {
   const bool four = WaitUntil([&] { return Converged(Group(catalog, queue_name), live); }, 30s);
   PartitionGroupView g = Group(catalog, queue_name);
   std::string pids;
-  for (const auto& name : live) pids += fmt::format("{}{} pid {}", pids.empty() ? "" : ", ", name, workers[name]->Pid());
-  r.text += fmt::format("4 worker processes ({}): {} after {:.2f} s\n", pids, Shares(g), Seconds(Clock::now() - started));
+  for (const auto& name : live)
+    pids += fmt::format("{}{} pid {}", pids.empty() ? "" : ", ", name, workers[name]->Pid());
+  r.text +=
+      fmt::format("4 worker processes ({}): {} after {:.2f} s\n", pids, Shares(g), Seconds(Clock::now() - started));
   r.Expect("workers.four_share_the_partitions", four, Shares(g));
 }
 
@@ -168,9 +174,10 @@ double FifthJoins(Demo& d) {
   }
   const double gap_median = Median(gaps);
   const double gap_max = gaps.empty() ? 0 : *std::max_element(gaps.begin(), gaps.end());
-  r.text += fmt::format("w5 joins: {} partitions handed over one at a time in {:.2f} s ({}); handoff pause "
-                        "(release -> claim) median {:.0f} ms, max {:.0f} ms\n",
-                        gaps.size(), handoff_s, Shares(g), gap_median, gap_max);
+  r.text += fmt::format(
+      "w5 joins: {} partitions handed over one at a time in {:.2f} s ({}); handoff pause "
+      "(release -> claim) median {:.0f} ms, max {:.0f} ms\n",
+      gaps.size(), handoff_s, Shares(g), gap_median, gap_max);
   r.Expect("workers.fifth_joins_and_shares_converge", five && gaps.size() >= 12, Shares(g));
   figures["handoff"] = {{"partitions_handed_over", gaps.size()},
                         {"converged_s", handoff_s},
@@ -204,7 +211,9 @@ std::string KillOne(Demo& d) {
   r.text += fmt::format("{} SIGKILLed holding {} partitions: all taken over after {:.0f} ms (lease {} ms); {}\n",
                         killed, killed_held.size(), takeover_ms, ws.lease.count(), Shares(g));
   r.Expect("workers.killed_workers_partitions_taken_over", taken_over, Shares(g));
-  figures["kill"] = {{"worker", killed}, {"partitions", killed_held.size()}, {"takeover_ms", takeover_ms},
+  figures["kill"] = {{"worker", killed},
+                     {"partitions", killed_held.size()},
+                     {"takeover_ms", takeover_ms},
                      {"lease_ms", ws.lease.count()}};
   return killed;
 }
@@ -228,22 +237,23 @@ void FreezeMidJob(Demo& d, const OrderPlacer& placer, Rng& rng) {
   auto frozen_job_row = [&]() -> std::pair<std::string, std::string> {
     auto lease = lab.Resolver().PoolFor(frozen_customer).Acquire();
     pqxx::nontransaction tx{*lease};
-    const auto row = tx.exec_params("SELECT state, coalesce(owner, '') FROM shardkit_jobs WHERE queue = $1 AND "
-                                    "customer_id = $2 AND job_id = $3",
-                                    queue_name, frozen_customer, status.job_id);
+    const auto row = tx.exec_params(
+        "SELECT state, coalesce(owner, '') FROM shardkit_jobs WHERE queue = $1 AND "
+        "customer_id = $2 AND job_id = $3",
+        queue_name, frozen_customer, status.job_id);
     if (row.empty()) return {"", ""};
     return {row[0][0].as<std::string>(), row[0][1].as<std::string>()};
   };
   // Others take its partitions over (new fence) and finish its job.
   // ... and it stays frozen past its whole lease, counted from the freeze.
-  const bool rescued = frozen_mid_job && WaitUntil(
-                                             [&] {
-                                               const auto [state, owner] = frozen_job_row();
-                                               frozen_job_owner = owner;
-                                               return state == "done" && owner != frozen &&
-                                                      Clock::now() - frozen_at > ws.lease;
-                                             },
-                                             30s);
+  const bool rescued =
+      frozen_mid_job && WaitUntil(
+                            [&] {
+                              const auto [state, owner] = frozen_job_row();
+                              frozen_job_owner = owner;
+                              return state == "done" && owner != frozen && Clock::now() - frozen_at > ws.lease;
+                            },
+                            30s);
   const double frozen_ms = Millis(Clock::now() - frozen_at);
   fw.Signal(SIGCONT);
   const bool refused = fw.WaitFor(
@@ -262,8 +272,8 @@ void FreezeMidJob(Demo& d, const OrderPlacer& placer, Rng& rng) {
       frozen_job_owner.empty() ? "nobody" : frozen_job_owner, frozen,
       refused ? "refused by the fence (0 rows updated, rolled back)" : "NOT refused");
   r.Expect("workers.frozen_mid_job", frozen_mid_job, fmt::format("{} attempts to catch it mid-job", attempts + 1));
-  r.Expect("workers.frozen_job_finished_by_new_owner", rescued, fmt::format("job {} owner {}", status.job_id,
-                                                                            frozen_job_owner));
+  r.Expect("workers.frozen_job_finished_by_new_owner", rescued,
+           fmt::format("job {} owner {}", status.job_id, frozen_job_owner));
   r.Expect("workers.late_completion_refused_by_fence", refused, fmt::format("job {}", status.job_id));
   r.Expect("workers.frozen_job_effect_once", frozen_effects == 1,
            fmt::format("{} effects of job {}", frozen_effects, status.job_id));
@@ -299,8 +309,8 @@ void HotCustomer(Demo& d, OrderPlacer& placer, Rng& rng, const std::vector<Custo
   auto burst = [&](const std::string& label) {
     const std::int64_t first = ids.Next();
     for (int i = 0; i < options.hot_burst_orders; ++i) {
-      const CustomerId c = rng.Unit() < kHotShare ? kHotCustomer
-                                                  : customers[static_cast<std::size_t>(rng.Below(customers.size()))];
+      const CustomerId c =
+          rng.Unit() < kHotShare ? kHotCustomer : customers[static_cast<std::size_t>(rng.Below(customers.size()))];
       (void)placer.Place(c, rng.Next());
     }
     const std::int64_t last = ids.Next();
@@ -317,8 +327,8 @@ void HotCustomer(Demo& d, OrderPlacer& placer, Rng& rng, const std::vector<Custo
   // The workers refresh the hot keys every 100 ms; wait until they all know.
   std::this_thread::sleep_for(300ms);
   const PhaseStats after = burst("hot_salted");
-  r.text += fmt::format("the same burst with customer {} salted over {} partitions (readers know: {}):\n",
-                        kHotCustomer, kSalt, fmt::join(registry.Current()->PartitionsOf(kHotCustomer), " "));
+  r.text += fmt::format("the same burst with customer {} salted over {} partitions (readers know: {}):\n", kHotCustomer,
+                        kSalt, fmt::join(registry.Current()->PartitionsOf(kHotCustomer), " "));
   r.text += DescribePhase(after);
   r.Expect("workers.unsalted_hot_key_in_one_partition", before.hot_partitions.size() == 1,
            fmt::format("{} partitions", before.hot_partitions.size()));

@@ -58,7 +58,9 @@ int FloorDiv(int a, int b) {
   return q;
 }
 
-bool IsBlank(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+bool IsBlank(char c) {
+  return std::isspace(static_cast<unsigned char>(c)) != 0;
+}
 
 // numeric's NumericVar view of a value for select_div_scale(): the weight of
 // the first non-zero base-10000 digit and that digit (0 and 0 for zero).
@@ -68,8 +70,8 @@ std::pair<int, int> WeightAndFirstDigit(const Decimal& d) {
   const int leading_exponent = DecimalDigits(magnitude) - 1 - d.Scale();  // 10^e <= |x| < 10^(e+1)
   const int weight = FloorDiv(leading_exponent, kDecDigits);
   const int shift = d.Scale() + kDecDigits * weight;  // |x| / 10000^weight = |m| / 10^shift
-  const Mantissa first = shift >= 0 ? Mantissa(magnitude / PowerOfTen(shift))
-                                    : Mantissa(magnitude * PowerOfTen(-shift));
+  const Mantissa first =
+      shift >= 0 ? Mantissa(magnitude / PowerOfTen(shift)) : Mantissa(magnitude * PowerOfTen(-shift));
   return {weight, first.convert_to<int>()};
 }
 
@@ -167,7 +169,9 @@ Decimal Decimal::Parse(std::string_view text) {
   throw Error("invalid numeric text \"" + shown + "\"");
 }
 
-Decimal Decimal::FromInt(std::int64_t value) { return Decimal(Mantissa(value), 0); }
+Decimal Decimal::FromInt(std::int64_t value) {
+  return Decimal(Mantissa(value), 0);
+}
 
 std::string Decimal::ToString() const {
   std::string digits = Mantissa(abs(mantissa_)).str();
@@ -186,13 +190,16 @@ std::string Decimal::ToString() const {
 
 Decimal Decimal::operator+(const Decimal& other) const {
   const int scale = std::max(scale_, other.scale_);
-  return Decimal(Scaled(mantissa_, scale - scale_) + Scaled(other.mantissa_, scale - other.scale_),
-                 scale);
+  return Decimal(Scaled(mantissa_, scale - scale_) + Scaled(other.mantissa_, scale - other.scale_), scale);
 }
 
-Decimal Decimal::operator-() const { return Decimal(-mantissa_, scale_); }
+Decimal Decimal::operator-() const {
+  return Decimal(-mantissa_, scale_);
+}
 
-Decimal Decimal::operator-(const Decimal& other) const { return *this + (-other); }
+Decimal Decimal::operator-(const Decimal& other) const {
+  return *this + (-other);
+}
 
 int Decimal::DivisionScale(const Decimal& dividend, const Decimal& divisor) {
   const auto [weight1, first1] = WeightAndFirstDigit(dividend);
@@ -235,8 +242,7 @@ double Decimal::ToDouble() const {
   double value = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec == std::errc::result_out_of_range) {
-    return mantissa_.sign() < 0 ? -std::numeric_limits<double>::infinity()
-                                : std::numeric_limits<double>::infinity();
+    return mantissa_.sign() < 0 ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
   }
   (void)ptr;
   return value;

@@ -10,12 +10,18 @@
 namespace shardkit::detail {
 namespace {
 
-bool IsDigit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+bool IsDigit(char c) {
+  return std::isdigit(static_cast<unsigned char>(c)) != 0;
+}
 bool IsIdentStart(char c) {
   return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_' || static_cast<unsigned char>(c) >= 0x80;
 }
-bool IsIdentChar(char c) { return IsIdentStart(c) || IsDigit(c) || c == '$'; }
-bool IsOperatorChar(char c) { return std::string_view("+-*/<>=~!@#%^&|`?").find(c) != std::string_view::npos; }
+bool IsIdentChar(char c) {
+  return IsIdentStart(c) || IsDigit(c) || c == '$';
+}
+bool IsOperatorChar(char c) {
+  return std::string_view("+-*/<>=~!@#%^&|`?").find(c) != std::string_view::npos;
+}
 
 [[noreturn]] void Unreadable(std::string_view what, std::string_view text, const std::string& why) {
   throw UnmergeableQuery("cannot read " + std::string(what) + " \"" + std::string(text) + "\": " + why);

@@ -15,7 +15,7 @@ namespace shardkit::detail {
 struct Token {
   enum class Type { kIdent, kQuotedIdent, kNumber, kString, kParam, kPunct, kOperator };
   Type type;
-  std::string text;  // identifiers lowercased; quoted identifiers and strings unquoted
+  std::string text;   // identifiers lowercased; quoted identifiers and strings unquoted
   std::size_t begin;  // byte range in the lexed text
   std::size_t end;
 };

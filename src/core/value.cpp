@@ -111,16 +111,39 @@ struct TypeName {
   const char* name;
 };
 constexpr TypeName kOtherTypeNames[] = {
-    {142, "xml"},         {600, "point"},       {650, "cidr"},       {790, "money"},
-    {829, "macaddr"},     {869, "inet"},        {1000, "boolean[]"}, {1001, "bytea[]"},
-    {1005, "smallint[]"}, {1007, "integer[]"},  {1009, "text[]"},    {1014, "character[]"},
-    {1015, "character varying[]"},              {1016, "bigint[]"},  {1021, "real[]"},
-    {1022, "double precision[]"},               {1115, "timestamp without time zone[]"},
-    {1182, "date[]"},     {1185, "timestamp with time zone[]"},      {1187, "interval[]"},
-    {1231, "numeric[]"},  {1266, "time with time zone"},             {2249, "record"},
-    {2951, "uuid[]"},     {3614, "tsvector"},   {3807, "jsonb[]"},   {3904, "int4range"},
-    {3926, "int8range"},  {3906, "numrange"},   {3908, "tsrange"},   {3910, "tstzrange"},
-    {3912, "daterange"},  {4451, "int4multirange"},
+    {142, "xml"},
+    {600, "point"},
+    {650, "cidr"},
+    {790, "money"},
+    {829, "macaddr"},
+    {869, "inet"},
+    {1000, "boolean[]"},
+    {1001, "bytea[]"},
+    {1005, "smallint[]"},
+    {1007, "integer[]"},
+    {1009, "text[]"},
+    {1014, "character[]"},
+    {1015, "character varying[]"},
+    {1016, "bigint[]"},
+    {1021, "real[]"},
+    {1022, "double precision[]"},
+    {1115, "timestamp without time zone[]"},
+    {1182, "date[]"},
+    {1185, "timestamp with time zone[]"},
+    {1187, "interval[]"},
+    {1231, "numeric[]"},
+    {1266, "time with time zone"},
+    {2249, "record"},
+    {2951, "uuid[]"},
+    {3614, "tsvector"},
+    {3807, "jsonb[]"},
+    {3904, "int4range"},
+    {3926, "int8range"},
+    {3906, "numrange"},
+    {3908, "tsrange"},
+    {3910, "tstzrange"},
+    {3912, "daterange"},
+    {4451, "int4multirange"},
 };
 
 // TypeInfoFor without building the name: this runs for every field read.
@@ -145,10 +168,14 @@ int CompareDoubles(double a, double b) {
 
 double ToDouble(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kInt: return static_cast<double>(v.AsInt());
-    case Value::Kind::kDouble: return v.AsDouble();
-    case Value::Kind::kDecimal: return v.AsDecimal().ToDouble();
-    default: WrongKind(v.kind(), "a number");
+    case Value::Kind::kInt:
+      return static_cast<double>(v.AsInt());
+    case Value::Kind::kDouble:
+      return v.AsDouble();
+    case Value::Kind::kDecimal:
+      return v.AsDecimal().ToDouble();
+    default:
+      WrongKind(v.kind(), "a number");
   }
 }
 
@@ -156,31 +183,48 @@ double ToDouble(const Value& v) {
 
 std::string_view KindName(Value::Kind kind) noexcept {
   switch (kind) {
-    case Value::Kind::kNull: return "NULL";
-    case Value::Kind::kBool: return "boolean";
-    case Value::Kind::kInt: return "integer";
-    case Value::Kind::kDouble: return "double";
-    case Value::Kind::kDecimal: return "numeric";
-    case Value::Kind::kText: return "text";
+    case Value::Kind::kNull:
+      return "NULL";
+    case Value::Kind::kBool:
+      return "boolean";
+    case Value::Kind::kInt:
+      return "integer";
+    case Value::Kind::kDouble:
+      return "double";
+    case Value::Kind::kDecimal:
+      return "numeric";
+    case Value::Kind::kText:
+      return "text";
   }
   return "?";
 }
 
-Value Value::Numeric(Decimal v) { return Value(Storage(std::in_place_index<4>, std::move(v))); }
+Value Value::Numeric(Decimal v) {
+  return Value(Storage(std::in_place_index<4>, std::move(v)));
+}
 
-Value Value::Numeric(std::string_view text) { return Numeric(Decimal::Parse(text)); }
+Value Value::Numeric(std::string_view text) {
+  return Numeric(Decimal::Parse(text));
+}
 
-void Value::ThrowWrongKind(Kind want) const { WrongKind(kind(), KindName(want)); }
+void Value::ThrowWrongKind(Kind want) const {
+  WrongKind(kind(), KindName(want));
+}
 
 std::string Value::ToString() const {
   switch (kind()) {
-    case Kind::kNull: return "NULL";
-    case Kind::kBool: return AsBool() ? "t" : "f";
-    case Kind::kInt: return std::to_string(AsInt());
+    case Kind::kNull:
+      return "NULL";
+    case Kind::kBool:
+      return AsBool() ? "t" : "f";
+    case Kind::kInt:
+      return std::to_string(AsInt());
     case Kind::kDouble:
       return IsReal() ? FormatShortest(std::get<kRealIndex>(storage_), 6) : FormatShortest(AsDouble(), 15);
-    case Kind::kDecimal: return AsDecimal().ToString();
-    case Kind::kText: return AsText();
+    case Kind::kDecimal:
+      return AsDecimal().ToString();
+    case Kind::kText:
+      return AsText();
   }
   return {};
 }
@@ -188,17 +232,22 @@ std::string Value::ToString() const {
 bool operator==(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
-    case Value::Kind::kNull: return true;
-    case Value::Kind::kBool: return a.AsBool() == b.AsBool();
-    case Value::Kind::kInt: return a.AsInt() == b.AsInt();
+    case Value::Kind::kNull:
+      return true;
+    case Value::Kind::kBool:
+      return a.AsBool() == b.AsBool();
+    case Value::Kind::kInt:
+      return a.AsInt() == b.AsInt();
     case Value::Kind::kDouble: {
       if (a.IsReal() != b.IsReal()) return false;
       const double x = a.AsDouble();
       const double y = b.AsDouble();
       return (std::isnan(x) && std::isnan(y)) || (x == y && std::signbit(x) == std::signbit(y));
     }
-    case Value::Kind::kDecimal: return a.AsDecimal().IdenticalTo(b.AsDecimal());
-    case Value::Kind::kText: return a.AsText() == b.AsText();
+    case Value::Kind::kDecimal:
+      return a.AsDecimal().IdenticalTo(b.AsDecimal());
+    case Value::Kind::kText:
+      return a.AsText() == b.AsText();
   }
   return false;
 }
@@ -256,8 +305,8 @@ Value ComparisonForm(const Value& v, TypeOid oid) {
   constexpr std::uint64_t kYearSpan = 9'999'999'999;
   if (dash == std::string_view::npos || dash == 0 || ec != std::errc() || ptr != text.data() + dash ||
       year > kYearSpan) {
-    throw Error("cannot read \"" + std::string(v.AsText().substr(0, 80)) + "\" as an ISO " +
-                TypeInfoFor(oid).name + " (DateStyle ISO)");
+    throw Error("cannot read \"" + std::string(v.AsText().substr(0, 80)) + "\" as an ISO " + TypeInfoFor(oid).name +
+                " (DateStyle ISO)");
   }
   std::string form = bc ? "1" : "2";
   const std::string digits = std::to_string(bc ? kYearSpan - year : year);
@@ -288,8 +337,8 @@ int CompareValues(const Value& a, const Value& b) {
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
   if (ka != kb) {
-    throw Error("cannot compare a " + std::string(KindName(ka)) + " value with a " +
-                std::string(KindName(kb)) + " value");
+    throw Error("cannot compare a " + std::string(KindName(ka)) + " value with a " + std::string(KindName(kb)) +
+                " value");
   }
   if (ka == Value::Kind::kText) {
     // Bytewise, shorter first on a common prefix: the C collation (memcmp on unsigned bytes).

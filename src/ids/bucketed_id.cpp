@@ -4,17 +4,17 @@
 #include <fmt/format.h>
 
 #include "ids/tick_sequencer.hpp"
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/ids/worker_lease.hpp"
+#include "shardkit/routing/directory.hpp"
 
 namespace shardkit {
 
 namespace {
 
-constexpr int kSequenceShift = kBucketedIdBucketBits;                          // 6
-constexpr int kWorkerShift = kSequenceShift + kBucketedIdSequenceBits;         // 14
-constexpr int kTimestampShift = kWorkerShift + kBucketedIdWorkerBits;          // 22
+constexpr int kSequenceShift = kBucketedIdBucketBits;                   // 6
+constexpr int kWorkerShift = kSequenceShift + kBucketedIdSequenceBits;  // 14
+constexpr int kTimestampShift = kWorkerShift + kBucketedIdWorkerBits;   // 22
 constexpr std::uint64_t kSequenceMask = (std::uint64_t{1} << kBucketedIdSequenceBits) - 1;
 
 int LeaseWorkerId(const std::shared_ptr<WorkerLease>& lease) {
@@ -39,16 +39,19 @@ BucketedIdGenerator::~BucketedIdGenerator() = default;
 
 std::int64_t BucketedIdGenerator::Next(BucketId bucket) {
   if (ToInt(bucket) < 0 || ToInt(bucket) >= kBucketCount) {
-    throw IdGeneratorError(fmt::format("bucketed ID generator: bucket {} is out of range 0..{}", bucket,
-                                       kBucketCount - 1));
+    throw IdGeneratorError(
+        fmt::format("bucketed ID generator: bucket {} is out of range 0..{}", bucket, kBucketCount - 1));
   }
   const std::uint64_t tick = sequencer_->Next();  // ms << 8 | sequence
   const std::uint64_t ms = tick >> kBucketedIdSequenceBits;
   return static_cast<std::int64_t>((ms << kTimestampShift) | (static_cast<std::uint64_t>(worker_id_) << kWorkerShift) |
-                                   ((tick & kSequenceMask) << kSequenceShift) | static_cast<std::uint64_t>(ToInt(bucket)));
+                                   ((tick & kSequenceMask) << kSequenceShift) |
+                                   static_cast<std::uint64_t>(ToInt(bucket)));
 }
 
-std::int64_t BucketedIdGenerator::EpochUnixMs() const noexcept { return sequencer_->EpochUnixMs(); }
+std::int64_t BucketedIdGenerator::EpochUnixMs() const noexcept {
+  return sequencer_->EpochUnixMs();
+}
 
 ShardId ShardOfId(const BucketDirectory& directory, std::int64_t id) {
   if (id < 0) {
@@ -74,8 +77,8 @@ BucketedIdParts DecodeBucketedId(std::int64_t id, std::int64_t epoch_unix_ms) {
 
 std::int64_t ComposeBucketedId(const BucketedIdParts& parts, std::int64_t epoch_unix_ms) {
   const std::int64_t ms = parts.unix_ms - epoch_unix_ms;
-  const std::string what = fmt::format("{{unix_ms {}, bucket {}, worker {}, sequence {}}}", parts.unix_ms,
-                                       parts.bucket, parts.worker_id, parts.sequence);
+  const std::string what = fmt::format("{{unix_ms {}, bucket {}, worker {}, sequence {}}}", parts.unix_ms, parts.bucket,
+                                       parts.worker_id, parts.sequence);
   if (ms < 0 || ms > detail::TickSequencer::kMaxMs) {
     throw IdFormatError(what, fmt::format("bucketed ID {}: the time is outside the 41-bit range from the epoch {}",
                                           what, FormatUnixMsUtc(epoch_unix_ms)));

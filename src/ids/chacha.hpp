@@ -36,14 +36,24 @@ inline std::array<std::uint32_t, 16> ChaChaBlock(const ChaChaBlockState& input) 
   std::array<std::uint32_t, 16> x = input;
   auto rotl = [](std::uint32_t v, int n) { return (v << n) | (v >> (32 - n)); };
   auto quarter = [&](int a, int b, int c, int d) {
-    x[a] += x[b]; x[d] = rotl(x[d] ^ x[a], 16);
-    x[c] += x[d]; x[b] = rotl(x[b] ^ x[c], 12);
-    x[a] += x[b]; x[d] = rotl(x[d] ^ x[a], 8);
-    x[c] += x[d]; x[b] = rotl(x[b] ^ x[c], 7);
+    x[a] += x[b];
+    x[d] = rotl(x[d] ^ x[a], 16);
+    x[c] += x[d];
+    x[b] = rotl(x[b] ^ x[c], 12);
+    x[a] += x[b];
+    x[d] = rotl(x[d] ^ x[a], 8);
+    x[c] += x[d];
+    x[b] = rotl(x[b] ^ x[c], 7);
   };
   for (int round = 0; round < kRounds / 2; ++round) {
-    quarter(0, 4, 8, 12); quarter(1, 5, 9, 13); quarter(2, 6, 10, 14); quarter(3, 7, 11, 15);
-    quarter(0, 5, 10, 15); quarter(1, 6, 11, 12); quarter(2, 7, 8, 13); quarter(3, 4, 9, 14);
+    quarter(0, 4, 8, 12);
+    quarter(1, 5, 9, 13);
+    quarter(2, 6, 10, 14);
+    quarter(3, 7, 11, 15);
+    quarter(0, 5, 10, 15);
+    quarter(1, 6, 11, 12);
+    quarter(2, 7, 8, 13);
+    quarter(3, 4, 9, 14);
   }
   for (std::size_t i = 0; i < 16; ++i) x[i] += input[i];
   return x;
@@ -78,20 +88,34 @@ __attribute__((always_inline)) inline void ChaChaLanes(const ChaChaBlockState& i
   }
   for (std::size_t i = 0; i < 16; ++i) x[i] = start[i];
 #define SHARDKIT_ROTL(v, n) (((v) << (n)) | ((v) >> (32 - (n))))
-#define SHARDKIT_ROTL_BYTES(v, n, mask)                                                         \
-  if constexpr (kByteShuffle) {                                                                 \
-    v = reinterpret_cast<V>(__builtin_shuffle(reinterpret_cast<ChaChaBytes32>(v), mask));        \
-  } else {                                                                                      \
-    v = SHARDKIT_ROTL(v, n);                                                                    \
+#define SHARDKIT_ROTL_BYTES(v, n, mask)                                                   \
+  if constexpr (kByteShuffle) {                                                           \
+    v = reinterpret_cast<V>(__builtin_shuffle(reinterpret_cast<ChaChaBytes32>(v), mask)); \
+  } else {                                                                                \
+    v = SHARDKIT_ROTL(v, n);                                                              \
   }
-#define SHARDKIT_QR(a, b, c, d)                                                          \
-  x[a] += x[b]; x[d] ^= x[a]; SHARDKIT_ROTL_BYTES(x[d], 16, kChaChaRotate16)              \
-  x[c] += x[d]; x[b] ^= x[c]; x[b] = SHARDKIT_ROTL(x[b], 12);                             \
-  x[a] += x[b]; x[d] ^= x[a]; SHARDKIT_ROTL_BYTES(x[d], 8, kChaChaRotate8)                \
-  x[c] += x[d]; x[b] ^= x[c]; x[b] = SHARDKIT_ROTL(x[b], 7)
+#define SHARDKIT_QR(a, b, c, d)                  \
+  x[a] += x[b];                                  \
+  x[d] ^= x[a];                                  \
+  SHARDKIT_ROTL_BYTES(x[d], 16, kChaChaRotate16) \
+  x[c] += x[d];                                  \
+  x[b] ^= x[c];                                  \
+  x[b] = SHARDKIT_ROTL(x[b], 12);                \
+  x[a] += x[b];                                  \
+  x[d] ^= x[a];                                  \
+  SHARDKIT_ROTL_BYTES(x[d], 8, kChaChaRotate8)   \
+  x[c] += x[d];                                  \
+  x[b] ^= x[c];                                  \
+  x[b] = SHARDKIT_ROTL(x[b], 7)
   for (int round = 0; round < kRounds / 2; ++round) {
-    SHARDKIT_QR(0, 4, 8, 12); SHARDKIT_QR(1, 5, 9, 13); SHARDKIT_QR(2, 6, 10, 14); SHARDKIT_QR(3, 7, 11, 15);
-    SHARDKIT_QR(0, 5, 10, 15); SHARDKIT_QR(1, 6, 11, 12); SHARDKIT_QR(2, 7, 8, 13); SHARDKIT_QR(3, 4, 9, 14);
+    SHARDKIT_QR(0, 4, 8, 12);
+    SHARDKIT_QR(1, 5, 9, 13);
+    SHARDKIT_QR(2, 6, 10, 14);
+    SHARDKIT_QR(3, 7, 11, 15);
+    SHARDKIT_QR(0, 5, 10, 15);
+    SHARDKIT_QR(1, 6, 11, 12);
+    SHARDKIT_QR(2, 7, 8, 13);
+    SHARDKIT_QR(3, 4, 9, 14);
   }
 #undef SHARDKIT_QR
 #undef SHARDKIT_ROTL_BYTES
@@ -158,7 +182,10 @@ class ChaChaRng {
 
   void Rekey() {
     // "expand 32-byte k"
-    state_[0] = 0x61707865U; state_[1] = 0x3320646eU; state_[2] = 0x79622d32U; state_[3] = 0x6b206574U;
+    state_[0] = 0x61707865U;
+    state_[1] = 0x3320646eU;
+    state_[2] = 0x79622d32U;
+    state_[3] = 0x6b206574U;
     std::uint32_t seed[10];  // 8 key words + 2 nonce words
     GetRandomBytes(seed, sizeof seed);
     for (std::size_t i = 0; i < 8; ++i) state_[4 + i] = seed[i];

@@ -52,7 +52,7 @@ inline bool KernelClockIsTsc() {
 
 class CycleClock {
  public:
-  static constexpr std::int64_t kResyncNanos = 100'000;     // re-read the kernel clock this often
+  static constexpr std::int64_t kResyncNanos = 100'000;         // re-read the kernel clock this often
   static constexpr std::int64_t kMinBaselineNanos = 1'000'000;  // before this, no interpolation
   static constexpr std::int64_t kMaxBaselineNanos = 10'000'000'000;
 

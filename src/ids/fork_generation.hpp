@@ -15,7 +15,9 @@ namespace shardkit::detail {
 
 inline std::atomic<std::uint64_t> fork_generation_counter{0};
 
-inline void OnForkChild() noexcept { fork_generation_counter.fetch_add(1, std::memory_order_relaxed); }
+inline void OnForkChild() noexcept {
+  fork_generation_counter.fetch_add(1, std::memory_order_relaxed);
+}
 
 // Registers the atfork handler once per process (first caller) and returns
 // the current generation.

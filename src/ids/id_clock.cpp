@@ -14,7 +14,9 @@
 
 namespace shardkit {
 
-std::int64_t SystemIdClock::NowUnixNanos() noexcept { return detail::RealtimeNanos(); }
+std::int64_t SystemIdClock::NowUnixNanos() noexcept {
+  return detail::RealtimeNanos();
+}
 
 void SystemIdClock::WaitUntil(std::int64_t unix_nanos) {
   // Sleep while the target is far away, then spin: a saturated Snowflake

@@ -57,9 +57,7 @@ struct LeaseConnection {
 // A steady-clock deadline readable from any thread without a lock.
 class AtomicDeadline {
  public:
-  void Set(LeaseClock::time_point t) noexcept {
-    ticks_.store(t.time_since_epoch().count(), std::memory_order_seq_cst);
-  }
+  void Set(LeaseClock::time_point t) noexcept { ticks_.store(t.time_since_epoch().count(), std::memory_order_seq_cst); }
   [[nodiscard]] LeaseClock::time_point Get() const noexcept {
     return LeaseClock::time_point(LeaseClock::duration(ticks_.load(std::memory_order_seq_cst)));
   }

@@ -37,12 +37,13 @@ SnowflakeGenerator::~SnowflakeGenerator() = default;
 std::int64_t SnowflakeGenerator::Next() {
   const std::uint64_t tick = sequencer_->Next();  // ms << 12 | sequence
   const std::uint64_t ms = tick >> kSequenceBits;
-  return static_cast<std::int64_t>((ms << kTimestampShift) |
-                                   (static_cast<std::uint64_t>(worker_id_) << kWorkerShift) |
+  return static_cast<std::int64_t>((ms << kTimestampShift) | (static_cast<std::uint64_t>(worker_id_) << kWorkerShift) |
                                    (tick & kSequenceMask));
 }
 
-std::int64_t SnowflakeGenerator::EpochUnixMs() const noexcept { return sequencer_->EpochUnixMs(); }
+std::int64_t SnowflakeGenerator::EpochUnixMs() const noexcept {
+  return sequencer_->EpochUnixMs();
+}
 
 SnowflakeParts DecodeSnowflake(std::int64_t id, std::int64_t epoch_unix_ms) {
   if (id < 0) {
@@ -59,11 +60,11 @@ SnowflakeParts DecodeSnowflake(std::int64_t id, std::int64_t epoch_unix_ms) {
 
 std::int64_t ComposeSnowflake(const SnowflakeParts& parts, std::int64_t epoch_unix_ms) {
   const std::int64_t ms = parts.unix_ms - epoch_unix_ms;
-  const std::string what = fmt::format("{{unix_ms {}, worker {}, sequence {}}}", parts.unix_ms, parts.worker_id,
-                                       parts.sequence);
+  const std::string what =
+      fmt::format("{{unix_ms {}, worker {}, sequence {}}}", parts.unix_ms, parts.worker_id, parts.sequence);
   if (ms < 0 || ms > detail::TickSequencer::kMaxMs) {
-    throw IdFormatError(what, fmt::format("Snowflake {}: the time is outside the 41-bit range from the epoch {}",
-                                          what, FormatUnixMsUtc(epoch_unix_ms)));
+    throw IdFormatError(what, fmt::format("Snowflake {}: the time is outside the 41-bit range from the epoch {}", what,
+                                          FormatUnixMsUtc(epoch_unix_ms)));
   }
   if (parts.worker_id < 0 || parts.worker_id > SnowflakeGenerator::kMaxWorkerId) {
     throw IdFormatError(what, fmt::format("Snowflake {}: worker id must be 0..1023", what));

@@ -58,10 +58,10 @@ class TickSequencer {
     }
     if (lease_) {
       if (!lease_->Attach()) {
-        throw IdGeneratorError(fmt::format(
-            "{} generator: the lease of worker id {} already feeds another generator; two generators with "
-            "one worker id would issue duplicates: share that generator instead",
-            kind_, worker_id));
+        throw IdGeneratorError(
+            fmt::format("{} generator: the lease of worker id {} already feeds another generator; two generators with "
+                        "one worker id would issue duplicates: share that generator instead",
+                        kind_, worker_id));
       }
       // Never issue in a millisecond an earlier holder (or an earlier
       // generator on this lease) may have used.

@@ -97,7 +97,9 @@ Uuid Uuid::Parse(std::string_view text) {
   throw IdFormatError(std::string(text), "invalid UUID " + why);
 }
 
-std::optional<Uuid> Uuid::TryParse(std::string_view text) noexcept { return ParseUuid(text, nullptr); }
+std::optional<Uuid> Uuid::TryParse(std::string_view text) noexcept {
+  return ParseUuid(text, nullptr);
+}
 
 // Two lowercase hex digits for every byte value: one lookup per byte.
 constexpr std::array<std::array<char, 2>, 256> kHexPairs = [] {
@@ -183,8 +185,7 @@ struct Uuidv7State {
 
 }  // namespace detail
 
-Uuidv7Generator::Uuidv7Generator(std::shared_ptr<IdClock> clock)
-    : state_(std::make_unique<detail::Uuidv7State>()) {
+Uuidv7Generator::Uuidv7Generator(std::shared_ptr<IdClock> clock) : state_(std::make_unique<detail::Uuidv7State>()) {
   state_->clock = std::move(clock);
 }
 

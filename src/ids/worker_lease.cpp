@@ -19,9 +19,9 @@ void Validate(const WorkerLeaseOptions& o) {
   if (o.id_space.empty()) throw ConfigError("worker_lease.id_space", "must not be empty");
   if (o.table.empty()) throw ConfigError("worker_lease.table", "must not be empty");
   if (o.worker_count < 1 || o.worker_count > 1024) {
-    throw ConfigError("worker_lease.worker_count",
-                      fmt::format("{} is outside 1..1024 (1024 for Snowflake IDs, 256 for bucketed IDs)",
-                                  o.worker_count));
+    throw ConfigError(
+        "worker_lease.worker_count",
+        fmt::format("{} is outside 1..1024 (1024 for Snowflake IDs, 256 for bucketed IDs)", o.worker_count));
   }
   detail::ValidateLeaseTimings({o.lease_duration, o.safety_margin, o.renew_interval}, "worker_lease");
 }
@@ -71,9 +71,10 @@ void WorkerLease::Connect() {
     connection_ = std::make_unique<detail::LeaseConnection>(detail::ConnectForLeases(dsn_, options_.safety_margin));
   } catch (const std::exception& e) {
     connection_.reset();
-    throw IdGeneratorError(fmt::format("worker-id lease: cannot connect to {} ({}); no worker id can be claimed or "
-                                       "renewed until it is reachable",
-                                       RedactDsn(dsn_), RedactDsn(e.what())));
+    throw IdGeneratorError(
+        fmt::format("worker-id lease: cannot connect to {} ({}); no worker id can be claimed or "
+                    "renewed until it is reachable",
+                    RedactDsn(dsn_), RedactDsn(e.what())));
   }
 }
 
@@ -106,8 +107,8 @@ UPDATE {0} AS w
   FROM candidate
  WHERE w.id_space = $1 AND w.worker_id = candidate.worker_id
 RETURNING w.worker_id, w.claim_version, ceil(extract(epoch FROM candidate.previous_until) * 1000)::bigint)",
-                                                      table),
-                                          space, count, options_.owner, duration_ms);
+                                                    table),
+                                        space, count, options_.owner, duration_ms);
       if (row.empty()) {
         // An id never used in this space. A concurrent claimant inserting the
         // same id makes ON CONFLICT skip it: try again.
@@ -120,15 +121,15 @@ SELECT $1, g, $3, clock_timestamp() + make_interval(secs => $4::double precision
  LIMIT 1
 ON CONFLICT DO NOTHING
 RETURNING worker_id, claim_version, 0::bigint)",
-                                             table),
+                                         table),
                              space, count, options_.owner, duration_ms);
       }
       if (row.empty()) {
-        const pqxx::result held = tx.exec_params(
-            fmt::format("SELECT count(*) FROM {} WHERE id_space = $1 AND worker_id < $2::integer "
-                        "AND owner IS NOT NULL AND lease_until >= clock_timestamp()",
-                        table),
-            space, count);
+        const pqxx::result held =
+            tx.exec_params(fmt::format("SELECT count(*) FROM {} WHERE id_space = $1 AND worker_id < $2::integer "
+                                       "AND owner IS NOT NULL AND lease_until >= clock_timestamp()",
+                                       table),
+                           space, count);
         tx.commit();
         if (held[0][0].as<long long>() >= count) {
           throw IdGeneratorError(fmt::format(
@@ -144,7 +145,8 @@ RETURNING worker_id, claim_version, 0::bigint)",
       floor_unix_ms_ = row[0][2].as<std::int64_t>();
       lost_.store(false, std::memory_order_release);
       released_.store(false, std::memory_order_release);
-      SetDeadline(detail::LocalLeaseDeadline(sent, {options_.lease_duration, options_.safety_margin, options_.renew_interval}));
+      SetDeadline(
+          detail::LocalLeaseDeadline(sent, {options_.lease_duration, options_.safety_margin, options_.renew_interval}));
       return;
     } catch (const IdGeneratorError&) {
       throw;
@@ -153,17 +155,19 @@ RETURNING worker_id, claim_version, 0::bigint)",
       throw IdGeneratorError(fmt::format("worker-id lease: lost the connection to {} while claiming ({})",
                                          RedactDsn(dsn_), RedactDsn(e.what())));
     } catch (const pqxx::undefined_table& e) {
-      throw IdGeneratorError(fmt::format("worker-id lease: table {} does not exist at {}; it belongs "
-                                         "in the catalog: shardctl migrate creates it (sql/004_worker_ids.sql) ({})",
-                                         options_.table, RedactDsn(dsn_), e.what()));
+      throw IdGeneratorError(
+          fmt::format("worker-id lease: table {} does not exist at {}; it belongs "
+                      "in the catalog: shardctl migrate creates it (sql/004_worker_ids.sql) ({})",
+                      options_.table, RedactDsn(dsn_), e.what()));
     } catch (const pqxx::failure& e) {
       throw IdGeneratorError(fmt::format("worker-id lease: claiming from table {} at {} failed: {}", options_.table,
                                          RedactDsn(dsn_), e.what()));
     }
   }
-  throw IdGeneratorError(fmt::format("worker-id lease: gave up claiming a worker id of id space '{}' after 16 races "
-                                     "with concurrent claimants; try again",
-                                     space));
+  throw IdGeneratorError(
+      fmt::format("worker-id lease: gave up claiming a worker id of id space '{}' after 16 races "
+                  "with concurrent claimants; try again",
+                  space));
 }
 
 void WorkerLease::Renew() {
@@ -191,11 +195,13 @@ void WorkerLease::Renew() {
     if (row.empty()) {
       MarkLost();
       last_error_ = "lost: another process claimed the id";
-      throw IdGeneratorError(fmt::format("worker-id lease: {} was taken over by another process after it expired; "
-                                         "IDs are no longer issued with it. Claim a new lease",
-                                         Describe()));
+      throw IdGeneratorError(
+          fmt::format("worker-id lease: {} was taken over by another process after it expired; "
+                      "IDs are no longer issued with it. Claim a new lease",
+                      Describe()));
     }
-    SetDeadline(detail::LocalLeaseDeadline(sent, {options_.lease_duration, options_.safety_margin, options_.renew_interval}));
+    SetDeadline(
+        detail::LocalLeaseDeadline(sent, {options_.lease_duration, options_.safety_margin, options_.renew_interval}));
     last_error_.reset();
   } catch (const IdGeneratorError& e) {
     last_error_ = e.what();
@@ -203,9 +209,10 @@ void WorkerLease::Renew() {
   } catch (const std::exception& e) {
     if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) connection_.reset();
     last_error_ = RedactDsn(e.what());
-    throw IdGeneratorError(fmt::format("worker-id lease: renewing {} failed ({}); it stays valid until its deadline, "
-                                       "then generators stop issuing IDs",
-                                       Describe(), *last_error_));
+    throw IdGeneratorError(
+        fmt::format("worker-id lease: renewing {} failed ({}); it stays valid until its deadline, "
+                    "then generators stop issuing IDs",
+                    Describe(), *last_error_));
   }
 }
 
@@ -229,9 +236,10 @@ void WorkerLease::Release() {
     tx.commit();
   } catch (const std::exception& e) {
     if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) connection_.reset();
-    throw IdGeneratorError(fmt::format("worker-id lease: releasing {} failed ({}); no ID is issued with it any more "
-                                       "and the id expires by itself at the end of its lease",
-                                       Describe(), RedactDsn(e.what())));
+    throw IdGeneratorError(
+        fmt::format("worker-id lease: releasing {} failed ({}); no ID is issued with it any more "
+                    "and the id expires by itself at the end of its lease",
+                    Describe(), RedactDsn(e.what())));
   }
 }
 
@@ -245,7 +253,9 @@ bool WorkerLease::Attach() noexcept {
   return attached_.compare_exchange_strong(expected, true, std::memory_order_acq_rel);
 }
 
-void WorkerLease::Detach() noexcept { attached_.store(false, std::memory_order_release); }
+void WorkerLease::Detach() noexcept {
+  attached_.store(false, std::memory_order_release);
+}
 
 void WorkerLease::NoteIssued(std::int64_t unix_ms) noexcept {
   std::int64_t seen = issued_until_ms_.load(std::memory_order_relaxed);

@@ -78,8 +78,8 @@ void PipelinedStatement::Send() {
   for (int i = 0; i < count_; ++i) {
     const auto* values = i == main_ ? request.values : nullptr;
     const int n = values == nullptr ? 0 : static_cast<int>(values->size());
-    if (PQsendQueryParams(conn_, steps_[i]->c_str(), n, nullptr, n == 0 ? nullptr : values->data(), nullptr,
-                          nullptr, 0) != 1) {
+    if (PQsendQueryParams(conn_, steps_[i]->c_str(), n, nullptr, n == 0 ? nullptr : values->data(), nullptr, nullptr,
+                          0) != 1) {
       throw pqxx::broken_connection(ConnectionMessage(conn_));
     }
   }

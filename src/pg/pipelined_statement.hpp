@@ -117,7 +117,7 @@ class PipelinedStatement {
   std::string timeout_;
   std::vector<const std::string*> steps_;
   int count_ = 0;
-  int main_ = 0;     // the statement's step (it takes the parameters)
+  int main_ = 0;      // the statement's step (it takes the parameters)
   int returned_ = 0;  // the step whose rows are returned: main_, or the last of `then`
   int step_ = 0;
   Expect expect_ = Expect::kResult;

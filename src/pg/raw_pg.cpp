@@ -12,7 +12,9 @@
 namespace shardkit::detail {
 namespace {
 
-std::string Trimmed(const char* text) { return FirstLine(text == nullptr ? "" : text); }
+std::string Trimmed(const char* text) {
+  return FirstLine(text == nullptr ? "" : text);
+}
 
 struct ResultDeleter {
   void operator()(PGresult* r) const noexcept { PQclear(r); }
@@ -42,7 +44,9 @@ RawConnection::~RawConnection() {
   if (conn_ != nullptr) PQfinish(conn_);
 }
 
-bool RawConnection::Alive() const noexcept { return conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK; }
+bool RawConnection::Alive() const noexcept {
+  return conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK;
+}
 
 void RawConnection::Fail(const std::string& doing, PGresult* result) {
   std::string state;
@@ -63,7 +67,8 @@ RawConnection::Rows RawConnection::Exec(const std::string& sql, std::optional<st
     // Wait for the answer ourselves, so that we can cancel at the deadline.
     const auto deadline = std::chrono::steady_clock::now() + *timeout;
     while (PQisBusy(conn_) != 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0 && !timed_out) {
         timed_out = true;
         if (PGcancel* cancel = PQgetCancel(conn_)) {

@@ -6,9 +6,9 @@
 
 #include <cctype>
 #include <memory>
-#include <vector>
 #include <pqxx/except>
 #include <pqxx/nontransaction>
+#include <vector>
 
 #include "shardkit/errors.hpp"
 
@@ -78,7 +78,9 @@ std::vector<PinnedSetting> PinnedSettings(const SessionChoices& choices) {
   };
 }
 
-bool SameSettingValue(std::string_view a, std::string_view b) { return Normalized(a) == Normalized(b); }
+bool SameSettingValue(std::string_view a, std::string_view b) {
+  return Normalized(a) == Normalized(b);
+}
 
 std::string SessionFacts::Setting(std::string_view name) const {
   for (const auto& [n, v] : settings) {
@@ -102,7 +104,7 @@ std::string WithSessionSettings(std::string_view dsn, const SessionChoices& choi
   // PQconninfoParse reads both forms (key=value and URI) exactly as libpq
   // will, and keeps only what the string sets: no defaults slip in.
   std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> parsed(PQconninfoParse(text.c_str(), &error),
-                                                                       &PQconninfoFree);
+                                                                      &PQconninfoFree);
   if (!parsed) {
     // Never echo libpq's message: it may quote part of a password.
     PQfreemem(error);
@@ -149,18 +151,17 @@ SessionFacts ReadSessionFacts(pqxx::connection_base& connection, ShardId shard) 
     const std::string provider =
         has_provider ? "CASE d.datlocprovider WHEN 'c' THEN 'libc' WHEN 'i' THEN 'icu' ELSE d.datlocprovider::text END"
                      : "'libc'";
-    const std::string icu_locale =
-        facts.server_version >= 170000 ? "coalesce(d.datlocale, '')"
-        : has_provider                 ? "coalesce(d.daticulocale, '')"
-                                       : "''";
+    const std::string icu_locale = facts.server_version >= 170000 ? "coalesce(d.datlocale, '')"
+                                   : has_provider                 ? "coalesce(d.daticulocale, '')"
+                                                                  : "''";
     static const std::vector<std::string> names = PinnedNames();
     std::string settings;
     for (const auto& name : names) settings += fmt::format(", current_setting('{}')", name);
     pqxx::nontransaction tx{connection};
-    const pqxx::result r = tx.exec(fmt::format(
-        "SELECT d.datcollate, d.datctype, {}, {}, current_setting('server_encoding'){} "
-        "FROM pg_database d WHERE d.datname = current_database()",
-        provider, icu_locale, settings));
+    const pqxx::result r =
+        tx.exec(fmt::format("SELECT d.datcollate, d.datctype, {}, {}, current_setting('server_encoding'){} "
+                            "FROM pg_database d WHERE d.datname = current_database()",
+                            provider, icu_locale, settings));
     if (r.size() != 1) {
       throw ShardQueryError(shard, fmt::format("shard {}: its database is missing from pg_database", shard));
     }
@@ -180,8 +181,8 @@ SessionFacts ReadSessionFacts(pqxx::connection_base& connection, ShardId shard) 
                                               "session settings: {}",
                                               shard, e.what()));
   } catch (const std::exception& e) {
-    throw ShardQueryError(shard, fmt::format("shard {}: cannot read its collation and session settings: {}", shard,
-                                             e.what()));
+    throw ShardQueryError(shard,
+                          fmt::format("shard {}: cannot read its collation and session settings: {}", shard, e.what()));
   }
 }
 

@@ -182,8 +182,8 @@ void OnHangup(void* context) noexcept {
 std::vector<PinnedSetting> ReportedPins(const SessionChoices& choices) {
   std::vector<PinnedSetting> out;
   for (auto& s : PinnedSettings(choices)) {
-    for (const char* reported : {"DateStyle", "IntervalStyle", "TimeZone", "standard_conforming_strings",
-                                 "client_encoding"}) {
+    for (const char* reported :
+         {"DateStyle", "IntervalStyle", "TimeZone", "standard_conforming_strings", "client_encoding"}) {
       if (s.name == reported) out.push_back(std::move(s));
     }
   }
@@ -218,8 +218,7 @@ PoolSlot* PoolCore::TakeIdle() noexcept {
     PoolSlot& slot = slots_[i];
     if (slot.state.load(std::memory_order_relaxed) != kIdle) continue;
     int expected = kIdle;
-    if (!slot.state.compare_exchange_strong(expected, kBusy, std::memory_order_acquire,
-                                            std::memory_order_relaxed)) {
+    if (!slot.state.compare_exchange_strong(expected, kBusy, std::memory_order_acquire, std::memory_order_relaxed)) {
       continue;
     }
     const PooledConnection& c = *slot.connection;
@@ -446,8 +445,9 @@ PoolSlot* PoolCore::Connect(PoolSlot& slot, Clock::time_point started, Clock::ti
       throw ShardUnavailable(shard, fmt::format("shard {}: the pool was destroyed while connecting", shard));
     }
     if (timed_out && deadline_is_callers) {
-      ThrowTimeout(Clock::now() - started, "connecting did not finish before the deadline (the server did not "
-                                           "answer in time)");
+      ThrowTimeout(Clock::now() - started,
+                   "connecting did not finish before the deadline (the server did not "
+                   "answer in time)");
     }
     if (timed_out) {
       throw ShardUnavailable(shard, fmt::format("shard {} ({}) is unreachable: no answer within "
@@ -570,7 +570,9 @@ ConnectionPool::ConnectionPool(ShardId shard, std::string dsn, PoolOptions optio
   core_ = new PoolCore(shard, dsn, options);
 }
 
-ConnectionPool::~ConnectionPool() { core_->Shutdown(); }
+ConnectionPool::~ConnectionPool() {
+  core_->Shutdown();
+}
 
 ConnectionPool::Lease ConnectionPool::Acquire(Clock::time_point deadline) {
   if (PoolSlot* slot = core_->TakeIdle()) {
@@ -581,7 +583,9 @@ ConnectionPool::Lease ConnectionPool::Acquire(Clock::time_point deadline) {
   return Lease(slot, fresh);
 }
 
-ConnectionPool::Lease ConnectionPool::Acquire() { return Acquire(Clock::now() + core_->options.acquire_timeout); }
+ConnectionPool::Lease ConnectionPool::Acquire() {
+  return Acquire(Clock::now() + core_->options.acquire_timeout);
+}
 
 std::optional<ConnectionPool::Lease> ConnectionPool::TryAcquire() {
   auto [slot, fresh] = core_->AcquireSlow(Clock::now(), /*may_wait=*/false);
@@ -596,16 +600,30 @@ std::optional<ConnectionPool::Lease> ConnectionPool::TryAcquireIdle() noexcept {
   return Lease(slot, false);
 }
 
-PoolStats ConnectionPool::Stats() const { return core_->Stats(); }
-ShardId ConnectionPool::Shard() const noexcept { return core_->shard; }
-const std::string& ConnectionPool::RedactedDsn() const noexcept { return core_->redacted_dsn; }
-const PoolOptions& ConnectionPool::Options() const noexcept { return core_->options; }
-std::shared_ptr<const SessionFacts> ConnectionPool::Facts() const { return core_->Facts(); }
-void ConnectionPool::CloseIdle() { core_->CloseIdle(); }
+PoolStats ConnectionPool::Stats() const {
+  return core_->Stats();
+}
+ShardId ConnectionPool::Shard() const noexcept {
+  return core_->shard;
+}
+const std::string& ConnectionPool::RedactedDsn() const noexcept {
+  return core_->redacted_dsn;
+}
+const PoolOptions& ConnectionPool::Options() const noexcept {
+  return core_->options;
+}
+std::shared_ptr<const SessionFacts> ConnectionPool::Facts() const {
+  return core_->Facts();
+}
+void ConnectionPool::CloseIdle() {
+  core_->CloseIdle();
+}
 
 // ---- CancelHandle ----
 
-ConnectionPool::CancelHandle::~CancelHandle() { PQfreeCancel(handle_); }
+ConnectionPool::CancelHandle::~CancelHandle() {
+  PQfreeCancel(handle_);
+}
 
 bool ConnectionPool::CancelHandle::Send(std::string* error) const noexcept {
   char buffer[256] = {};
@@ -622,9 +640,7 @@ bool ConnectionPool::CancelHandle::Send(std::string* error) const noexcept {
 // ---- Lease ----
 
 ConnectionPool::Lease::Lease(Lease&& other) noexcept
-    : slot_(std::exchange(other.slot_, nullptr)),
-      fresh_(other.fresh_),
-      discard_(other.discard_) {}
+    : slot_(std::exchange(other.slot_, nullptr)), fresh_(other.fresh_), discard_(other.discard_) {}
 
 ConnectionPool::Lease& ConnectionPool::Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
@@ -652,6 +668,8 @@ std::shared_ptr<const ConnectionPool::CancelHandle> ConnectionPool::Lease::Cance
   return slot_->connection->cancel;
 }
 
-ShardId ConnectionPool::Lease::Shard() const noexcept { return slot_ != nullptr ? slot_->core->shard : ShardId{-1}; }
+ShardId ConnectionPool::Lease::Shard() const noexcept {
+  return slot_ != nullptr ? slot_->core->shard : ShardId{-1};
+}
 
 }  // namespace shardkit

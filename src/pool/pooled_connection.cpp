@@ -22,8 +22,9 @@ HandleTrackingConnect::handle HandleTrackingConnect::do_startconnect(handle orig
   if (orig != nullptr) return orig;
   handle h = std::exchange(preconnected, nullptr);
   if (h == nullptr) {
-    throw pqxx::broken_connection("this pooled connection is closed; the pool opens new connections, it never "
-                                  "reconnects one");
+    throw pqxx::broken_connection(
+        "this pooled connection is closed; the pool opens new connections, it never "
+        "reconnects one");
   }
   if (slot_ != nullptr) *slot_ = h;
   return h;
@@ -56,9 +57,9 @@ PooledConnection::PooledConnection(UniquePGconn open) {
   }
   constructing_slot = nullptr;
   if (preconnected != nullptr) PQfinish(std::exchange(preconnected, nullptr));  // not taken: cannot happen
-  // The pool, not libpqxx, decides what happens to a broken connection: no
-  // silent reconnect. Deprecated in libpqxx 6.4 only because 7.x drops
-  // reactivation altogether.
+    // The pool, not libpqxx, decides what happens to a broken connection: no
+    // silent reconnect. Deprecated in libpqxx 6.4 only because 7.x drops
+    // reactivation altogether.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   connection->inhibit_reactivation(true);

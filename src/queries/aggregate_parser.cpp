@@ -16,16 +16,16 @@ enum class AggregateClass { kMergeable, kHolistic, kOrderedList, kStatistic, kBo
 AggregateClass Classify(std::string_view name) {
   static const std::set<std::string_view> kMergeable = {"count", "sum", "min", "max", "avg"};
   static const std::set<std::string_view> kHolistic = {"median", "percentile_cont", "percentile_disc", "mode",
-                                                       "rank", "dense_rank", "percent_rank", "cume_dist"};
+                                                       "rank",   "dense_rank",      "percent_rank",    "cume_dist"};
   static const std::set<std::string_view> kOrderedList = {
-      "string_agg", "array_agg", "json_agg", "jsonb_agg", "json_object_agg", "jsonb_object_agg",
-      "xmlagg", "json_agg_strict", "jsonb_agg_strict", "json_arrayagg", "json_objectagg", "range_agg"};
+      "string_agg", "array_agg",       "json_agg",         "jsonb_agg",     "json_object_agg", "jsonb_object_agg",
+      "xmlagg",     "json_agg_strict", "jsonb_agg_strict", "json_arrayagg", "json_objectagg",  "range_agg"};
   static const std::set<std::string_view> kStatistic = {
-      "stddev", "stddev_pop", "stddev_samp", "variance", "var_pop", "var_samp", "covar_pop",
-      "covar_samp", "corr", "regr_avgx", "regr_avgy", "regr_count", "regr_intercept", "regr_r2",
-      "regr_slope", "regr_sxx", "regr_sxy", "regr_syy"};
-  static const std::set<std::string_view> kBoolOrBit = {"bool_and", "bool_or", "every", "bit_and",
-                                                        "bit_or", "bit_xor", "range_intersect_agg"};
+      "stddev",         "stddev_pop", "stddev_samp", "variance",  "var_pop",   "var_samp",
+      "covar_pop",      "covar_samp", "corr",        "regr_avgx", "regr_avgy", "regr_count",
+      "regr_intercept", "regr_r2",    "regr_slope",  "regr_sxx",  "regr_sxy",  "regr_syy"};
+  static const std::set<std::string_view> kBoolOrBit = {
+      "bool_and", "bool_or", "every", "bit_and", "bit_or", "bit_xor", "range_intersect_agg"};
   if (kMergeable.contains(name)) return AggregateClass::kMergeable;
   if (kHolistic.contains(name)) return AggregateClass::kHolistic;
   if (kOrderedList.contains(name)) return AggregateClass::kOrderedList;
@@ -36,33 +36,54 @@ AggregateClass Classify(std::string_view name) {
 
 std::string HolisticMessage(const std::string& call, const std::string& name) {
   if (name == "median") {
-    return call + " cannot be merged from per-shard partials: the median of the shards' medians is not "
-                  "the median of all rows. Fetch the values (or per-value counts: GROUP BY the value with "
-                  "count(*)) and compute it in one place, or use an approximate quantile sketch.";
+    return call +
+           " cannot be merged from per-shard partials: the median of the shards' medians is not "
+           "the median of all rows. Fetch the values (or per-value counts: GROUP BY the value with "
+           "count(*)) and compute it in one place, or use an approximate quantile sketch.";
   }
   if (name == "mode") {
-    return call + " cannot be merged from per-shard partials: the most common value on each shard need "
-                  "not be the most common overall. Merge per-value counts instead (GROUP BY the value with "
-                  "count(*)) and ORDER BY that count DESC LIMIT 1 after the merge.";
+    return call +
+           " cannot be merged from per-shard partials: the most common value on each shard need "
+           "not be the most common overall. Merge per-value counts instead (GROUP BY the value with "
+           "count(*)) and ORDER BY that count DESC LIMIT 1 after the merge.";
   }
   if (name == "percentile_cont" || name == "percentile_disc") {
-    return call + " cannot be merged from per-shard partials: no combination of per-shard percentiles "
-                  "gives the percentile of all rows. Fetch per-value counts (GROUP BY the value with "
-                  "count(*)) and compute it after the merge, or use an approximate quantile sketch.";
+    return call +
+           " cannot be merged from per-shard partials: no combination of per-shard percentiles "
+           "gives the percentile of all rows. Fetch per-value counts (GROUP BY the value with "
+           "count(*)) and compute it after the merge, or use an approximate quantile sketch.";
   }
-  return call + " cannot be merged from per-shard partials: a row's rank depends on the rows of every "
-                "shard. Fetch the rows and compute it in one place.";
+  return call +
+         " cannot be merged from per-shard partials: a row's rank depends on the rows of every "
+         "shard. Fetch the rows and compute it in one place.";
 }
 
 // Functions whose value is not the same on every shard for the same row:
 // random or sequence values, and facts about the server or session.
 bool IsVolatile(std::string_view name) {
-  static const std::set<std::string_view> kNames = {
-      "random", "random_normal", "setseed", "gen_random_uuid", "uuid_generate_v1", "uuid_generate_v1mc",
-      "uuid_generate_v4", "gen_random_bytes", "gen_salt", "nextval", "currval", "lastval", "setval",
-      "pg_backend_pid", "inet_server_addr", "inet_server_port", "txid_current", "txid_current_if_assigned",
-      "pg_current_xact_id", "pg_current_xact_id_if_assigned", "pg_current_wal_lsn", "pg_postmaster_start_time",
-      "pg_conf_load_time"};
+  static const std::set<std::string_view> kNames = {"random",
+                                                    "random_normal",
+                                                    "setseed",
+                                                    "gen_random_uuid",
+                                                    "uuid_generate_v1",
+                                                    "uuid_generate_v1mc",
+                                                    "uuid_generate_v4",
+                                                    "gen_random_bytes",
+                                                    "gen_salt",
+                                                    "nextval",
+                                                    "currval",
+                                                    "lastval",
+                                                    "setval",
+                                                    "pg_backend_pid",
+                                                    "inet_server_addr",
+                                                    "inet_server_port",
+                                                    "txid_current",
+                                                    "txid_current_if_assigned",
+                                                    "pg_current_xact_id",
+                                                    "pg_current_xact_id_if_assigned",
+                                                    "pg_current_wal_lsn",
+                                                    "pg_postmaster_start_time",
+                                                    "pg_conf_load_time"};
   return kNames.contains(name);
 }
 
@@ -73,8 +94,8 @@ bool IsClockFunction(std::string_view name) {
   return kNames.contains(name);
 }
 bool IsClockKeyword(std::string_view word) {
-  static const std::set<std::string_view> kWords = {"current_timestamp", "current_date", "current_time",
-                                                    "localtime", "localtimestamp"};
+  static const std::set<std::string_view> kWords = {"current_timestamp", "current_date", "current_time", "localtime",
+                                                    "localtimestamp"};
   return kWords.contains(word);
 }
 // 'now', 'today', 'tomorrow', 'yesterday' read as a date or time.
@@ -91,7 +112,9 @@ bool IsDateTimeTypeWord(std::string_view word) {
   return kWords.contains(word);
 }
 
-bool IsName(const Token& t) { return t.type == Token::Type::kIdent || t.type == Token::Type::kQuotedIdent; }
+bool IsName(const Token& t) {
+  return t.type == Token::Type::kIdent || t.type == Token::Type::kQuotedIdent;
+}
 
 // age(x) with one argument is age(current_date, x).
 bool IsOneArgumentCall(const std::vector<Token>& tokens, std::size_t open, std::size_t end) {
@@ -132,14 +155,15 @@ void RequireRowLocal(const std::vector<Token>& tokens, std::size_t begin, std::s
                      bool merged_text) {
   for (std::size_t i = begin; i < end; ++i) {
     const Token& t = tokens[i];
-    const bool opens_subquery = IsPunct(t, '(') && i + 1 < end &&
-                                (IsWord(tokens[i + 1], "values") || IsWord(tokens[i + 1], "table") ||
-                                 IsWord(tokens[i + 1], "with"));
+    const bool opens_subquery =
+        IsPunct(t, '(') && i + 1 < end &&
+        (IsWord(tokens[i + 1], "values") || IsWord(tokens[i + 1], "table") || IsWord(tokens[i + 1], "with"));
     if (IsWord(t, "select") || opens_subquery) {
       throw UnmergeableQuery(
-          subject + " contains a subquery: each shard runs it over its own rows only, so it can see other rows "
-                    "than one server would and the merged answer differs. Compute it first and pass the result "
-                    "as a parameter (e.g. x = ANY($1)), or join a co-located or reference table in the FROM clause.");
+          subject +
+          " contains a subquery: each shard runs it over its own rows only, so it can see other rows "
+          "than one server would and the merged answer differs. Compute it first and pass the result "
+          "as a parameter (e.g. x = ANY($1)), or join a co-located or reference table in the FROM clause.");
     }
     const bool call = t.type == Token::Type::kIdent && i + 1 < end && IsPunct(tokens[i + 1], '(');
     if (call && IsVolatile(t.text)) {
@@ -218,20 +242,21 @@ ParsedAggregate ParseAggregateCall(std::string_view text, const std::string& sha
       case AggregateClass::kHolistic:
         throw UnmergeableQuery(HolisticMessage(call, name));
       case AggregateClass::kOrderedList:
-        throw UnmergeableQuery(
-            call + " cannot be merged exactly: the shards build their lists independently, so the "
-                   "element order of a concatenation differs from one server's (an ORDER BY inside the "
-                   "aggregate orders each shard's part only). Fetch the rows with an ORDER BY and build "
-                   "the list in the application.");
+        throw UnmergeableQuery(call +
+                               " cannot be merged exactly: the shards build their lists independently, so the "
+                               "element order of a concatenation differs from one server's (an ORDER BY inside the "
+                               "aggregate orders each shard's part only). Fetch the rows with an ORDER BY and build "
+                               "the list in the application.");
       case AggregateClass::kStatistic:
-        throw UnmergeableQuery(
-            call + " is not merged by shardkit (it merges count, sum, min, max and avg): select "
-                   "count(x), sum(x) and sum(x*x) as separate columns (exact numeric) and compute the "
-                   "statistic from the merged values.");
+        throw UnmergeableQuery(call +
+                               " is not merged by shardkit (it merges count, sum, min, max and avg): select "
+                               "count(x), sum(x) and sum(x*x) as separate columns (exact numeric) and compute the "
+                               "statistic from the merged values.");
       case AggregateClass::kBoolOrBit:
-        throw UnmergeableQuery(call + " is not merged by shardkit (it merges count, sum, min, max and avg): "
-                                      "use min(x::int) for bool_and/every and max(x::int) for bool_or, "
-                                      "or fetch the values.");
+        throw UnmergeableQuery(call +
+                               " is not merged by shardkit (it merges count, sum, min, max and avg): "
+                               "use min(x::int) for bool_and/every and max(x::int) for bool_or, "
+                               "or fetch the values.");
       case AggregateClass::kMergeable:
         has_aggregate = true;
         break;
@@ -241,8 +266,9 @@ ParsedAggregate ParseAggregateCall(std::string_view text, const std::string& sha
   }
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (IsWord(tokens[i], "over")) {
-      throw UnmergeableQuery(call + " is a window function (OVER): it sees every row of every shard, so "
-                                    "it cannot be merged from partials; compute it over the merged rows.");
+      throw UnmergeableQuery(call +
+                             " is a window function (OVER): it sees every row of every shard, so "
+                             "it cannot be merged from partials; compute it over the merged rows.");
     }
     if (IsWord(tokens[i], "within") && i + 1 < tokens.size() && IsWord(tokens[i + 1], "group")) {
       throw UnmergeableQuery(HolisticMessage(call, "ordered-set"));
@@ -252,18 +278,21 @@ ParsedAggregate ParseAggregateCall(std::string_view text, const std::string& sha
   const bool single_call = tokens.size() >= 3 && tokens[0].type == Token::Type::kIdent && IsPunct(tokens[1], '(');
   if (!has_aggregate) {
     if (single_call && Classify(tokens[0].text) == AggregateClass::kNone) {
-      throw UnmergeableQuery(call + " is not an aggregate shardkit can merge (count, sum, min, max, avg); "
-                                    "if it is not an aggregate at all, declare it as a group key with "
-                                    "GroupByExpr.");
+      throw UnmergeableQuery(call +
+                             " is not an aggregate shardkit can merge (count, sum, min, max, avg); "
+                             "if it is not an aggregate at all, declare it as a group key with "
+                             "GroupByExpr.");
     }
-    throw UnmergeableQuery(call + " contains no aggregate call: declare group keys with GroupBy or "
-                                  "GroupByExpr, aggregates as count(x), sum(x), min(x), max(x) or avg(x).");
+    throw UnmergeableQuery(call +
+                           " contains no aggregate call: declare group keys with GroupBy or "
+                           "GroupByExpr, aggregates as count(x), sum(x), min(x), max(x) or avg(x).");
   }
   const std::string expression_message =
-      call + " puts aggregates inside an expression: the expression's per-shard values do not merge "
-             "(sum(a)-sum(b), avg(x)*2 or sum(a)/sum(b) per shard do not add up to the overall value). "
-             "Select each aggregate as its own column (e.g. sum(a) and sum(b)) and compute the "
-             "expression from the merged row.";
+      call +
+      " puts aggregates inside an expression: the expression's per-shard values do not merge "
+      "(sum(a)-sum(b), avg(x)*2 or sum(a)/sum(b) per shard do not add up to the overall value). "
+      "Select each aggregate as its own column (e.g. sum(a) and sum(b)) and compute the "
+      "expression from the merged row.";
   if (!single_call || Classify(tokens[0].text) != AggregateClass::kMergeable) {
     throw UnmergeableQuery(expression_message);
   }
@@ -278,8 +307,8 @@ ParsedAggregate ParseAggregateCall(std::string_view text, const std::string& sha
     const std::size_t filter_close = MatchingParen(tokens, next + 1, text, kSelectItem);
     // A FILTER decides which rows count: row-local, or each shard decides differently.
     RequireRowLocal(tokens, next + 2, filter_close, call, false);
-    out.filter = " FILTER " + std::string(text.substr(tokens[next + 1].begin,
-                                                      tokens[filter_close].end - tokens[next + 1].begin));
+    out.filter = " FILTER " +
+                 std::string(text.substr(tokens[next + 1].begin, tokens[filter_close].end - tokens[next + 1].begin));
     for (std::size_t i = next + 2; i < filter_close; ++i) {
       if (tokens[i].type == Token::Type::kIdent && i + 1 < filter_close && IsPunct(tokens[i + 1], '(') &&
           Classify(tokens[i].text) != AggregateClass::kNone) {
@@ -302,14 +331,18 @@ ParsedAggregate ParseAggregateCall(std::string_view text, const std::string& sha
       Unparsable(text, out.function + "() takes one argument");
     }
     if (depth == 0 && IsWord(inner[i], "order") && i + 1 < inner.size() && IsWord(inner[i + 1], "by")) {
-      throw UnmergeableQuery(call + " has an ORDER BY inside the aggregate: it would be applied on each "
-                                    "shard separately; " + out.function + " does not depend on input order, "
-                                    "so drop the ORDER BY.");
+      throw UnmergeableQuery(call +
+                             " has an ORDER BY inside the aggregate: it would be applied on each "
+                             "shard separately; " +
+                             out.function +
+                             " does not depend on input order, "
+                             "so drop the ORDER BY.");
     }
     if (inner[i].type == Token::Type::kIdent && i + 1 < inner.size() && IsPunct(inner[i + 1], '(') &&
         Classify(inner[i].text) == AggregateClass::kMergeable) {
-      throw UnmergeableQuery(call + " nests aggregate calls, which SQL does not allow; select the inner "
-                                    "aggregate and compute the outer one from the merged rows.");
+      throw UnmergeableQuery(call +
+                             " nests aggregate calls, which SQL does not allow; select the inner "
+                             "aggregate and compute the outer one from the merged rows.");
     }
   }
   std::size_t first = 0;
@@ -331,12 +364,13 @@ ParsedAggregate ParseAggregateCall(std::string_view text, const std::string& sha
   }
   if (out.distinct && (out.function == "count" || out.function == "sum" || out.function == "avg") &&
       !IsShardKeyArgument(out.argument_tokens, shard_key)) {
-    throw UnmergeableQuery(
-        call + " cannot be merged from per-shard partials: the same value can be on several shards, "
-               "so per-shard DISTINCT results over-count it. Group by the value instead (GroupBy with "
-               "count(*)) and aggregate the merged groups, or use an approximate distinct-count sketch "
-               "(HyperLogLog). Only the shard key (" + shard_key + ") never spans shards, so " +
-               out.function + "(DISTINCT " + shard_key + ") is merged exactly.");
+    throw UnmergeableQuery(call +
+                           " cannot be merged from per-shard partials: the same value can be on several shards, "
+                           "so per-shard DISTINCT results over-count it. Group by the value instead (GroupBy with "
+                           "count(*)) and aggregate the merged groups, or use an approximate distinct-count sketch "
+                           "(HyperLogLog). Only the shard key (" +
+                           shard_key + ") never spans shards, so " + out.function + "(DISTINCT " + shard_key +
+                           ") is merged exactly.");
   }
   if (out.distinct && (out.function == "min" || out.function == "max")) out.distinct = false;  // no effect
   return out;

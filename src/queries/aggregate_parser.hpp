@@ -40,7 +40,7 @@ void CheckCondition(std::string_view condition);
 // current_date, 'now'::timestamptz: each shard has its own moment); with
 // `merged_text`, also COLLATE clauses other than "C", "POSIX" and
 // "default" (shardkit merges text bytewise). Looks at tokens[begin, end).
-void RequireRowLocal(const std::vector<Token>& tokens, std::size_t begin, std::size_t end,
-                     const std::string& subject, bool merged_text);
+void RequireRowLocal(const std::vector<Token>& tokens, std::size_t begin, std::size_t end, const std::string& subject,
+                     bool merged_text);
 
 }  // namespace shardkit::detail

@@ -80,7 +80,9 @@ AggregateQuery& AggregateQuery::Select(std::string_view aggregate_call, std::str
   return AddAggregate(std::move(item));
 }
 
-AggregateQuery& AggregateQuery::Count(std::string name) { return Select("count(*)", std::move(name)); }
+AggregateQuery& AggregateQuery::Count(std::string name) {
+  return Select("count(*)", std::move(name));
+}
 AggregateQuery& AggregateQuery::Count(std::string column, std::string name) {
   return Select("count(" + QuoteIdentifier(column) + ")", std::move(name));
 }
@@ -159,7 +161,9 @@ MergePlan AggregateQuery::Plan() const {
       case MergeColumn::Role::kCount:
         add(std::string("count(") + (item.count_star ? "*" : arg) + ")" + item.filter, alias);
         break;
-      case MergeColumn::Role::kSum: add("sum(" + arg + ")" + item.filter, alias); break;
+      case MergeColumn::Role::kSum:
+        add("sum(" + arg + ")" + item.filter, alias);
+        break;
       case MergeColumn::Role::kMin:
       case MergeColumn::Role::kMax: {
         const std::string partial = (item.role == MergeColumn::Role::kMin ? "min(" : "max(") + arg + ")" + item.filter;
@@ -172,7 +176,8 @@ MergePlan AggregateQuery::Plan() const {
         add("count(" + arg + ")" + item.filter, alias + "_n");
         column.partial_count = alias + "_n";
         break;
-      case MergeColumn::Role::kGroupKey: break;
+      case MergeColumn::Role::kGroupKey:
+        break;
     }
     columns.push_back(std::move(column));
   }
@@ -187,12 +192,24 @@ MergePlan AggregateQuery::Plan() const {
   MergePlan plan(std::move(sql));
   for (auto& c : columns) {
     switch (c.role) {
-      case MergeColumn::Role::kGroupKey: plan.Key(c.partial, c.name); break;
-      case MergeColumn::Role::kCount: plan.Count(c.partial, c.name); break;
-      case MergeColumn::Role::kSum: plan.Sum(c.partial, c.name); break;
-      case MergeColumn::Role::kMin: plan.Min(c.partial, c.name); break;
-      case MergeColumn::Role::kMax: plan.Max(c.partial, c.name); break;
-      case MergeColumn::Role::kAvg: plan.Avg(c.partial, c.partial_count, c.name); break;
+      case MergeColumn::Role::kGroupKey:
+        plan.Key(c.partial, c.name);
+        break;
+      case MergeColumn::Role::kCount:
+        plan.Count(c.partial, c.name);
+        break;
+      case MergeColumn::Role::kSum:
+        plan.Sum(c.partial, c.name);
+        break;
+      case MergeColumn::Role::kMin:
+        plan.Min(c.partial, c.name);
+        break;
+      case MergeColumn::Role::kMax:
+        plan.Max(c.partial, c.name);
+        break;
+      case MergeColumn::Role::kAvg:
+        plan.Avg(c.partial, c.partial_count, c.name);
+        break;
     }
     if (!c.partial_collation.empty()) plan.Collation(c.name, c.partial_collation);
     if (c.hidden) plan.Hide(c.name);

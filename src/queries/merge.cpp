@@ -43,12 +43,8 @@ class PqxxRows final : public RowsView {
  public:
   PqxxRows(ShardId shard, const pqxx::result& r) : RowsView(shard), r_(r) {}
   std::size_t Columns() const override { return r_.columns(); }
-  std::string ColumnName(std::size_t c) const override {
-    return r_.column_name(static_cast<pqxx::row::size_type>(c));
-  }
-  TypeOid ColumnType(std::size_t c) const override {
-    return r_.column_type(static_cast<pqxx::row::size_type>(c));
-  }
+  std::string ColumnName(std::size_t c) const override { return r_.column_name(static_cast<pqxx::row::size_type>(c)); }
+  TypeOid ColumnType(std::size_t c) const override { return r_.column_type(static_cast<pqxx::row::size_type>(c)); }
   std::size_t Rows() const override { return r_.size(); }
   std::optional<std::string_view> Field(std::size_t r, std::size_t c) const override {
     const auto f = r_[static_cast<pqxx::result::size_type>(r)][static_cast<pqxx::row::size_type>(c)];
@@ -71,8 +67,8 @@ class TextRows final : public RowsView {
     for (const auto& row : p.rows) {
       if (row.size() != p.column_names.size()) {
         throw UnmergeableQuery("shard " + std::to_string(ToInt(p.shard)) + ": a partial row has " +
-                               std::to_string(row.size()) + " fields for " +
-                               std::to_string(p.column_names.size()) + " columns");
+                               std::to_string(row.size()) + " fields for " + std::to_string(p.column_names.size()) +
+                               " columns");
       }
     }
   }
@@ -102,8 +98,8 @@ struct BoundColumn {
 };
 
 struct Accumulator {
-  Value value;            // key, SUM, MIN, MAX, AVG's sum
-  std::int64_t count = 0; // COUNT, AVG's count
+  Value value;             // key, SUM, MIN, MAX, AVG's sum
+  std::int64_t count = 0;  // COUNT, AVG's count
 };
 
 std::optional<std::size_t> FindColumn(const RowsView& r, const std::string& name) {
@@ -134,9 +130,12 @@ Value AddValues(const Value& acc, const Value& v, const std::string& column) {
   if (v.IsNull()) return acc;
   if (acc.IsNull()) return v;
   switch (v.kind()) {
-    case Value::Kind::kInt: return Value::Int(AddChecked(acc.AsInt(), v.AsInt(), column));
-    case Value::Kind::kDecimal: return Value::Numeric(acc.AsDecimal() + v.AsDecimal());
-    case Value::Kind::kDouble: return Value::Double(acc.AsDouble() + v.AsDouble());
+    case Value::Kind::kInt:
+      return Value::Int(AddChecked(acc.AsInt(), v.AsInt(), column));
+    case Value::Kind::kDecimal:
+      return Value::Numeric(acc.AsDecimal() + v.AsDecimal());
+    case Value::Kind::kDouble:
+      return Value::Double(acc.AsDouble() + v.AsDouble());
     default:
       throw UnmergeableQuery("merged column \"" + column + "\": cannot add " + std::string(KindName(v.kind())) +
                              " values");
@@ -190,8 +189,8 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
         const auto idx = FindColumn(r, partial);
         if (!idx) {
           throw UnmergeableQuery("shard " + std::to_string(ToInt(shard)) + " returned no column \"" + partial +
-                                 "\" (needed for merged column \"" + col.name + "\"; its columns: " +
-                                 ColumnList(r) + "): the plan's partial names must match the per-shard SELECT");
+                                 "\" (needed for merged column \"" + col.name + "\"; its columns: " + ColumnList(r) +
+                                 "): the plan's partial names must match the per-shard SELECT");
         }
         return *idx;
       };
@@ -210,9 +209,9 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
         bound[c].count_oid = count_oid;
         first_shard[c] = shard;
       } else if (bound[c].oid != oid || bound[c].count_oid != count_oid) {
-        throw UnmergeableQuery("shard " + std::to_string(ToInt(shard)) + " returned column \"" + col.partial + "\" as " +
-                               TypeInfoFor(oid).name + ", shard " + std::to_string(ToInt(first_shard[c])) + " as " +
-                               TypeInfoFor(bound[c].oid).name +
+        throw UnmergeableQuery("shard " + std::to_string(ToInt(shard)) + " returned column \"" + col.partial +
+                               "\" as " + TypeInfoFor(oid).name + ", shard " + std::to_string(ToInt(first_shard[c])) +
+                               " as " + TypeInfoFor(bound[c].oid).name +
                                ": the shards' schemas differ; align them before merging");
       }
     }
@@ -221,7 +220,8 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
   for (auto& b : bound) {
     const MergeColumn& col = *b.spec;
     b.info = TypeInfoFor(b.oid);
-    const std::string where = "merged column \"" + col.name + "\" (" + RoleName(col.role) + " of \"" + col.partial + "\")";
+    const std::string where =
+        "merged column \"" + col.name + "\" (" + RoleName(col.role) + " of \"" + col.partial + "\")";
     if (!b.typed) {
       // No shard sent column metadata: only COUNT's type is certain.
       b.output_type = col.role == MergeColumn::Role::kCount ? "bigint" : "unknown";
@@ -233,7 +233,8 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
         if (!b.info.groupable) {
           throw UnmergeableQuery(where + ": shardkit cannot tell which " + b.info.name +
                                  " values the server holds equal, so groups from different shards could "
-                                 "not be matched: " + GroupingAdvice(b.oid));
+                                 "not be matched: " +
+                                 GroupingAdvice(b.oid));
         }
         b.output_type = b.info.name;
         break;
@@ -245,10 +246,11 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
         break;
       case MergeColumn::Role::kSum:
         if (b.oid == kRealOid) {
-          throw UnmergeableQuery(where + ": the server adds real values in single precision, rounding after "
-                                         "every row, so per-shard sums added in another order differ from "
-                                         "its sum in the last bits; write sum(x::double precision) (or "
-                                         "sum(x::numeric) for an exact sum)");
+          throw UnmergeableQuery(where +
+                                 ": the server adds real values in single precision, rounding after "
+                                 "every row, so per-shard sums added in another order differ from "
+                                 "its sum in the last bits; write sum(x::double precision) (or "
+                                 "sum(x::numeric) for an exact sum)");
         }
         if (kind == Value::Kind::kInt) {
           b.output_type = "bigint";
@@ -274,18 +276,21 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
                                  TypeInfoFor(b.count_oid).name);
         }
         if (b.oid == kRealOid) {
-          throw UnmergeableQuery(where + ": the server adds real values in single precision, rounding after "
-                                         "every row, so per-shard sums added in another order give another "
-                                         "average; write avg(x::double precision), which is what avg(real) "
-                                         "computes anyway");
+          throw UnmergeableQuery(where +
+                                 ": the server adds real values in single precision, rounding after "
+                                 "every row, so per-shard sums added in another order give another "
+                                 "average; write avg(x::double precision), which is what avg(real) "
+                                 "computes anyway");
         }
         if (kind == Value::Kind::kInt || kind == Value::Kind::kDecimal) {
           b.output_type = "numeric";
         } else if (kind == Value::Kind::kDouble) {
           b.output_type = "double precision";
         } else {
-          throw UnmergeableQuery(where + ": shardkit averages integer, numeric and double precision "
-                                         "values, not " + b.info.name);
+          throw UnmergeableQuery(where +
+                                 ": shardkit averages integer, numeric and double precision "
+                                 "values, not " +
+                                 b.info.name);
         }
         break;
     }
@@ -294,7 +299,8 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
 
 Value Finalize(const BoundColumn& b, const Accumulator& acc) {
   switch (b.spec->role) {
-    case MergeColumn::Role::kCount: return Value::Int(acc.count);
+    case MergeColumn::Role::kCount:
+      return Value::Int(acc.count);
     case MergeColumn::Role::kAvg: {
       if (acc.count == 0) return Value::Null();  // AVG of no values is NULL
       if (acc.value.IsNull()) {
@@ -313,7 +319,8 @@ Value Finalize(const BoundColumn& b, const Accumulator& acc) {
           throw UnmergeableQuery("merged column \"" + b.spec->name + "\": cannot average " + b.info.name);
       }
     }
-    default: return acc.value;
+    default:
+      return acc.value;
   }
 }
 
@@ -332,17 +339,24 @@ bool HavingHolds(const HavingTerm& term, const Value& v, const BoundColumn& b) {
   } catch (const UnmergeableQuery&) {
     throw;
   } catch (const Error& e) {
-    throw UnmergeableQuery("HAVING " + term.column + " " + OpText(term.op) + " " + term.constant.ToString() +
-                           ": " + e.what());
+    throw UnmergeableQuery("HAVING " + term.column + " " + OpText(term.op) + " " + term.constant.ToString() + ": " +
+                           e.what());
   }
   switch (term.op) {
-    case CompareOp::kEq: return c == 0;
-    case CompareOp::kNe: return c != 0;
-    case CompareOp::kLt: return c < 0;
-    case CompareOp::kLe: return c <= 0;
-    case CompareOp::kGt: return c > 0;
-    case CompareOp::kGe: return c >= 0;
-    default: return false;
+    case CompareOp::kEq:
+      return c == 0;
+    case CompareOp::kNe:
+      return c != 0;
+    case CompareOp::kLt:
+      return c < 0;
+    case CompareOp::kLe:
+      return c <= 0;
+    case CompareOp::kGt:
+      return c > 0;
+    case CompareOp::kGe:
+      return c >= 0;
+    default:
+      return false;
   }
 }
 
@@ -371,7 +385,8 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
   }
   const bool scalar = key_columns.empty();
   std::vector<bool> comparison_form(columns.size());
-  for (std::size_t c = 0; c < columns.size(); ++c) comparison_form[c] = bound[c].typed && HasComparisonForm(bound[c].oid);
+  for (std::size_t c = 0; c < columns.size(); ++c)
+    comparison_form[c] = bound[c].typed && HasComparisonForm(bound[c].oid);
   // Three-way comparison as the server orders column c's values.
   auto compare = [&](std::size_t c, const Value& a, const Value& b) {
     return comparison_form[c] ? CompareValues(ComparisonForm(a, bound[c].oid), ComparisonForm(b, bound[c].oid))
@@ -407,8 +422,8 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
       for (const std::size_t c : collated) {
         const auto collation = r.Field(row, layout.collation[s][c]);
         if (collation && !IsBytewiseCollation(*collation)) {
-          throw UnmergeableQuery("shard " + std::to_string(ToInt(shard)) + " compared merged column \"" + columns[c].name +
-                                 "\" (" + RoleName(columns[c].role) + " of \"" + columns[c].partial +
+          throw UnmergeableQuery("shard " + std::to_string(ToInt(shard)) + " compared merged column \"" +
+                                 columns[c].name + "\" (" + RoleName(columns[c].role) + " of \"" + columns[c].partial +
                                  "\") in collation " + std::string(*collation) +
                                  ", not C: shardkit merges text in byte order, so the answer would differ from "
                                  "the server's. Write the expression with COLLATE \"C\" if byte order is what "
@@ -460,9 +475,9 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
           case MergeColumn::Role::kMin:
           case MergeColumn::Role::kMax:
             if (!v.IsNull()) {
-              const bool better = acc[c].value.IsNull() ||
-                                  (col.role == MergeColumn::Role::kMin ? compare(c, v, acc[c].value) < 0
-                                                                       : compare(c, v, acc[c].value) > 0);
+              const bool better =
+                  acc[c].value.IsNull() || (col.role == MergeColumn::Role::kMin ? compare(c, v, acc[c].value) < 0
+                                                                                : compare(c, v, acc[c].value) > 0);
               if (better) acc[c].value = v;
             }
             break;

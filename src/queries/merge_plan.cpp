@@ -13,26 +13,40 @@ namespace detail {
 
 std::string RoleName(MergeColumn::Role role) {
   switch (role) {
-    case MergeColumn::Role::kGroupKey: return "key";
-    case MergeColumn::Role::kCount: return "COUNT";
-    case MergeColumn::Role::kSum: return "SUM";
-    case MergeColumn::Role::kMin: return "MIN";
-    case MergeColumn::Role::kMax: return "MAX";
-    case MergeColumn::Role::kAvg: return "AVG";
+    case MergeColumn::Role::kGroupKey:
+      return "key";
+    case MergeColumn::Role::kCount:
+      return "COUNT";
+    case MergeColumn::Role::kSum:
+      return "SUM";
+    case MergeColumn::Role::kMin:
+      return "MIN";
+    case MergeColumn::Role::kMax:
+      return "MAX";
+    case MergeColumn::Role::kAvg:
+      return "AVG";
   }
   return "?";
 }
 
 std::string OpText(CompareOp op) {
   switch (op) {
-    case CompareOp::kEq: return "=";
-    case CompareOp::kNe: return "<>";
-    case CompareOp::kLt: return "<";
-    case CompareOp::kLe: return "<=";
-    case CompareOp::kGt: return ">";
-    case CompareOp::kGe: return ">=";
-    case CompareOp::kIsNull: return "IS NULL";
-    case CompareOp::kIsNotNull: return "IS NOT NULL";
+    case CompareOp::kEq:
+      return "=";
+    case CompareOp::kNe:
+      return "<>";
+    case CompareOp::kLt:
+      return "<";
+    case CompareOp::kLe:
+      return "<=";
+    case CompareOp::kGt:
+      return ">";
+    case CompareOp::kGe:
+      return ">=";
+    case CompareOp::kIsNull:
+      return "IS NULL";
+    case CompareOp::kIsNotNull:
+      return "IS NOT NULL";
   }
   return "?";
 }
@@ -120,7 +134,8 @@ void MergePlan::Validate() const {
   std::set<std::string> names;
   bool any_visible = false;
   for (const auto& c : columns_) {
-    if (c.name.empty() || c.partial.empty()) throw UnmergeableQuery("a merged column needs a name and a partial column");
+    if (c.name.empty() || c.partial.empty())
+      throw UnmergeableQuery("a merged column needs a name and a partial column");
     if (!names.insert(c.name).second) {
       throw UnmergeableQuery("two merged columns are named \"" + c.name + "\": give each its own name");
     }
@@ -132,7 +147,8 @@ void MergePlan::Validate() const {
   if (!any_visible) throw UnmergeableQuery("every merged column is hidden: nothing would be returned");
   for (const auto& t : having_) {
     if (!names.contains(t.column)) {
-      throw UnmergeableQuery("HAVING on \"" + t.column + "\": no merged column has that name (hidden "
+      throw UnmergeableQuery("HAVING on \"" + t.column +
+                             "\": no merged column has that name (hidden "
                              "columns count; declare the aggregate and Hide it)");
     }
     if (t.op != CompareOp::kIsNull && t.op != CompareOp::kIsNotNull && t.constant.IsNull()) {
@@ -155,10 +171,18 @@ std::string MergePlan::Describe() const {
   for (const auto& c : columns_) {
     out += c.name + " = ";
     switch (c.role) {
-      case MergeColumn::Role::kGroupKey: out += "key " + c.partial; break;
-      case MergeColumn::Role::kAvg: out += "SUM(" + c.partial + ") / SUM(" + c.partial_count + ")"; break;
-      case MergeColumn::Role::kCount: out += "SUM(" + c.partial + ")"; break;
-      default: out += RoleName(c.role) + "(" + c.partial + ")"; break;
+      case MergeColumn::Role::kGroupKey:
+        out += "key " + c.partial;
+        break;
+      case MergeColumn::Role::kAvg:
+        out += "SUM(" + c.partial + ") / SUM(" + c.partial_count + ")";
+        break;
+      case MergeColumn::Role::kCount:
+        out += "SUM(" + c.partial + ")";
+        break;
+      default:
+        out += RoleName(c.role) + "(" + c.partial + ")";
+        break;
     }
     if (!c.partial_collation.empty()) out += " [collation " + c.partial_collation + "]";
     if (c.hidden) out += " [hidden]";

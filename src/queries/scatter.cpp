@@ -175,9 +175,10 @@ void RunShard(ScatterState& state, ShardTask& task) {
   std::string cause;
   std::string sqlstate;
   if (state.abandoned.load() || started >= state.deadline) {
-    cause = fmt::format("not started before the deadline ({} ms): every worker thread was busy; give the "
-                        "scatter a later deadline or more threads",
-                        Millis(state.deadline - state.start));
+    cause = fmt::format(
+        "not started before the deadline ({} ms): every worker thread was busy; give the "
+        "scatter a later deadline or more threads",
+        Millis(state.deadline - state.start));
   } else {
     try {
       task.phase = Phase::kAcquiring;
@@ -200,6 +201,9 @@ using detail::scatter::Clock;
 using detail::scatter::DriveInline;
 using detail::scatter::InlineCall;
 using detail::scatter::JoinFailures;
+using detail::scatter::kCancelGrace;
+using detail::scatter::kDefaultTimeout;
+using detail::scatter::kMaxTimeout;
 using detail::scatter::Millis;
 using detail::scatter::PhaseName;
 using detail::scatter::RunShard;
@@ -209,9 +213,6 @@ using detail::scatter::SessionIndex;
 using detail::scatter::ShardList;
 using detail::scatter::ShardTask;
 using detail::scatter::Statement;
-using detail::scatter::kCancelGrace;
-using detail::scatter::kDefaultTimeout;
-using detail::scatter::kMaxTimeout;
 using std::chrono::duration_cast;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
@@ -250,21 +251,19 @@ ScatterResult ScatterGather::RunPerShard(const std::vector<std::pair<ShardId, St
   return ExecuteFollowingDirectory(std::move(copies), options);
 }
 
-ScatterResult ScatterGather::Impl::Execute(
-    std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements, const ScatterOptions& options,
-    const std::shared_ptr<ScatterSession::State>& session,
-    const std::vector<std::string>& then) {
+ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements,
+                                           const ScatterOptions& options,
+                                           const std::shared_ptr<ScatterSession::State>& session,
+                                           const std::vector<std::string>& then) {
   const auto start = Clock::now();
   const auto deadline = std::min(options.deadline.value_or(start + kDefaultTimeout), start + kMaxTimeout);
   const std::string label = options.label.empty() ? std::string() : fmt::format(" '{}'", options.label);
 
-  std::sort(statements.begin(), statements.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(statements.begin(), statements.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (std::size_t i = 0; i < statements.size(); ++i) {
     (void)resolver.Pool(statements[i].first);  // throws UnknownShard
     if (i > 0 && statements[i].first == statements[i - 1].first) {
-      throw Error(fmt::format("scatter{}: shard {} is listed twice; list each shard once", label,
-                              statements[i].first));
+      throw Error(fmt::format("scatter{}: shard {} is listed twice; list each shard once", label, statements[i].first));
     }
   }
   ScatterResult result;
@@ -370,8 +369,7 @@ ScatterResult ScatterGather::Impl::Execute(
       result.failures.push_back(
           {task.shard, fmt::format("no answer within the deadline ({} ms) while {}; the statement was cancelled. "
                                    "Check that shard's server ({}) or give the scatter a later deadline",
-                                   Millis(deadline - start), PhaseName(task.phase.load()),
-                                   task.pool->RedactedDsn())});
+                                   Millis(deadline - start), PhaseName(task.phase.load()), task.pool->RedactedDsn())});
       slowest_any = std::max(slowest_any, duration_cast<microseconds>(now - start));
     }
   }
@@ -383,13 +381,12 @@ ScatterResult ScatterGather::Impl::Execute(
   if (!result.failures.empty() && (!options.allow_partial || result.shards.empty())) {
     Record(nullptr, fanout, result.failures.size(), slowest_any, true);
     const std::string advice =
-        options.allow_partial
-            ? "No shard answered, so there is no partial result to return"
-            : "Nothing was returned: fix or wait for those shards, give a later deadline, or set "
-              "allow_partial to accept an answer without them";
-    std::string message = fmt::format("scatter{} failed on {} of {} shards after {} ms: {}. {}", label,
-                                      result.failures.size(), fanout, Millis(now - start),
-                                      JoinFailures(result.failures, resolver), advice);
+        options.allow_partial ? "No shard answered, so there is no partial result to return"
+                              : "Nothing was returned: fix or wait for those shards, give a later deadline, or set "
+                                "allow_partial to accept an answer without them";
+    std::string message =
+        fmt::format("scatter{} failed on {} of {} shards after {} ms: {}. {}", label, result.failures.size(), fanout,
+                    Millis(now - start), JoinFailures(result.failures, resolver), advice);
     throw ScatterError(message, std::move(result.failures));
   }
   if (!result.failures.empty()) {

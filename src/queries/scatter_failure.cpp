@@ -46,23 +46,26 @@ std::string Trim(std::string text) {
   return text;
 }
 
-long long Millis(Clock::duration d) { return duration_cast<milliseconds>(d).count(); }
+long long Millis(Clock::duration d) {
+  return duration_cast<milliseconds>(d).count();
+}
 
 std::string DescribeFailure(const ShardTask& task, const std::exception& error, bool cancelled,
                             Clock::duration elapsed) {
   if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&error)) {
     if (sql->sqlstate() == kQueryCanceled) {
-      return fmt::format("cut at the deadline after {} ms ({}); give the scatter a later deadline or make "
-                         "the statement cheaper",
-                         Millis(elapsed), Trim(sql->what()));
+      return fmt::format(
+          "cut at the deadline after {} ms ({}); give the scatter a later deadline or make "
+          "the statement cheaper",
+          Millis(elapsed), Trim(sql->what()));
     }
     const char* advice = sql->sqlstate() == kReadOnlyTransaction
                              ? "scatters are read-only unless ScatterOptions::read_only is false"
                          : sql->sqlstate() == kNotReadable
                              ? "the scatter's directory is out of date: refresh it (ScatterGather::FollowDirectory "
                                "does) and run again"
-                         : sql->sqlstate() == kUndefinedFunction && std::string_view(sql->what()).find("shardkit_") !=
-                                                                        std::string_view::npos
+                         : sql->sqlstate() == kUndefinedFunction &&
+                                 std::string_view(sql->what()).find("shardkit_") != std::string_view::npos
                              ? "this shard lacks shardkit's bucket functions: migrate it (shardctl migrate), or set "
                                "ScatterOptions::directory_buckets = false"
                              : "fix the statement or this shard's schema";
@@ -70,10 +73,10 @@ std::string DescribeFailure(const ShardTask& task, const std::exception& error, 
                        FirstLine(Trim(sql->what())), advice);
   }
   if (dynamic_cast<const pqxx::broken_connection*>(&error) != nullptr) {
-    return fmt::format("connection to {} lost{}: {}; the server closed the session or cannot be reached, "
-                       "check that server",
-                       task.pool->RedactedDsn(), cancelled ? " after the deadline" : "",
-                       RedactDsn(Trim(error.what())));
+    return fmt::format(
+        "connection to {} lost{}: {}; the server closed the session or cannot be reached, "
+        "check that server",
+        task.pool->RedactedDsn(), cancelled ? " after the deadline" : "", RedactDsn(Trim(error.what())));
   }
   if (dynamic_cast<const DeadlineMissed*>(&error) != nullptr) {
     return fmt::format("{} after {} ms; give the scatter a later deadline", error.what(), Millis(elapsed));

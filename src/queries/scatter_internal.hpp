@@ -187,7 +187,7 @@ namespace shardkit {
 
 struct ScatterSession::State {
   ScatterGather::Impl* impl = nullptr;
-  std::vector<ShardId> shards;               // ascending
+  std::vector<ShardId> shards;                // ascending
   std::vector<ConnectionPool::Lease> leases;  // leases[i] serves shards[i]
   // What begins shards[i]'s transaction, sent before its first statement in
   // the same pipeline: the setup statements, then the bucket step (empty:

@@ -90,7 +90,7 @@ MergedResult Merge(const MergePlan& plan, const ScatterResult& scatter, const Me
   }
   if (!scatter.failures.empty() && !options.allow_missing_shards) {
     throw ScatterError("cannot merge: the answer needs every shard's partials, but " + missing +
-                       " (retry, or set MergeOptions::allow_missing_shards for an incomplete answer)",
+                           " (retry, or set MergeOptions::allow_missing_shards for an incomplete answer)",
                        scatter.failures);
   }
   ShardFacts facts;

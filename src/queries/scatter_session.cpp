@@ -18,8 +18,8 @@ namespace shardkit::detail::scatter {
 std::size_t SessionIndex(const ScatterSession::State& session, ShardId shard, const std::string& label) {
   const auto it = std::lower_bound(session.shards.begin(), session.shards.end(), shard);
   if (it == session.shards.end() || *it != shard) {
-    throw Error(fmt::format("scatter session{}: shard {} is not part of this session; open the session on it",
-                            label, shard));
+    throw Error(
+        fmt::format("scatter session{}: shard {} is not part of this session; open the session on it", label, shard));
   }
   return static_cast<std::size_t>(it - session.shards.begin());
 }
@@ -28,8 +28,9 @@ std::size_t SessionIndex(const ScatterSession::State& session, ShardId shard, co
 // READ, the time left as statement_timeout, the setup, the bucket step, and
 // read-only from then on.
 std::vector<std::string> SessionBegin(const ScatterSession::State& session, std::size_t i, milliseconds left) {
-  std::vector<std::string> steps = {"BEGIN ISOLATION LEVEL REPEATABLE READ",
-                                    "SET LOCAL statement_timeout = " + std::to_string(std::max<long long>(1, left.count()))};
+  std::vector<std::string> steps = {
+      "BEGIN ISOLATION LEVEL REPEATABLE READ",
+      "SET LOCAL statement_timeout = " + std::to_string(std::max<long long>(1, left.count()))};
   steps.insert(steps.end(), session.setup.begin(), session.setup.end());
   if (!session.bucket_steps[i].empty()) steps.push_back(session.bucket_steps[i]);
   steps.emplace_back("SET TRANSACTION READ ONLY");
@@ -42,19 +43,18 @@ namespace shardkit {
 
 using detail::scatter::Clock;
 using detail::scatter::JoinFailures;
+using detail::scatter::kDefaultTimeout;
+using detail::scatter::kMaxTimeout;
 using detail::scatter::Millis;
 using detail::scatter::SqlStateOf;
 using detail::scatter::Statement;
 using detail::scatter::Trim;
-using detail::scatter::kDefaultTimeout;
-using detail::scatter::kMaxTimeout;
 using std::chrono::duration_cast;
 using std::chrono::microseconds;
 
 // ------------------------------------------------------------------ session
 
-ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
-    : state_(std::make_shared<State>()) {
+ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options) : state_(std::make_shared<State>()) {
   State& st = *state_;
   const auto start = Clock::now();
   st.impl = scatter.impl_.get();
@@ -70,8 +70,8 @@ ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
   for (std::size_t i = 0; i < st.shards.size(); ++i) {
     (void)resolver.Pool(st.shards[i]);  // throws UnknownShard
     if (i > 0 && st.shards[i] == st.shards[i - 1]) {
-      throw Error(fmt::format("scatter session{}: shard {} is listed twice; list each shard once", st.label,
-                              st.shards[i]));
+      throw Error(
+          fmt::format("scatter session{}: shard {} is listed twice; list each shard once", st.label, st.shards[i]));
     }
   }
 
@@ -130,11 +130,17 @@ ScatterSession::ScatterSession(ScatterGather& scatter, SessionOptions options)
   st.open_time = duration_cast<microseconds>(Clock::now() - start);
 }
 
-ScatterSession::~ScatterSession() { Finish(); }
+ScatterSession::~ScatterSession() {
+  Finish();
+}
 
-const std::vector<ShardId>& ScatterSession::Shards() const noexcept { return state_->shards; }
+const std::vector<ShardId>& ScatterSession::Shards() const noexcept {
+  return state_->shards;
+}
 
-std::chrono::microseconds ScatterSession::OpenTime() const noexcept { return state_->open_time; }
+std::chrono::microseconds ScatterSession::OpenTime() const noexcept {
+  return state_->open_time;
+}
 
 ScatterResult ScatterSession::Run(const std::string& sql, const SqlParams& params) {
   std::vector<std::pair<ShardId, ScatterGather::Statement>> statements;
@@ -146,8 +152,8 @@ ScatterResult ScatterSession::RunPerShard(const std::vector<std::pair<ShardId, S
   return RunPerShardThen(statements, {});
 }
 
-ScatterResult ScatterSession::RunPerShardThen(const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements,
-                                              const std::vector<std::string>& then) {
+ScatterResult ScatterSession::RunPerShardThen(
+    const std::vector<std::pair<ShardId, ScatterGather::Statement>>& statements, const std::vector<std::string>& then) {
   State& st = *state_;
   if (st.finished || st.failure) {
     throw Error(fmt::format("scatter session{} is {}; open a new session", st.label,

@@ -26,9 +26,9 @@ std::string TopKKeyToString(const TopKKey& key) {
 std::int64_t TopKMeasureTraits<std::int64_t>::Add(std::int64_t a, std::int64_t b, const TopKKey& what) {
   std::int64_t sum = 0;
   if (__builtin_add_overflow(a, b, &sum)) {
-    throw UnmergeableQuery(fmt::format(
-        "top-k by sum: the total of key {} overflows a 64-bit integer ({} + {}); nothing was answered",
-        TopKKeyToString(what), a, b));
+    throw UnmergeableQuery(
+        fmt::format("top-k by sum: the total of key {} overflows a 64-bit integer ({} + {}); nothing was answered",
+                    TopKKeyToString(what), a, b));
   }
   return sum;
 }
@@ -36,10 +36,10 @@ std::int64_t TopKMeasureTraits<std::int64_t>::Add(std::int64_t a, std::int64_t b
 std::int64_t TopKMeasureTraits<std::int64_t>::Scale(std::int64_t a, std::int64_t factor, const TopKKey& what) {
   std::int64_t product = 0;
   if (__builtin_mul_overflow(a, factor, &product)) {
-    throw UnmergeableQuery(fmt::format(
-        "top-k by sum: a TPUT bound for key {} overflows a 64-bit integer ({} * {}); "
-        "use the all-partials method for sums this large",
-        TopKKeyToString(what), a, factor));
+    throw UnmergeableQuery(
+        fmt::format("top-k by sum: a TPUT bound for key {} overflows a 64-bit integer ({} * {}); "
+                    "use the all-partials method for sums this large",
+                    TopKKeyToString(what), a, factor));
   }
   return product;
 }
@@ -57,9 +57,12 @@ std::optional<std::int64_t> TopKMeasureTraits<std::int64_t>::FromText(std::strin
 
 const char* TopKMethodName(TopKMethod method) noexcept {
   switch (method) {
-    case TopKMethod::kTput: return "TPUT (exact)";
-    case TopKMethod::kAllPartials: return "all partials (exact)";
-    case TopKMethod::kAuto: return "auto (exact)";
+    case TopKMethod::kTput:
+      return "TPUT (exact)";
+    case TopKMethod::kAllPartials:
+      return "all partials (exact)";
+    case TopKMethod::kAuto:
+      return "auto (exact)";
   }
   return "?";
 }
@@ -99,11 +102,11 @@ template <class Measure>
 void RequireNonNegative(const Measure& value, int shard, const TopKKey* key) {
   if (!TopKMeasureTraits<Measure>::IsNegative(value)) return;
   const std::string what = key != nullptr ? "key " + TopKKeyToString(*key) : std::string("a group");
-  throw UnmergeableQuery(fmt::format(
-      "top-k by sum: shard {} has a negative partial sum ({}) for {}; TPUT's bounds hold only for "
-      "non-negative measures. Rank a non-negative measure, or use TopKMethod::kAllPartials, which is "
-      "exact for any sign",
-      shard, TopKMeasureTraits<Measure>::ToString(value), what));
+  throw UnmergeableQuery(
+      fmt::format("top-k by sum: shard {} has a negative partial sum ({}) for {}; TPUT's bounds hold only for "
+                  "non-negative measures. Rank a non-negative measure, or use TopKMethod::kAllPartials, which is "
+                  "exact for any sign",
+                  shard, TopKMeasureTraits<Measure>::ToString(value), what));
 }
 
 // What TPUT knows about one key: the sum of the partials reported so far (a
@@ -125,8 +128,8 @@ class Ledger {
     Known<Measure>& k = it->second;
     if (inserted) k.reported.assign(static_cast<std::size_t>(shard_count_), false);
     if (k.reported[static_cast<std::size_t>(shard)]) {
-      throw Error(fmt::format("top-k: shard {} reported key {} twice (in {}); the source broke its contract",
-                              shard, TopKKeyToString(entry.key), phase));
+      throw Error(fmt::format("top-k: shard {} reported key {} twice (in {}); the source broke its contract", shard,
+                              TopKKeyToString(entry.key), phase));
     }
     k.reported[static_cast<std::size_t>(shard)] = true;
     ++k.reported_count;
@@ -180,7 +183,8 @@ TopKReply<Measure> TopKShardSource<Measure>::RestOfPartials(const std::vector<st
     std::vector<TopKKey> sorted = exclude[s];
     std::sort(sorted.begin(), sorted.end());
     auto& rows = reply.shards[s];
-    std::erase_if(rows, [&](const TopKEntry<Measure>& e) { return std::binary_search(sorted.begin(), sorted.end(), e.key); });
+    std::erase_if(rows,
+                  [&](const TopKEntry<Measure>& e) { return std::binary_search(sorted.begin(), sorted.end(), e.key); });
   }
   return reply;
 }
@@ -232,7 +236,8 @@ static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::siz
   source.WantStatistics(may_switch);
   auto p1 = Phase(result, m, "1 local top-k", [&] { return source.LocalTopK(k, true); });
   for (std::size_t s = 0; s < shards; ++s) {
-    if (s < p1.min_partial.size() && p1.min_partial[s]) RequireNonNegative(*p1.min_partial[s], static_cast<int>(s), nullptr);
+    if (s < p1.min_partial.size() && p1.min_partial[s])
+      RequireNonNegative(*p1.min_partial[s], static_cast<int>(s), nullptr);
     for (auto& e : p1.shards[s]) {
       RequireNonNegative(e.value, static_cast<int>(s), &e.key);
       ledger.Add(static_cast<int>(s), e, "phase 1");
@@ -294,8 +299,8 @@ static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::siz
     for (auto& e : p2.shards[s]) {
       RequireNonNegative(e.value, static_cast<int>(s), &e.key);
       if (!threshold.Admits(e.value)) {
-        throw Error(fmt::format("top-k: shard {} sent key {} with partial {} below the phase-2 threshold {}/{}",
-                                s, TopKKeyToString(e.key), Traits::ToString(e.value), Traits::ToString(tau1), m));
+        throw Error(fmt::format("top-k: shard {} sent key {} with partial {} below the phase-2 threshold {}/{}", s,
+                                TopKKeyToString(e.key), Traits::ToString(e.value), Traits::ToString(tau1), m));
       }
       ledger.Add(static_cast<int>(s), e, "phase 2");
     }
@@ -356,10 +361,10 @@ static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::siz
     }
   }
   if (above_threshold > 0) {
-    result.warnings.push_back(fmt::format(
-        "top-k: {} partial(s) fetched in phase 3 were at or above the phase-2 threshold (first: {}): "
-        "the data changed between phases, so the ranking mixes moments; rerun for a settled answer",
-        above_threshold, first_above));
+    result.warnings.push_back(
+        fmt::format("top-k: {} partial(s) fetched in phase 3 were at or above the phase-2 threshold (first: {}): "
+                    "the data changed between phases, so the ranking mixes moments; rerun for a settled answer",
+                    above_threshold, first_above));
   }
 
   std::vector<TopKEntry<Measure>> ranked;
@@ -409,9 +414,12 @@ TopKResult<Measure> AllPartialsTopK(TopKShardSource<Measure>& source, std::size_
 template <class Measure>
 TopKResult<Measure> RunTopK(TopKShardSource<Measure>& source, std::size_t k, TopKMethod method) {
   switch (method) {
-    case TopKMethod::kTput: return TputTopK(source, k);
-    case TopKMethod::kAllPartials: return AllPartialsTopK(source, k);
-    case TopKMethod::kAuto: return AutoTopK(source, k);
+    case TopKMethod::kTput:
+      return TputTopK(source, k);
+    case TopKMethod::kAllPartials:
+      return AllPartialsTopK(source, k);
+    case TopKMethod::kAuto:
+      return AutoTopK(source, k);
   }
   throw Error("top-k: unknown method");
 }

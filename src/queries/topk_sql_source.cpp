@@ -39,22 +39,23 @@ std::string TopKKeysArrayLiteral(const std::vector<TopKKey>& keys) {
 
 TopKStatements BuildTopKStatements(const TopKQuery& q, bool integer_sums) {
   if (q.from.empty() || q.key.empty() || q.measure.empty()) {
-    throw UnmergeableQuery("top-k query: from, key and measure must all be given (e.g. from = \"order_items\", "
-                           "key = \"book_id\", measure = \"quantity\")");
+    throw UnmergeableQuery(
+        "top-k query: from, key and measure must all be given (e.g. from = \"order_items\", "
+        "key = \"book_id\", measure = \"quantity\")");
   }
   const bool text = q.key_type == TopKKeyType::kText;
   const std::string type = text ? "text" : "bigint";
   const std::size_t n = q.params.size();
   const std::string where = q.where.empty() ? "" : fmt::format(" WHERE ({})", q.where);
-  const std::string grouped = fmt::format("SELECT ({})::{} AS k, coalesce(sum({}), 0) AS s FROM {}{} GROUP BY 1",
-                                          q.key, type, q.measure, q.from, where);
+  const std::string grouped = fmt::format("SELECT ({})::{} AS k, coalesce(sum({}), 0) AS s FROM {}{} GROUP BY 1", q.key,
+                                          type, q.measure, q.from, where);
   // The C collation for text keys, whatever the column's collation is.
   const std::string order = text ? "s DESC, k COLLATE \"C\"" : "s DESC, k";
   TopKStatements st;
   st.local_top_k = fmt::format("SELECT k, s FROM ({}) g ORDER BY {} LIMIT ${}", grouped, order, n + 1);
   st.local_top_k_min = fmt::format(
-      "WITH g AS MATERIALIZED ({}) SELECT k, s, (SELECT min(s) FROM g) AS min_s FROM g ORDER BY {} LIMIT ${}",
-      grouped, order, n + 1);
+      "WITH g AS MATERIALIZED ({}) SELECT k, s, (SELECT min(s) FROM g) AS min_s FROM g ORDER BY {} LIMIT ${}", grouped,
+      order, n + 1);
   st.at_least = fmt::format(
       "SELECT k, s FROM ({0}) g WHERE s::numeric * ${1}::integer >= ${2}::numeric "
       "AND CASE WHEN k IS NULL THEN NOT ${4}::boolean ELSE NOT (k = ANY(${3}::{5}[])) END",
@@ -63,8 +64,8 @@ TopKStatements BuildTopKStatements(const TopKQuery& q, bool integer_sums) {
   st.partials = fmt::format(
       "SELECT ({0})::{1} AS k, coalesce(sum({2}), 0) AS s FROM {3} WHERE {4}(({0}) = ANY(${5}::{1}[]) "
       "OR (${6}::boolean AND ({0}) IS NULL)) GROUP BY 1",
-      q.key, type, q.measure, q.from, q.where.empty() ? std::string() : fmt::format("({}) AND ", q.where),
-      n + 1, n + 2);
+      q.key, type, q.measure, q.from, q.where.empty() ? std::string() : fmt::format("({}) AND ", q.where), n + 1,
+      n + 2);
   st.all_partials = grouped;
 
   // The session's temporary table, made before its transaction turns
@@ -85,11 +86,11 @@ TopKStatements BuildTopKStatements(const TopKQuery& q, bool integer_sums) {
   // does one out of range (22003). (All of it through text cost ~10% of
   // phase 1.)
   st.snapshot_fill =
-      integer_sums
-          ? fmt::format("INSERT INTO {} (k, s) SELECT k, CASE WHEN s = s::bigint THEN s::bigint ELSE s::text::bigint "
-                        "END FROM ({}) g",
-                        table, grouped)
-          : fmt::format("INSERT INTO {} (k, s) {}", table, grouped);
+      integer_sums ? fmt::format(
+                         "INSERT INTO {} (k, s) SELECT k, CASE WHEN s = s::bigint THEN s::bigint ELSE s::text::bigint "
+                         "END FROM ({}) g",
+                         table, grouped)
+                   : fmt::format("INSERT INTO {} (k, s) {}", table, grouped);
   // Phase 1 reads the table in the same round trip that fills it: the top
   // k, or (kAuto) the top k after one statistics row (o = 0). {} = k.
   st.snapshot_top_k = fmt::format("SELECT k, s FROM {} ORDER BY {} LIMIT {{}}", table, order);
@@ -117,8 +118,8 @@ TopKStatements BuildTopKStatements(const TopKQuery& q, bool integer_sums) {
       "AND CASE WHEN k IS NULL THEN NOT $4::boolean ELSE NOT (k = ANY($3::{1}[])) END",
       table, type, at_least);
   st.snapshot_rest = fmt::format(
-      "SELECT k, s FROM {0} WHERE CASE WHEN k IS NULL THEN NOT $2::boolean ELSE NOT (k = ANY($1::{1}[])) END",
-      table, type);
+      "SELECT k, s FROM {0} WHERE CASE WHEN k IS NULL THEN NOT $2::boolean ELSE NOT (k = ANY($1::{1}[])) END", table,
+      type);
   st.snapshot_partials =
       fmt::format("SELECT k, s FROM {0} WHERE k = ANY($1::{1}[]) OR ($2::boolean AND k IS NULL)", table, type);
   return st;
@@ -132,10 +133,10 @@ template <class Measure>
   std::optional<Measure> value;
   if (!f.is_null()) value = TopKMeasureTraits<Measure>::FromText(text);
   if (!value) {
-    throw UnmergeableQuery(fmt::format(
-        "top-k by sum: shard {} returned the sum '{}' for key {}, which the measure type cannot hold "
-        "exactly; rank numeric measures (or integer sums beyond 64 bits) with TopKBySum<Decimal>",
-        shard, f.is_null() ? std::string_view("NULL") : text, TopKKeyToString(key)));
+    throw UnmergeableQuery(
+        fmt::format("top-k by sum: shard {} returned the sum '{}' for key {}, which the measure type cannot hold "
+                    "exactly; rank numeric measures (or integer sums beyond 64 bits) with TopKBySum<Decimal>",
+                    shard, f.is_null() ? std::string_view("NULL") : text, TopKKeyToString(key)));
   }
   return *std::move(value);
 }
@@ -148,14 +149,15 @@ template <class Measure>
   const char* end = begin + f.size();
   const auto [ptr, ec] = std::from_chars(begin, end, value);
   if (ec != std::errc{} || ptr != end) {
-    throw ShardQueryError(shard, fmt::format("top-k: shard {} returned the key '{}', not a bigint", shard,
-                                             std::string(begin, f.size())));
+    throw ShardQueryError(
+        shard, fmt::format("top-k: shard {} returned the key '{}', not a bigint", shard, std::string(begin, f.size())));
   }
   return value;
 }
 
 [[nodiscard]] bool HasNull(const std::vector<TopKKey>& keys) {
-  return std::any_of(keys.begin(), keys.end(), [](const TopKKey& k) { return std::holds_alternative<std::monostate>(k); });
+  return std::any_of(keys.begin(), keys.end(),
+                     [](const TopKKey& k) { return std::holds_alternative<std::monostate>(k); });
 }
 
 }  // namespace
@@ -304,8 +306,8 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::LocalTopK(std::size_t k, bool wa
     pqxx::result::size_type first_row = 0;
     if (with_stats) {
       if (shard.rows.empty() || shard.rows[0][3].is_null()) {
-        throw ShardQueryError(shard.shard, fmt::format("top-k: shard {} did not send its statistics row first",
-                                                       shard.shard));
+        throw ShardQueryError(shard.shard,
+                              fmt::format("top-k: shard {} did not send its statistics row first", shard.shard));
       }
       const auto stats = shard.rows[0];
       reply.groups[i] = stats[3].as<std::int64_t>();
@@ -350,9 +352,9 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::AtLeast(const TopKThreshold<Meas
     params.emplace_back(TopKMeasureTraits<Measure>::ToString(threshold.tau1));
     params.emplace_back(TopKKeysArrayLiteral(ex));
     params.emplace_back(HasNull(ex) ? "true" : "false");
-    statements.emplace_back(ShardId{s}, ScatterGather::Statement{in_session_ ? statements_.snapshot_at_least
-                                                                             : statements_.at_least,
-                                                                 std::move(params)});
+    statements.emplace_back(ShardId{s},
+                            ScatterGather::Statement{in_session_ ? statements_.snapshot_at_least : statements_.at_least,
+                                                     std::move(params)});
   }
   if (!in_session_) return Decode(scatter_.RunPerShard(statements, PhaseOptions("threshold")), false);
   return Decode(Session().RunPerShard(statements), false);

@@ -53,8 +53,16 @@ std::string Trimmed(const char* message) {
 
 bool BinarySupported(unsigned type) {
   switch (type) {
-    case kBool: case kInt8: case kInt2: case kInt4: case kText: case kBpchar: case kVarchar: case kTimestamp:
-    case kTimestamptz: case kNumeric:
+    case kBool:
+    case kInt8:
+    case kInt2:
+    case kInt4:
+    case kText:
+    case kBpchar:
+    case kVarchar:
+    case kTimestamp:
+    case kTimestamptz:
+    case kNumeric:
       return true;
     default:
       return false;
@@ -149,9 +157,10 @@ void CopyWriter::ReadColumnTypes(pg_conn* conn, const std::string& qualified_tab
   }
   for (const auto& [name, type] : chosen) {
     if (!BinarySupported(type)) {
-      throw Error(fmt::format("COPY into {}: column \"{}\" has a type (oid {}) this writer has no binary form "
-                              "for; use CopyFormat::kText",
-                              label_, name, type));
+      throw Error(
+          fmt::format("COPY into {}: column \"{}\" has a type (oid {}) this writer has no binary form "
+                      "for; use CopyFormat::kText",
+                      label_, name, type));
     }
     column_names_.push_back(name);
     column_types_.push_back(type);
@@ -242,9 +251,10 @@ ShardedCopy::ShardedCopy(std::shared_ptr<const BucketDirectory> directory,
   if (!directory_) throw Error("ShardedCopy: no directory snapshot given");
   const auto shards = static_cast<std::size_t>(directory_->ShardCount());
   if (shard_transactions.size() != shards) {
-    throw Error(fmt::format("ShardedCopy into {}: {} transactions given for a directory of {} shards; give one "
-                            "per shard (nullptr for a shard that gets no rows)",
-                            table, shard_transactions.size(), shards));
+    throw Error(
+        fmt::format("ShardedCopy into {}: {} transactions given for a directory of {} shards; give one "
+                    "per shard (nullptr for a shard that gets no rows)",
+                    table, shard_transactions.size(), shards));
   }
   writers_.resize(shards);
   try {

@@ -33,17 +33,28 @@ namespace {
 
 const char* TypeName(unsigned type) {
   switch (type) {
-    case kBool: return "boolean";
-    case kInt8: return "bigint";
-    case kInt2: return "smallint";
-    case kInt4: return "integer";
-    case kText: return "text";
-    case kBpchar: return "character";
-    case kVarchar: return "character varying";
-    case kTimestamp: return "timestamp";
-    case kTimestamptz: return "timestamptz";
-    case kNumeric: return "numeric";
-    default: return "?";
+    case kBool:
+      return "boolean";
+    case kInt8:
+      return "bigint";
+    case kInt2:
+      return "smallint";
+    case kInt4:
+      return "integer";
+    case kText:
+      return "text";
+    case kBpchar:
+      return "character";
+    case kVarchar:
+      return "character varying";
+    case kTimestamp:
+      return "timestamp";
+    case kTimestamptz:
+      return "timestamptz";
+    case kNumeric:
+      return "numeric";
+    default:
+      return "?";
   }
 }
 
@@ -77,9 +88,10 @@ void CopyWriter::EndBinaryRow() {
 
 namespace {
 [[noreturn]] void WrongType(const std::string& label, const std::string& column, unsigned type, const char* given) {
-  throw Error(fmt::format("COPY into {}: column \"{}\" is {}, and a {} cannot be written to it in binary format; "
-                          "pass a matching value or use CopyFormat::kText",
-                          label, column, TypeName(type), given));
+  throw Error(
+      fmt::format("COPY into {}: column \"{}\" is {}, and a {} cannot be written to it in binary format; "
+                  "pass a matching value or use CopyFormat::kText",
+                  label, column, TypeName(type), given));
 }
 }  // namespace
 
@@ -240,14 +252,15 @@ CopyWriter& CopyWriter::Field(std::string_view text) {
       const bool valid = !digits.empty() && digits.size() <= 200 &&
                          std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
       if (!valid) {
-        throw Error(fmt::format("COPY into {}: row {}: '{}' is not a plain decimal number for column \"{}\" "
-                                "(binary format takes [-]digits[.digits])",
-                                label_, rows_ + 1, text, column_names_[column_]));
+        throw Error(
+            fmt::format("COPY into {}: row {}: '{}' is not a plain decimal number for column \"{}\" "
+                        "(binary format takes [-]digits[.digits])",
+                        label_, rows_ + 1, text, column_names_[column_]));
       }
       const auto nonzero = digits.find_first_not_of('0');
-      return BinaryNumeric(negative, nonzero == std::string::npos ? std::string_view("0")
-                                                                   : std::string_view(digits).substr(nonzero),
-                           scale);
+      return BinaryNumeric(
+          negative, nonzero == std::string::npos ? std::string_view("0") : std::string_view(digits).substr(nonzero),
+          scale);
     }
     WrongType(label_, column_names_[column_ - 1], type, "text");
   }
@@ -258,11 +271,20 @@ CopyWriter& CopyWriter::Field(std::string_view text) {
     const char c = text[i];
     const char* escape = nullptr;
     switch (c) {
-      case '\\': escape = "\\\\"; break;
-      case '\t': escape = "\\t"; break;
-      case '\n': escape = "\\n"; break;
-      case '\r': escape = "\\r"; break;
-      default: continue;
+      case '\\':
+        escape = "\\\\";
+        break;
+      case '\t':
+        escape = "\\t";
+        break;
+      case '\n':
+        escape = "\\n";
+        break;
+      case '\r':
+        escape = "\\r";
+        break;
+      default:
+        continue;
     }
     buffer_.append(text.data() + run, i - run);
     buffer_.append(escape, 2);

@@ -6,8 +6,8 @@
 #include <pqxx/pqxx>
 
 #include "resharding/move_run.hpp"
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/routing/directory.hpp"
 
 // The mover, step by step (see move.hpp for the order and the states).
 //
@@ -81,18 +81,19 @@ MoveRecord BucketMover::Impl::Plan(BucketId bucket, ShardId target, std::optiona
   const BucketDirectory directory = LoadDirectory(*catalog, ShardCount());
   const ShardId source = directory.ShardOf(bucket);
   if (source == target) {
-    throw MoveError(fmt::format("bucket {} is already on shard {} (directory version {})", bucket, target,
-                                directory.Version()),
-                    std::nullopt, bucket);
+    throw MoveError(
+        fmt::format("bucket {} is already on shard {} (directory version {})", bucket, target, directory.Version()),
+        std::nullopt, bucket);
   }
   pqxx::work tx{*catalog};
   const auto move_id =
       tx.exec1("SELECT nextval(pg_get_serial_sequence('shardkit_moves', 'move_id'))")[0].as<std::int64_t>();
   const std::string token = fmt::format("shardkit_move_{}_{}", move_id, RandomHex(6));
   try {
-    tx.exec_params("INSERT INTO shardkit_moves (move_id, bucket, source, target, state, token, plan_id, requested_by) "
-                   "VALUES ($1, $2, $3, $4, 'planned', $5, $6, $7)",
-                   move_id, ToInt(bucket), ToInt(source), ToInt(target), token, plan_id, options.requested_by);
+    tx.exec_params(
+        "INSERT INTO shardkit_moves (move_id, bucket, source, target, state, token, plan_id, requested_by) "
+        "VALUES ($1, $2, $3, $4, 'planned', $5, $6, $7)",
+        move_id, ToInt(bucket), ToInt(source), ToInt(target), token, plan_id, options.requested_by);
     tx.exec_params("INSERT INTO shardkit_move_events (move_id, state, detail) VALUES ($1, 'planned', $2)", move_id,
                    fmt::format("bucket {}: shard {} -> shard {} (directory version {}), by {}", bucket, source, target,
                                directory.Version(), options.requested_by));
@@ -100,9 +101,8 @@ MoveRecord BucketMover::Impl::Plan(BucketId bucket, ShardId target, std::optiona
     if (options.after_step) options.after_step(move_id, MoveState::kPlanned);
   } catch (const pqxx::unique_violation&) {
     tx.abort();
-    const auto live = Query(*catalog, fmt::format("WHERE bucket = {} AND state NOT IN ('done', 'aborted')",
-                                                  ToInt(bucket)),
-                            1);
+    const auto live =
+        Query(*catalog, fmt::format("WHERE bucket = {} AND state NOT IN ('done', 'aborted')", ToInt(bucket)), 1);
     throw MoveError(live.empty() ? fmt::format("bucket {} has a live move; see shardctl moves", bucket)
                                  : fmt::format("bucket {} already has a live move: move {} (shard {} -> shard {}, {}); "
                                                "resume or abort it first",
@@ -124,12 +124,12 @@ MoveRecord BucketMover::Impl::Run(std::int64_t move_id, bool abort, const std::s
           "l.objid = $2 AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = "
           "current_database())",
           kMoveLockKey, move_id);
-      throw MoveError(fmt::format("move {} is being run by another mover{}; wait for it, or stop that process first",
-                                  move_id,
-                                  holder.empty() ? std::string()
-                                                 : fmt::format(" (catalog session pid {}, from {})",
-                                                               holder[0][0].c_str(), holder[0][2].c_str())),
-                      move_id);
+      throw MoveError(
+          fmt::format("move {} is being run by another mover{}; wait for it, or stop that process first", move_id,
+                      holder.empty() ? std::string()
+                                     : fmt::format(" (catalog session pid {}, from {})", holder[0][0].c_str(),
+                                                   holder[0][2].c_str())),
+          move_id);
     }
   }
   // Released explicitly on the way out: closing the connection frees it
@@ -270,7 +270,9 @@ BucketMover::BucketMover(ClusterConfig config, MoveOptions options) {
 
 BucketMover::~BucketMover() = default;
 
-const ClusterConfig& BucketMover::Config() const noexcept { return impl_->config; }
+const ClusterConfig& BucketMover::Config() const noexcept {
+  return impl_->config;
+}
 
 MoveRecord BucketMover::Plan(BucketId bucket, ShardId target, std::optional<std::int64_t> plan_id) {
   return impl_->Plan(bucket, target, plan_id);
@@ -281,7 +283,9 @@ MoveRecord BucketMover::Move(BucketId bucket, ShardId target, std::optional<std:
   return impl_->Run(planned.move_id, false, {});
 }
 
-MoveRecord BucketMover::Resume(std::int64_t move_id) { return impl_->Run(move_id, false, {}); }
+MoveRecord BucketMover::Resume(std::int64_t move_id) {
+  return impl_->Run(move_id, false, {});
+}
 
 MoveRecord BucketMover::Abort(std::int64_t move_id, const std::string& reason) {
   return impl_->Run(move_id, true, reason);
@@ -303,10 +307,10 @@ std::vector<MoveEvent> BucketMover::Events(std::int64_t move_id) {
   auto catalog = impl_->ConnectCatalog();
   pqxx::read_transaction tx{*catalog};
   std::vector<MoveEvent> out;
-  for (const auto& row : tx.exec_params(
-           "SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), state, detail "
-           "FROM shardkit_move_events WHERE move_id = $1 ORDER BY event_no",
-           move_id)) {
+  for (const auto& row :
+       tx.exec_params("SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), state, detail "
+                      "FROM shardkit_move_events WHERE move_id = $1 ORDER BY event_no",
+                      move_id)) {
     MoveEvent e;
     e.at = row[0].as<std::string>();
     e.state = ParseMoveState(row[1].c_str()).value_or(MoveState::kPlanned);

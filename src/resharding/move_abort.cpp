@@ -57,52 +57,53 @@ void MoveRun::Abort(const std::string& reason) {
   // The target: subscription first (it would re-apply what we delete), then
   // the copied rows and the 'incoming' row of this move.
   if (!target_known_clean) try {
-    DropSubscription();
-    pqxx::connection& c = Target();
-    const auto mine = OwnershipOf(c);
-    if (!mine || (mine->state == OwnershipState::kIncoming && mine->move_id == record.move_id)) {
-      const auto tables = RegisteredTables(c);
-      pqxx::work tx{c};
-      tx.exec("SET LOCAL session_replication_role = replica");
-      for (const auto& t : tables) {
-        tx.exec(fmt::format("DELETE FROM {} WHERE bucket = {}", t.table, ToInt(record.bucket)));
+      DropSubscription();
+      pqxx::connection& c = Target();
+      const auto mine = OwnershipOf(c);
+      if (!mine || (mine->state == OwnershipState::kIncoming && mine->move_id == record.move_id)) {
+        const auto tables = RegisteredTables(c);
+        pqxx::work tx{c};
+        tx.exec("SET LOCAL session_replication_role = replica");
+        for (const auto& t : tables) {
+          tx.exec(fmt::format("DELETE FROM {} WHERE bucket = {}", t.table, ToInt(record.bucket)));
+        }
+        tx.exec_params("DELETE FROM shardkit_bucket_ownership WHERE bucket = $1 AND move_id = $2", ToInt(record.bucket),
+                       record.move_id);
+        tx.exec_params("DELETE FROM shardkit_move_markers WHERE move_id = $1", record.move_id);
+        tx.commit();
       }
-      tx.exec_params("DELETE FROM shardkit_bucket_ownership WHERE bucket = $1 AND move_id = $2", ToInt(record.bucket),
-                     record.move_id);
-      tx.exec_params("DELETE FROM shardkit_move_markers WHERE move_id = $1", record.move_id);
-      tx.commit();
+    } catch (const std::exception& e) {
+      pending.push_back(fmt::format("{} (the subscription, copied rows and 'incoming' row of the bucket): {}",
+                                    impl.ShardLabel(record.target), FirstLine(e.what())));
     }
-  } catch (const std::exception& e) {
-    pending.push_back(fmt::format("{} (the subscription, copied rows and 'incoming' row of the bucket): {}",
-                                  impl.ShardLabel(record.target), FirstLine(e.what())));
-  }
   // The source: slot, publication, markers, and the move's mark; a retired
   // bucket is owned again only once the target's copy is gone (else the
   // next abort does it).
   if (!source_known_clean) try {
-    if (!source_up) (void)OwnershipOf(Source());
-    DropSlot();
-    DropPublication();
-    const bool target_clean = pending.empty();
-    {
-      pqxx::work tx{Source()};
-      tx.exec_params("DELETE FROM shardkit_move_markers WHERE move_id = $1", record.move_id);
-      tx.exec_params("UPDATE shardkit_bucket_ownership SET state = 'owned', move_id = NULL, new_owner = NULL, "
-                     "updated_at = clock_timestamp() WHERE bucket = $1 AND move_id = $2 AND "
-                     "(state = 'owned' OR (state = 'retired' AND $3))",
-                     ToInt(record.bucket), record.move_id, take_back && target_clean);
-      tx.commit();
+      if (!source_up) (void)OwnershipOf(Source());
+      DropSlot();
+      DropPublication();
+      const bool target_clean = pending.empty();
+      {
+        pqxx::work tx{Source()};
+        tx.exec_params("DELETE FROM shardkit_move_markers WHERE move_id = $1", record.move_id);
+        tx.exec_params(
+            "UPDATE shardkit_bucket_ownership SET state = 'owned', move_id = NULL, new_owner = NULL, "
+            "updated_at = clock_timestamp() WHERE bucket = $1 AND move_id = $2 AND "
+            "(state = 'owned' OR (state = 'retired' AND $3))",
+            ToInt(record.bucket), record.move_id, take_back && target_clean);
+        tx.commit();
+      }
+      if (take_back && target_clean) SyncFence(Source());
+    } catch (const std::exception& e) {
+      pending.push_back(fmt::format("{} (the replication slot and publication {}): {}", impl.ShardLabel(record.source),
+                                    record.token, FirstLine(e.what())));
     }
-    if (take_back && target_clean) SyncFence(Source());
-  } catch (const std::exception& e) {
-    pending.push_back(fmt::format("{} (the replication slot and publication {}): {}", impl.ShardLabel(record.source),
-                                  record.token, FirstLine(e.what())));
-  }
   if (!pending.empty()) {
-    const std::string message =
-        fmt::format("{}: the abort could not clean up {}; run shardctl move abort {} again once that is reachable "
-                    "(a replication slot left on a source keeps its WAL)",
-                    Where(), Join(pending, "; "), record.move_id);
+    const std::string message = fmt::format(
+        "{}: the abort could not clean up {}; run shardctl move abort {} again once that is reachable "
+        "(a replication slot left on a source keeps its WAL)",
+        Where(), Join(pending, "; "), record.move_id);
     try {
       record.error = reason + "; " + message;
       Journal(MoveState::kAborting, message);

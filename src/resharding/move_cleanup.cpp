@@ -32,9 +32,8 @@ void MoveRun::Flip() {
   }
   if (current.ShardOf(record.bucket) == record.target) {
     record.directory_version = current.Version();
-    Journal(MoveState::kFlipped, fmt::format("the directory already placed the bucket there (version {})",
-                                             current.Version()),
-            &flip);
+    Journal(MoveState::kFlipped,
+            fmt::format("the directory already placed the bucket there (version {})", current.Version()), &flip);
   } else {
     const BucketDirectory next = current.WithBucketMoved(record.bucket, record.target);
     if (!CompareAndSetDirectory(flip, current.Version(), next)) {
@@ -65,9 +64,10 @@ void MoveRun::Cleanup() {
       }
     }
     pqxx::work tx{Source()};
-    tx.exec_params("UPDATE shardkit_bucket_ownership SET state = 'cleaning', updated_at = clock_timestamp() "
-                   "WHERE bucket = $1 AND state IN ('retired', 'cleaning')",
-                   ToInt(record.bucket));
+    tx.exec_params(
+        "UPDATE shardkit_bucket_ownership SET state = 'cleaning', updated_at = clock_timestamp() "
+        "WHERE bucket = $1 AND state IN ('retired', 'cleaning')",
+        ToInt(record.bucket));
     tx.commit();
     Journal(MoveState::kCleaning, "the source's old rows are not readable any more; deleting them");
     AfterStep();
@@ -104,9 +104,10 @@ void MoveRun::Cleanup() {
   }
   {
     pqxx::nontransaction tx{Target()};
-    tx.exec_params("UPDATE shardkit_bucket_ownership SET move_id = NULL, new_owner = NULL, "
-                   "updated_at = clock_timestamp() WHERE bucket = $1 AND move_id = $2",
-                   ToInt(record.bucket), record.move_id);
+    tx.exec_params(
+        "UPDATE shardkit_bucket_ownership SET move_id = NULL, new_owner = NULL, "
+        "updated_at = clock_timestamp() WHERE bucket = $1 AND move_id = $2",
+        ToInt(record.bucket), record.move_id);
   }
   Journal(MoveState::kDone, fmt::format("{} old rows deleted", record.rows_deleted));
   AfterStep();

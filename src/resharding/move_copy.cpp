@@ -83,11 +83,13 @@ void MoveRun::Prepare() {
                     record.move_id, record.bucket);
   }
   if (const auto* at_target = target_own.Find(record.bucket);
-      at_target != nullptr && !(at_target->state == OwnershipState::kIncoming && at_target->move_id == record.move_id)) {
-    throw MoveError(fmt::format("{}: the target already has the bucket ({}{}); wait for that move to finish or abort it",
-                                Where(), OwnershipStateName(at_target->state),
-                                at_target->move_id ? fmt::format(", move {}", *at_target->move_id) : ""),
-                    record.move_id, record.bucket);
+      at_target != nullptr &&
+      !(at_target->state == OwnershipState::kIncoming && at_target->move_id == record.move_id)) {
+    throw MoveError(
+        fmt::format("{}: the target already has the bucket ({}{}); wait for that move to finish or abort it", Where(),
+                    OwnershipStateName(at_target->state),
+                    at_target->move_id ? fmt::format(", move {}", *at_target->move_id) : ""),
+        record.move_id, record.bucket);
   }
   // One schema: every table the source fences exists on the target with the
   // same columns, types and NOT NULLs, and is fenced there too.
@@ -123,8 +125,10 @@ void MoveRun::Prepare() {
     auto history = [](pqxx::connection& c) {
       pqxx::read_transaction tx{c};
       if (tx.exec1("SELECT to_regclass('shardkit_migrations') IS NULL")[0].as<bool>()) return std::string("none");
-      return tx.exec1("SELECT coalesce(max(version), 0) || ' ' || coalesce(md5(string_agg(version || checksum, ',' "
-                      "ORDER BY version)), '') FROM shardkit_migrations WHERE success")[0]
+      return tx
+          .exec1(
+              "SELECT coalesce(max(version), 0) || ' ' || coalesce(md5(string_agg(version || checksum, ',' "
+              "ORDER BY version)), '') FROM shardkit_migrations WHERE success")[0]
           .as<std::string>();
     };
     const std::string source_history = history(source_c);
@@ -188,9 +192,10 @@ void MoveRun::Prepare() {
     // later sees the mark, so it takes a read hold (sql/015); the cutover
     // waits for those that began earlier.
     pqxx::nontransaction tx{source_c};
-    tx.exec_params("UPDATE shardkit_bucket_ownership SET updated_at = clock_timestamp() WHERE bucket = $1 AND "
-                   "move_id = $2 AND state = 'owned'",
-                   ToInt(record.bucket), record.move_id);
+    tx.exec_params(
+        "UPDATE shardkit_bucket_ownership SET updated_at = clock_timestamp() WHERE bucket = $1 AND "
+        "move_id = $2 AND state = 'owned'",
+        ToInt(record.bucket), record.move_id);
   }
   Journal(MoveState::kPrepared,
           fmt::format("{} sharded tables, schemas equal; source marked with the move", source_tables.size()));
@@ -236,8 +241,9 @@ void MoveRun::Copy() {
                                     impl.ShardLabel(record.source) + " (replication)");
   detail::RawConnection::Rows slot;
   try {
-    slot = replication.Exec(fmt::format("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')", record.token),
-                            impl.options.slot_timeout);
+    slot =
+        replication.Exec(fmt::format("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')", record.token),
+                         impl.options.slot_timeout);
   } catch (const detail::RawPgError& e) {
     if (!e.timed_out) throw;
     throw MoveError(fmt::format("{}: creating the replication slot waited {} ms for the transactions running on the "
@@ -260,17 +266,17 @@ void MoveRun::Copy() {
   // of an earlier, aborted copy that could not be cleaned go now.
   for (const auto& t : tables) in.Exec(fmt::format("DELETE FROM {} WHERE bucket = {}", t.table, bucket));
   in.Exec(fmt::format("DELETE FROM shardkit_bucket_ownership WHERE bucket = {} AND state = 'incoming'", bucket));
-  in.Exec(fmt::format("INSERT INTO shardkit_bucket_ownership (bucket, state, directory_version, move_id) "
-                      "VALUES ({}, 'incoming', 0, {})",
-                      bucket, record.move_id));
+  in.Exec(
+      fmt::format("INSERT INTO shardkit_bucket_ownership (bucket, state, directory_version, move_id) "
+                  "VALUES ({}, 'incoming', 0, {})",
+                  bucket, record.move_id));
   std::int64_t copied = 0;
   for (const auto& t : tables) {
     const std::string columns = Join(t.columns, ", ");
     const std::int64_t before = copied;
     copied += out.CopyInto(
         fmt::format("COPY (SELECT {} FROM {} WHERE bucket = {}) TO STDOUT (FORMAT binary)", columns, t.table, bucket),
-        in, fmt::format("COPY {} ({}) FROM STDIN (FORMAT binary)", t.table, columns),
-        [&](std::int64_t rows) {
+        in, fmt::format("COPY {} ({}) FROM STDIN (FORMAT binary)", t.table, columns), [&](std::int64_t rows) {
           record.rows_copied = before + rows;
           Progress("copying");
         });

@@ -22,8 +22,8 @@ constexpr int kMaxCatchupRounds = 20;
 
 }  // namespace
 
-void MoveRun::AwaitOlderTransactions(std::chrono::milliseconds timeout, const std::string& why,
-                                     const std::string& then, std::string since) {
+void MoveRun::AwaitOlderTransactions(std::chrono::milliseconds timeout, const std::string& why, const std::string& then,
+                                     std::string since) {
   pqxx::connection& c = Source();
   if (since.empty()) {
     pqxx::nontransaction tx{c};
@@ -132,12 +132,13 @@ void MoveRun::Cutover() {
     // the shared one are gone; new ones are refused from the moment it is
     // requested), then the barrier marker, committed after all of them.
     pqxx::nontransaction tx{*freeze};
-    barrier = tx.exec(fmt::format("SELECT pg_advisory_lock({0}, {1}); "
-                                  "INSERT INTO shardkit_move_markers (move_id, bucket, marker) "
-                                  "SELECT {2}, {1}, coalesce(max(marker), 0) + 1 FROM shardkit_move_markers "
-                                  "WHERE move_id = {2} RETURNING marker",
-                                  kFenceLockKey, ToInt(record.bucket), record.move_id))[0][0]
-                  .as<int>();
+    barrier =
+        tx.exec(fmt::format("SELECT pg_advisory_lock({0}, {1}); "
+                            "INSERT INTO shardkit_move_markers (move_id, bucket, marker) "
+                            "SELECT {2}, {1}, coalesce(max(marker), 0) + 1 FROM shardkit_move_markers "
+                            "WHERE move_id = {2} RETURNING marker",
+                            kFenceLockKey, ToInt(record.bucket), record.move_id))[0][0]
+            .as<int>();
   } catch (const pqxx::sql_error& e) {
     freeze.reset();
     if (e.sqlstate() == "55P03") {

@@ -52,7 +52,9 @@ std::optional<MoveState> ParseMoveState(std::string_view name) noexcept {
   return std::nullopt;
 }
 
-bool IsLive(MoveState state) noexcept { return state != MoveState::kDone && state != MoveState::kAborted; }
+bool IsLive(MoveState state) noexcept {
+  return state != MoveState::kDone && state != MoveState::kAborted;
+}
 
 bool CanAbort(MoveState state) noexcept {
   switch (state) {
@@ -91,7 +93,9 @@ std::string DefaultRequester() {
   return fmt::format("{}@{} pid {}", user, host, ::getpid());
 }
 
-double Ms(Clock::duration d) { return static_cast<double>(duration_cast<microseconds>(d).count()) / 1000.0; }
+double Ms(Clock::duration d) {
+  return static_cast<double>(duration_cast<microseconds>(d).count()) / 1000.0;
+}
 
 MoveRecord ToRecord(const pqxx::row& row) {
   MoveRecord r;
@@ -100,7 +104,8 @@ MoveRecord ToRecord(const pqxx::row& row) {
   r.source = ShardId{row[2].as<int>()};
   r.target = ShardId{row[3].as<int>()};
   const auto state = ParseMoveState(row[4].c_str());
-  if (!state) throw MoveError(fmt::format("move {} has an unknown state '{}' in the journal", r.move_id, row[4].c_str()));
+  if (!state)
+    throw MoveError(fmt::format("move {} has an unknown state '{}' in the journal", r.move_id, row[4].c_str()));
   r.state = *state;
   r.token = row[5].as<std::string>();
   if (!row[6].is_null()) r.plan_id = row[6].as<std::int64_t>();

@@ -39,8 +39,9 @@ void MoveRun::DropSlot() {
 
 void MoveRun::DropSubscription() {
   pqxx::connection& c = Target();
-  if (!ObjectExists(c, "SELECT 1 FROM pg_subscription WHERE subname = $1 AND subdbid = "
-                       "(SELECT oid FROM pg_database WHERE datname = current_database())")) {
+  if (!ObjectExists(c,
+                    "SELECT 1 FROM pg_subscription WHERE subname = $1 AND subdbid = "
+                    "(SELECT oid FROM pg_database WHERE datname = current_database())")) {
     return;
   }
   pqxx::nontransaction tx{c};
@@ -89,14 +90,15 @@ bool MoveRun::AwaitMarker(int marker, Clock::time_point deadline, bool report_la
 
 void MoveRun::Subscribe() {
   pqxx::connection& c = Target();
-  if (!ObjectExists(c, "SELECT 1 FROM pg_subscription WHERE subname = $1 AND subdbid = "
-                       "(SELECT oid FROM pg_database WHERE datname = current_database())")) {
+  if (!ObjectExists(c,
+                    "SELECT 1 FROM pg_subscription WHERE subname = $1 AND subdbid = "
+                    "(SELECT oid FROM pg_database WHERE datname = current_database())")) {
     pqxx::nontransaction tx{c};
     const std::string source_dsn = impl.Shard(record.source).AdminDsn();
-    tx.exec(fmt::format("CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} WITH (create_slot = false, slot_name = {}, "
-                        "copy_data = false, enabled = true)",
-                        tx.quote_name(record.token), tx.quote(source_dsn), tx.quote_name(record.token),
-                        tx.quote(record.token)));
+    tx.exec(fmt::format(
+        "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} WITH (create_slot = false, slot_name = {}, "
+        "copy_data = false, enabled = true)",
+        tx.quote_name(record.token), tx.quote(source_dsn), tx.quote_name(record.token), tx.quote(record.token)));
   }
   Journal(MoveState::kStreaming, "subscription on the target, streaming from the slot");
   AfterStep();
@@ -115,9 +117,10 @@ void MoveRun::DropReplication() {
   // name it.
   if (record.directory_version) {
     pqxx::nontransaction tx{Source()};
-    tx.exec_params("UPDATE shardkit_bucket_ownership SET directory_version = $3, updated_at = clock_timestamp() "
-                   "WHERE bucket = $1 AND move_id = $2 AND state IN ('retired', 'cleaning')",
-                   ToInt(record.bucket), record.move_id, *record.directory_version);
+    tx.exec_params(
+        "UPDATE shardkit_bucket_ownership SET directory_version = $3, updated_at = clock_timestamp() "
+        "WHERE bucket = $1 AND move_id = $2 AND state IN ('retired', 'cleaning')",
+        ToInt(record.bucket), record.move_id, *record.directory_version);
   }
   // The target owns the bucket since the flip: its writes take the fence's
   // fast path from now on (sql/014; until this, the slow path admits them).
@@ -142,7 +145,8 @@ std::vector<std::string> LeftoverReplicationObjects(const ClusterConfig& config)
       for (const auto& row : tx.exec(
                "SELECT 'slot ' || slot_name FROM pg_replication_slots WHERE slot_name LIKE 'shardkit\\_move\\_%' "
                "AND database = current_database() "
-               "UNION ALL SELECT 'publication ' || pubname FROM pg_publication WHERE pubname LIKE 'shardkit\\_move\\_%' "
+               "UNION ALL SELECT 'publication ' || pubname FROM pg_publication WHERE pubname LIKE "
+               "'shardkit\\_move\\_%' "
                "UNION ALL SELECT 'subscription ' || subname FROM pg_subscription WHERE subname LIKE "
                "'shardkit\\_move\\_%' AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
                "ORDER BY 1")) {

@@ -58,8 +58,8 @@ BucketDirectory DirectoryIn(pqxx::transaction_base& tx, int shard_count);
 
 // Column lists of the registered tables, for the schema check and the copy.
 struct TableColumns {
-  std::string table;                 // quoted as regclass::text gives it
-  std::vector<std::string> columns;  // quoted names, in attribute order
+  std::string table;                    // quoted as regclass::text gives it
+  std::vector<std::string> columns;     // quoted names, in attribute order
   std::vector<std::string> definition;  // "name type [not null]"
 };
 
@@ -109,8 +109,8 @@ struct BucketMover::Impl {
       tx.exec("SET synchronous_commit = local");
       return c;
     } catch (const std::exception& e) {
-      throw ShardUnavailable(s, fmt::format("{} is unreachable ({}): {}", ShardLabel(s), RedactDsn(dsn),
-                                            detail::FirstLine(e.what())));
+      throw ShardUnavailable(
+          s, fmt::format("{} is unreachable ({}): {}", ShardLabel(s), RedactDsn(dsn), detail::FirstLine(e.what())));
     }
   }
 
@@ -125,9 +125,8 @@ struct BucketMover::Impl {
   }
   MoveRecord Load(pqxx::connection_base& catalog, std::int64_t move_id) const {
     pqxx::read_transaction tx{catalog};
-    const auto rows =
-        tx.exec_params(fmt::format("SELECT {} FROM shardkit_moves WHERE move_id = $1", detail::mover::kRecordColumns),
-                       move_id);
+    const auto rows = tx.exec_params(
+        fmt::format("SELECT {} FROM shardkit_moves WHERE move_id = $1", detail::mover::kRecordColumns), move_id);
     if (rows.empty()) throw MoveError(fmt::format("there is no move {} (shardctl moves lists them)", move_id), move_id);
     return detail::mover::ToRecord(rows[0]);
   }
@@ -157,8 +156,8 @@ struct MoveRun {
   bool source_known_clean = false;
 
   std::string Where() const {
-    return fmt::format("move {} of bucket {} ({} -> {})", record.move_id, record.bucket,
-                       impl.ShardLabel(record.source), impl.ShardLabel(record.target));
+    return fmt::format("move {} of bucket {} ({} -> {})", record.move_id, record.bucket, impl.ShardLabel(record.source),
+                       impl.ShardLabel(record.target));
   }
 
   pqxx::connection& Source() {
@@ -241,9 +240,7 @@ struct MoveRun {
     pqxx::read_transaction tx{c};
     return !tx.exec_params(sql, record.token).empty();
   }
-  bool SlotExists() {
-    return ObjectExists(Source(), "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1");
-  }
+  bool SlotExists() { return ObjectExists(Source(), "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1"); }
   void DropSlot();
   void DropSubscription();
   void DropPublication() {
@@ -252,11 +249,12 @@ struct MoveRun {
   }
   int WriteMarker(pqxx::connection& c) {
     pqxx::nontransaction tx{c};
-    return tx.exec_params1(
-                 "INSERT INTO shardkit_move_markers (move_id, bucket, marker) "
-                 "SELECT $1, $2, coalesce(max(marker), 0) + 1 FROM shardkit_move_markers WHERE move_id = $1 "
-                 "RETURNING marker",
-                 record.move_id, ToInt(record.bucket))[0]
+    return tx
+        .exec_params1(
+            "INSERT INTO shardkit_move_markers (move_id, bucket, marker) "
+            "SELECT $1, $2, coalesce(max(marker), 0) + 1 FROM shardkit_move_markers WHERE move_id = $1 "
+            "RETURNING marker",
+            record.move_id, ToInt(record.bucket))[0]
         .as<int>();
   }
   // Waits for marker `marker` on the target; false at the deadline.

@@ -7,8 +7,8 @@
 #include <limits>
 #include <numeric>
 
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/routing/directory.hpp"
 
 namespace shardkit {
 
@@ -58,8 +58,8 @@ HashRing::HashRing(std::span<const std::uint64_t> node_ids, int vnodes)
     // The point depends on the node's id and the point's index only.
     const std::uint64_t node_seed = PlacementHash(node_ids_[n]);
     for (int v = 0; v < vnodes; ++v) {
-      points_.push_back({PlacementHash(node_seed ^ PlacementHash(static_cast<std::uint64_t>(v) << 32)),
-                         static_cast<int>(n)});
+      points_.push_back(
+          {PlacementHash(node_seed ^ PlacementHash(static_cast<std::uint64_t>(v) << 32)), static_cast<int>(n)});
     }
   }
   std::sort(points_.begin(), points_.end(), [&](const Point& a, const Point& b) {
@@ -176,10 +176,10 @@ std::vector<PlacementSimRow> SimulatePlacement(const PlacementSimOptions& o) {
 
   const std::vector<std::uint64_t> ids_after = Iota(m);
   const std::span<const std::uint64_t> all(ids_after);
-  rows.push_back(Measure(PlacementStrategy::kRendezvous, 0, consistent, o,
-                         [&](std::int64_t, std::uint64_t h, bool after) {
-                           return static_cast<int>(RendezvousNode(h, after ? all : all.first(static_cast<std::size_t>(n))));
-                         }));
+  rows.push_back(
+      Measure(PlacementStrategy::kRendezvous, 0, consistent, o, [&](std::int64_t, std::uint64_t h, bool after) {
+        return static_cast<int>(RendezvousNode(h, after ? all : all.first(static_cast<std::size_t>(n))));
+      }));
 
   if (m <= kBucketCount) {
     const BucketDirectory before = BucketDirectory::EvenSplit(n);

@@ -38,7 +38,8 @@ RebalancePlan PlanRebalance(const BucketDirectory& current, const std::vector<Sh
       throw DirectoryError(fmt::format("shard {} does not exist: the directory has shards 0..{}", s, shard_count - 1),
                            std::nullopt, s);
     }
-    if (!keep.insert(ToInt(s)).second) throw DirectoryError(fmt::format("shard {} is listed twice", s), std::nullopt, s);
+    if (!keep.insert(ToInt(s)).second)
+      throw DirectoryError(fmt::format("shard {} is listed twice", s), std::nullopt, s);
   }
   if (keep.empty()) throw DirectoryError("a rebalance needs at least one shard to hold the buckets");
   const int n = static_cast<int>(keep.size());
@@ -46,7 +47,8 @@ RebalancePlan PlanRebalance(const BucketDirectory& current, const std::vector<Sh
 
   BucketDirectory::Assignments table = current.AssignmentTable();
   std::vector<int> held(static_cast<std::size_t>(shard_count), 0);
-  for (const BucketId b : AllBuckets()) ++held[static_cast<std::size_t>(ToInt(table[static_cast<std::size_t>(ToInt(b))]))];
+  for (const BucketId b : AllBuckets())
+    ++held[static_cast<std::size_t>(ToInt(table[static_cast<std::size_t>(ToInt(b))]))];
 
   RebalancePlan plan;
   plan.before = current;
@@ -149,12 +151,13 @@ std::array<std::int64_t, kBucketCount> CountRowsPerBucket(const ClusterConfig& c
   return total;
 }
 
-RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan& plan, const RebalanceOptions& options) {
+RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan& plan,
+                               const RebalanceOptions& options) {
   const auto start = Clock::now();
   RebalanceReport report;
-  report.plan_id = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  report.plan_id =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
 
   struct Cleanup {
     std::int64_t move_id;
@@ -220,8 +223,8 @@ RebalanceReport ApplyRebalance(const ClusterConfig& config, const RebalancePlan&
             ++finished;
           } catch (const std::exception& e) {
             std::lock_guard lock(mutex);
-            report.failures.push_back(fmt::format("resuming move {} of bucket {} (shard {} -> shard {}): {}",
-                                                  m.move_id, m.bucket, m.source, m.target, FirstLine(e.what())));
+            report.failures.push_back(fmt::format("resuming move {} of bucket {} (shard {} -> shard {}): {}", m.move_id,
+                                                  m.bucket, m.source, m.target, FirstLine(e.what())));
             ++finished;
           }
         }

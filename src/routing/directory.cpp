@@ -13,8 +13,7 @@ namespace {
 
 void CheckShardCount(int shard_count) {
   if (shard_count < 1 || shard_count > kBucketCount) {
-    throw DirectoryError(fmt::format("shard count {} is out of range: 64 buckets need 1..64 shards",
-                                     shard_count));
+    throw DirectoryError(fmt::format("shard count {} is out of range: 64 buckets need 1..64 shards", shard_count));
   }
 }
 
@@ -31,16 +30,16 @@ BucketDirectory BucketDirectory::FromAssignments(const Assignments& bucket_to_sh
   for (int bucket = 0; bucket < kBucketCount; ++bucket) {
     const ShardId shard = bucket_to_shard[static_cast<std::size_t>(bucket)];
     if (ToInt(shard) < 0 || ToInt(shard) >= shard_count) {
-      throw DirectoryError(fmt::format("bucket {} is mapped to shard {}, but shards are 0..{}",
-                                       bucket, shard, shard_count - 1),
-                           BucketId{bucket}, shard);
+      throw DirectoryError(
+          fmt::format("bucket {} is mapped to shard {}, but shards are 0..{}", bucket, shard, shard_count - 1),
+          BucketId{bucket}, shard);
     }
   }
   return BucketDirectory(bucket_to_shard, shard_count, version);
 }
 
-BucketDirectory BucketDirectory::FromRows(std::span<const std::pair<BucketId, ShardId>> rows,
-                                          int shard_count, std::int64_t version) {
+BucketDirectory BucketDirectory::FromRows(std::span<const std::pair<BucketId, ShardId>> rows, int shard_count,
+                                          std::int64_t version) {
   CheckShardCount(shard_count);
   Assignments table{};
   std::array<bool, kBucketCount> seen{};
@@ -129,8 +128,8 @@ BucketDirectory LoadDirectory(pqxx::connection_base& connection, int shard_count
     pqxx::read_transaction tx{connection};
     rows = tx.exec("SELECT bucket, shard, version FROM shard_directory ORDER BY bucket");
   } catch (const pqxx::undefined_table&) {
-    throw CatalogError(fmt::format("database {} has no shard_directory table: run `shardctl migrate` first",
-                                   connection.dbname()));
+    throw CatalogError(
+        fmt::format("database {} has no shard_directory table: run `shardctl migrate` first", connection.dbname()));
   } catch (const pqxx::sql_error& e) {
     throw CatalogError(fmt::format("reading the directory from database {} failed (SQLSTATE {}): {}",
                                    connection.dbname(), e.sqlstate(), RedactDsn(e.what())));
@@ -139,8 +138,9 @@ BucketDirectory LoadDirectory(pqxx::connection_base& connection, int shard_count
                                    connection.dbname(), RedactDsn(e.what())));
   }
   if (rows.empty()) {
-    throw DirectoryError("table shard_directory is empty: fill it with one row per bucket (0-63) or "
-                         "use directory.source = \"config\"");
+    throw DirectoryError(
+        "table shard_directory is empty: fill it with one row per bucket (0-63) or "
+        "use directory.source = \"config\"");
   }
   std::vector<std::pair<BucketId, ShardId>> pairs;
   std::int64_t version = 0;
@@ -164,8 +164,8 @@ void StoreDirectory(pqxx::connection_base& connection, const BucketDirectory& di
   tx.exec("LOCK TABLE shard_directory IN EXCLUSIVE MODE");
   const auto stored = tx.exec("SELECT coalesce(max(version), 0) FROM shard_directory")[0][0].as<std::int64_t>();
   if (stored >= directory.Version()) {
-    throw DirectoryError(fmt::format("stored directory version {} is not lower than the new version {}",
-                                     stored, directory.Version()));
+    throw DirectoryError(
+        fmt::format("stored directory version {} is not lower than the new version {}", stored, directory.Version()));
   }
   tx.exec("DELETE FROM shard_directory");
   for (int bucket = 0; bucket < kBucketCount; ++bucket) {
@@ -246,8 +246,7 @@ DirectoryHolder::DirectoryHolder(BucketDirectory initial) : id_(next_holder_id.f
 void DirectoryHolder::WriteRoutes(const BucketDirectory& directory) noexcept {
   const auto version = static_cast<std::uint64_t>(directory.Version());
   for (int bucket = 0; bucket < kBucketCount; ++bucket) {
-    const auto shard =
-        static_cast<std::uint64_t>(ToInt(directory.AssignmentTable()[static_cast<std::size_t>(bucket)]));
+    const auto shard = static_cast<std::uint64_t>(ToInt(directory.AssignmentTable()[static_cast<std::size_t>(bucket)]));
     routes_[static_cast<std::size_t>(bucket)].store((version << kShardBits) | shard, std::memory_order_release);
   }
 }
@@ -282,12 +281,12 @@ void DirectoryHolder::Publish(BucketDirectory next) {
   CheckPublishable(next);
   std::lock_guard lock(publish_mutex_);
   if (next.ShardCount() != current_->ShardCount()) {
-    throw DirectoryError(fmt::format("new directory has {} shards, the cluster has {}", next.ShardCount(),
-                                     current_->ShardCount()));
+    throw DirectoryError(
+        fmt::format("new directory has {} shards, the cluster has {}", next.ShardCount(), current_->ShardCount()));
   }
   if (next.Version() <= current_->Version()) {
-    throw DirectoryError(fmt::format("new directory version {} is not higher than the current {}", next.Version(),
-                                     current_->Version()));
+    throw DirectoryError(
+        fmt::format("new directory version {} is not higher than the current {}", next.Version(), current_->Version()));
   }
   // Snapshot, version, then the routing words: a reader that saw a word of
   // version v finds Current() at v or later.

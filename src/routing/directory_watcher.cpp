@@ -14,10 +14,10 @@
 
 #include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
-#include "shardkit/routing/directory.hpp"
-#include "shardkit/errors.hpp"
-#include "shardkit/routing/resolver.hpp"
 #include "shardkit/core/thread_annotations.hpp"
+#include "shardkit/errors.hpp"
+#include "shardkit/routing/directory.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 // How the watcher waits: one thread owns a catalog connection that LISTENs
 // on shardkit_directory and poll()s its socket together with a self-pipe.
@@ -227,8 +227,8 @@ std::int64_t DirectoryWatcher::RefreshNow() {
     } catch (const pqxx::broken_connection& e) {
       impl_->refresh_connection.reset();
       if (attempt == 0) continue;  // a connection that went stale while idle: once more
-      const std::string message = fmt::format("the catalog ({}) is unreachable: {}", RedactDsn(impl_->catalog_dsn),
-                                              FirstLine(e.what()));
+      const std::string message =
+          fmt::format("the catalog ({}) is unreachable: {}", RedactDsn(impl_->catalog_dsn), FirstLine(e.what()));
       impl_->RecordError(message);
       throw CatalogError(message + "; check [catalog] dsn and that server");
     } catch (const DirectoryError&) {

@@ -67,7 +67,9 @@ BucketSet BucketSet::Of(const BucketDirectory& directory, ShardId shard) {
   return set;
 }
 
-int BucketSet::Size() const noexcept { return std::popcount(bits_); }
+int BucketSet::Size() const noexcept {
+  return std::popcount(bits_);
+}
 
 std::vector<BucketId> BucketSet::Buckets() const {
   std::vector<BucketId> out;
@@ -77,7 +79,9 @@ std::vector<BucketId> BucketSet::Buckets() const {
   return out;
 }
 
-std::string BucketSet::Setting() const { return std::to_string(static_cast<std::int64_t>(bits_)); }
+std::string BucketSet::Setting() const {
+  return std::to_string(static_cast<std::int64_t>(bits_));
+}
 
 std::string BucketSet::Ranges() const {
   std::string out;
@@ -110,8 +114,8 @@ std::string_view OwnershipStateName(OwnershipState state) noexcept {
 }
 
 std::optional<OwnershipState> ParseOwnershipState(std::string_view name) noexcept {
-  for (const auto s : {OwnershipState::kOwned, OwnershipState::kIncoming, OwnershipState::kRetired,
-                       OwnershipState::kCleaning}) {
+  for (const auto s :
+       {OwnershipState::kOwned, OwnershipState::kIncoming, OwnershipState::kRetired, OwnershipState::kCleaning}) {
     if (OwnershipStateName(s) == name) return s;
   }
   return std::nullopt;
@@ -197,13 +201,15 @@ std::vector<EnrolledShard> EnrollShards(const ClusterConfig& config, bool replac
     pqxx::connection catalog{WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout)};
     pqxx::work tx{catalog};
     for (const auto& e : out) {
-      tx.exec_params("INSERT INTO shardkit_shards (shard, name, enrolled_by) VALUES ($1, $2, current_user) "
-                     "ON CONFLICT (shard) DO UPDATE SET name = EXCLUDED.name",
-                     ToInt(e.shard), e.name);
+      tx.exec_params(
+          "INSERT INTO shardkit_shards (shard, name, enrolled_by) VALUES ($1, $2, current_user) "
+          "ON CONFLICT (shard) DO UPDATE SET name = EXCLUDED.name",
+          ToInt(e.shard), e.name);
     }
     tx.commit();
   } catch (const pqxx::failure& e) {
-    throw CatalogError(fmt::format("registering the shards in the catalog failed: {}", RedactDsn(FirstMessageLine(e.what()))));
+    throw CatalogError(
+        fmt::format("registering the shards in the catalog failed: {}", RedactDsn(FirstMessageLine(e.what()))));
   }
   return out;
 }

@@ -8,21 +8,20 @@
 
 namespace shardkit {
 
-BucketShardResolver::BucketShardResolver(BucketDirectory directory,
-                                         std::vector<std::unique_ptr<ConnectionPool>> pools,
+BucketShardResolver::BucketShardResolver(BucketDirectory directory, std::vector<std::unique_ptr<ConnectionPool>> pools,
                                          std::vector<std::string> shard_names)
     : directory_(std::move(directory)), pools_(std::move(pools)), names_(std::move(shard_names)) {
   const int shard_count = directory_.Current()->ShardCount();
   if (static_cast<int>(pools_.size()) != shard_count) {
-    throw DirectoryError(fmt::format("the directory places buckets on {} shards but {} pools were given",
-                                     shard_count, pools_.size()));
+    throw DirectoryError(
+        fmt::format("the directory places buckets on {} shards but {} pools were given", shard_count, pools_.size()));
   }
   for (std::size_t i = 0; i < pools_.size(); ++i) {
     if (!pools_[i]) throw UnknownShard(ShardId{static_cast<int>(i)}, shard_count);
     if (pools_[i]->Shard() != ShardId{static_cast<int>(i)}) {
-      throw DirectoryError(fmt::format("pool {} serves shard {}: pools must be given in shard order", i,
-                                       pools_[i]->Shard()),
-                           std::nullopt, pools_[i]->Shard());
+      throw DirectoryError(
+          fmt::format("pool {} serves shard {}: pools must be given in shard order", i, pools_[i]->Shard()),
+          std::nullopt, pools_[i]->Shard());
     }
   }
   names_.resize(pools_.size());
@@ -40,16 +39,18 @@ BucketDirectory LoadCatalogDirectory(const ClusterConfig& config) {
     pqxx::connection catalog{dsn};
     return LoadDirectory(catalog, static_cast<int>(config.shards.size()));
   } catch (const pqxx::broken_connection& e) {
-    throw CatalogError(fmt::format("catalog ({}) is unreachable: {}; check [catalog] dsn in {} and that its "
-                                   "server is running",
-                                   RedactDsn(dsn), RedactDsn(e.what()), config.origin));
+    throw CatalogError(
+        fmt::format("catalog ({}) is unreachable: {}; check [catalog] dsn in {} and that its "
+                    "server is running",
+                    RedactDsn(dsn), RedactDsn(e.what()), config.origin));
   } catch (const pqxx::undefined_table&) {
-    throw CatalogError(fmt::format("catalog ({}) has no shard_directory table: run shardctl migrate, then store a "
-                                   "directory there (one row per bucket)",
-                                   RedactDsn(dsn)));
+    throw CatalogError(
+        fmt::format("catalog ({}) has no shard_directory table: run shardctl migrate, then store a "
+                    "directory there (one row per bucket)",
+                    RedactDsn(dsn)));
   } catch (const pqxx::failure& e) {
-    throw CatalogError(fmt::format("reading shard_directory from the catalog ({}) failed: {}", RedactDsn(dsn),
-                                   RedactDsn(e.what())));
+    throw CatalogError(
+        fmt::format("reading shard_directory from the catalog ({}) failed: {}", RedactDsn(dsn), RedactDsn(e.what())));
   }
 }
 
@@ -60,9 +61,8 @@ std::unique_ptr<BucketShardResolver> BucketShardResolver::FromConfig(const Clust
     pools.push_back(std::make_unique<ConnectionPool>(ShardId{static_cast<int>(i)}, config.shards[i].dsn, config.pool));
     names.push_back(config.shards[i].name);
   }
-  BucketDirectory directory = config.directory_source == DirectorySource::kCatalog
-                                  ? LoadCatalogDirectory(config)
-                                  : config.directory;
+  BucketDirectory directory =
+      config.directory_source == DirectorySource::kCatalog ? LoadCatalogDirectory(config) : config.directory;
   return std::make_unique<BucketShardResolver>(std::move(directory), std::move(pools), std::move(names));
 }
 

@@ -26,7 +26,9 @@
 namespace shardkit {
 namespace detail {
 
-std::string VersionText(int version) { return fmt::format("{:03}", version); }
+std::string VersionText(int version) {
+  return fmt::format("{:03}", version);
+}
 
 std::string DescribeIndex(const InvalidIndex& index) {
   return fmt::format("{}.{} on {}", index.schema, index.index, index.table);
@@ -151,16 +153,16 @@ MigrationStatus Migrator::Status() const {
 }
 
 void Migrator::RequireUpToDate(const std::string& server_name) const {
-  const auto it = std::find_if(servers_.begin(), servers_.end(),
-                               [&](const MigrationServer& s) { return s.name == server_name; });
+  const auto it =
+      std::find_if(servers_.begin(), servers_.end(), [&](const MigrationServer& s) { return s.name == server_name; });
   if (it == servers_.end()) throw MigrationError(fmt::format("no server named {}", server_name), server_name);
   Migrator one(set_, {*it}, options_);
   const MigrationStatus status = one.Status();
   const ServerMigrationStatus& s = status.Servers().front();
   if (!s.reachable) {
-    throw MigrationError(fmt::format("{} is unreachable ({}): its schema version cannot be checked", s.server.name,
-                                     s.error),
-                         s.server.name);
+    throw MigrationError(
+        fmt::format("{} is unreachable ({}): its schema version cannot be checked", s.server.name, s.error),
+        s.server.name);
   }
   std::vector<std::string> problems;
   for (const Migration& m : set_.All()) {
@@ -197,8 +199,8 @@ class EventSink {
  public:
   explicit EventSink(const std::function<void(const MigrationEvent&)>& on_event) : on_event_(on_event) {}
 
-  void operator()(MigrationEvent::Kind kind, const std::string& server, int version,
-                  std::chrono::microseconds elapsed, std::string message) {
+  void operator()(MigrationEvent::Kind kind, const std::string& server, int version, std::chrono::microseconds elapsed,
+                  std::string message) {
     if (!on_event_) return;
     std::lock_guard lock(mutex_);
     on_event_(MigrationEvent{kind, server, version, elapsed, std::move(message)});
@@ -324,16 +326,15 @@ void ApplyOn(Session& session, const Migration& m, const std::string& applied_by
   emit(MigrationEvent::Kind::kStarted, session.server->name, m.version, {}, m.file_name);
   const StepOutcome outcome = m.transactional
                                   ? ApplyInTransaction(*session.connection, m, applied_by)
-                                  : ApplyStepByStep(*session.connection, m, session.status.Find(m.version),
-                                                    applied_by);
+                                  : ApplyStepByStep(*session.connection, m, session.status.Find(m.version), applied_by);
   const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - step_start);
   {
     std::lock_guard lock(report_mutex);
     report.applied.push_back({session.server->name, m.version, outcome.ok, elapsed, outcome.error});
     if (outcome.lost) {
       session.active = false;
-      report.left_behind.push_back(fmt::format("{}: lost at {} ({})", session.server->name, m.file_name,
-                                               outcome.error));
+      report.left_behind.push_back(
+          fmt::format("{}: lost at {} ({})", session.server->name, m.file_name, outcome.error));
     } else if (!outcome.ok) {
       report.stopped = true;
     }
@@ -341,8 +342,8 @@ void ApplyOn(Session& session, const Migration& m, const std::string& applied_by
   if (outcome.ok) {
     emit(MigrationEvent::Kind::kApplied, session.server->name, m.version, elapsed, m.file_name);
   } else {
-    emit(outcome.lost ? MigrationEvent::Kind::kServerLeft : MigrationEvent::Kind::kFailed,
-         session.server->name, m.version, elapsed, outcome.error);
+    emit(outcome.lost ? MigrationEvent::Kind::kServerLeft : MigrationEvent::Kind::kFailed, session.server->name,
+         m.version, elapsed, outcome.error);
   }
   if (outcome.lost) session.connection.reset();
 }
@@ -375,8 +376,8 @@ MigrationReport Migrator::Apply(std::optional<int> to_version, bool dry_run) {
   const int target = to_version.value_or(set_.LatestVersion());
   if (to_version && (*to_version < 0 || *to_version > set_.LatestVersion())) {
     throw MigrationError(fmt::format("--to {}: the migrations in {} go from {} to {}", *to_version,
-                                     set_.Directory().string(),
-                                     set_.All().empty() ? 0 : set_.All().front().version, set_.LatestVersion()));
+                                     set_.Directory().string(), set_.All().empty() ? 0 : set_.All().front().version,
+                                     set_.LatestVersion()));
   }
   EventSink emit{options_.on_event};
   std::vector<Session> sessions = ConnectAll(servers_, options_, report, emit);

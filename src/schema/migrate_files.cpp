@@ -34,9 +34,10 @@ Migration FromFileName(const std::string& file_name) {
   static const std::regex kName(R"(^(\d{3,})_([A-Za-z0-9_]+)\.sql$)");
   std::smatch m;
   if (!std::regex_match(file_name, m, kName)) {
-    throw MigrationError(fmt::format("{}: a migration file is named NNN_name.sql (NNN: its version, 3 digits or "
-                                     "more; name: letters, digits, _)",
-                                     file_name));
+    throw MigrationError(
+        fmt::format("{}: a migration file is named NNN_name.sql (NNN: its version, 3 digits or "
+                    "more; name: letters, digits, _)",
+                    file_name));
   }
   Migration migration;
   try {
@@ -77,9 +78,9 @@ void ParseTargets(const std::string& value, int number, Migration& migration) {
     } else if (item == "catalog") {
       role = ServerRole::kCatalog;
     } else {
-      throw MigrationError(fmt::format("{} line {}: target \"{}\" is none of shard, reference, catalog",
-                                       file_name, number, item),
-                           {}, migration.version);
+      throw MigrationError(
+          fmt::format("{} line {}: target \"{}\" is none of shard, reference, catalog", file_name, number, item), {},
+          migration.version);
     }
     seen[static_cast<std::size_t>(role)] = true;
   }
@@ -87,9 +88,9 @@ void ParseTargets(const std::string& value, int number, Migration& migration) {
     if (seen[static_cast<std::size_t>(role)]) migration.targets.push_back(role);
   }
   if (migration.targets.empty()) {
-    throw MigrationError(fmt::format("{} line {}: targets is empty: name shard, reference and/or catalog",
-                                     file_name, number),
-                         {}, migration.version);
+    throw MigrationError(
+        fmt::format("{} line {}: targets is empty: name shard, reference and/or catalog", file_name, number), {},
+        migration.version);
   }
 }
 
@@ -114,9 +115,8 @@ void ParseHeaders(Migration& migration) {
       continue;
     }
     if (number > 5) {
-      throw MigrationError(
-          fmt::format("{} line {}: shardkit-migration headers belong in lines 1-5", file_name, number), {},
-          migration.version);
+      throw MigrationError(fmt::format("{} line {}: shardkit-migration headers belong in lines 1-5", file_name, number),
+                           {}, migration.version);
     }
     const std::string key = h[1].str();
     const std::string value = h[2].str();
@@ -138,9 +138,9 @@ void ParseHeaders(Migration& migration) {
       }
       migration.transactional = false;
     } else {
-      throw MigrationError(fmt::format("{} line {}: unknown header key \"{}\" (known: targets, transaction)",
-                                       file_name, number, key),
-                           {}, migration.version);
+      throw MigrationError(
+          fmt::format("{} line {}: unknown header key \"{}\" (known: targets, transaction)", file_name, number, key),
+          {}, migration.version);
     }
   }
   if (!have_targets) {
@@ -234,9 +234,10 @@ MigrationSet MigrationSet::FromMigrations(std::vector<Migration> migrations, std
 MigrationSet MigrationSet::Load(const std::filesystem::path& directory) {
   std::error_code error;
   if (!std::filesystem::is_directory(directory, error)) {
-    throw MigrationError(fmt::format("{} is not a directory of migration files (NNN_name.sql); give the right one "
-                                     "with --sql-dir",
-                                     directory.string()));
+    throw MigrationError(
+        fmt::format("{} is not a directory of migration files (NNN_name.sql); give the right one "
+                    "with --sql-dir",
+                    directory.string()));
   }
   std::vector<Migration> migrations;
   for (const auto& entry : std::filesystem::directory_iterator(directory)) {

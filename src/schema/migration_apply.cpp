@@ -27,8 +27,8 @@ bool ConnectionGone(pqxx::connection_base& c, const std::exception& e) {
   return false;
 }
 
-void RecordFailure(pqxx::connection_base& c, const Migration& m, bool transactional, int steps_done,
-                   double duration_ms, const std::string& applied_by, const std::string& error) {
+void RecordFailure(pqxx::connection_base& c, const Migration& m, bool transactional, int steps_done, double duration_ms,
+                   const std::string& applied_by, const std::string& error) {
   pqxx::work tx{c, "record failed migration"};
   WriteHistory(tx, m, transactional, false, steps_done, static_cast<int>(m.steps.size()), duration_ms, applied_by,
                error);

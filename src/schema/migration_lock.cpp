@@ -37,10 +37,9 @@ Holder LockHolder(pqxx::connection_base& connection) {
         std::to_string(static_cast<std::uint64_t>(kLockKey) & 0xFFFFFFFFU));
     if (rows.empty()) return {0, "the holder has just let go"};
     const auto& r = rows[0];
-    return {r[0].as<int>(),
-            fmt::format("held by pid {}, application '{}', user {}, from {}, connected since {} UTC", r[0].as<int>(),
-                        r[1].as<std::string>(), r[2].as<std::string>(), r[3].as<std::string>(),
-                        r[4].as<std::string>())};
+    return {r[0].as<int>(), fmt::format("held by pid {}, application '{}', user {}, from {}, connected since {} UTC",
+                                        r[0].as<int>(), r[1].as<std::string>(), r[2].as<std::string>(),
+                                        r[3].as<std::string>(), r[4].as<std::string>())};
   } catch (const std::exception& e) {
     return {0, "holder unknown: " + ErrorText(e)};
   }

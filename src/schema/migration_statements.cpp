@@ -12,7 +12,9 @@
 namespace shardkit {
 namespace {
 
-bool IsIdentStart(char c) noexcept { return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_'; }
+bool IsIdentStart(char c) noexcept {
+  return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_';
+}
 bool IsIdentChar(char c) noexcept {
   return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '$';
 }
@@ -43,7 +45,9 @@ std::size_t SkipSpaceAndComments(std::string_view statement, std::size_t i) {
 }
 
 // Anything but whitespace and comments?
-bool HasCode(std::string_view statement) { return SkipSpaceAndComments(statement, 0) < statement.size(); }
+bool HasCode(std::string_view statement) {
+  return SkipSpaceAndComments(statement, 0) < statement.size();
+}
 
 // The position after the /* comment at `i`, nested comments included (to
 // the end of `sql` if it is not closed).
@@ -102,8 +106,8 @@ std::size_t SkipDollarQuote(std::string_view sql, std::size_t i) {
 }
 
 bool StartsWithWords(const std::string& keywords, std::string_view prefix) {
-  return keywords == prefix || (keywords.starts_with(prefix) && keywords.size() > prefix.size() &&
-                                keywords[prefix.size()] == ' ');
+  return keywords == prefix ||
+         (keywords.starts_with(prefix) && keywords.size() > prefix.size() && keywords[prefix.size()] == ' ');
 }
 
 }  // namespace
@@ -125,11 +129,18 @@ std::string LeadingKeywords(std::string_view statement, std::size_t max_words) {
 }
 
 std::optional<std::string> NeedsNoTransaction(const std::string& keywords) {
-  static const std::vector<std::string_view> kOutside{
-      "CREATE INDEX CONCURRENTLY", "CREATE UNIQUE INDEX CONCURRENTLY", "DROP INDEX CONCURRENTLY",
-      "VACUUM",                    "CREATE DATABASE",                  "DROP DATABASE",
-      "ALTER SYSTEM",              "CREATE TABLESPACE",                "DROP TABLESPACE",
-      "CREATE SUBSCRIPTION",       "REINDEX DATABASE",                 "REINDEX SYSTEM"};
+  static const std::vector<std::string_view> kOutside{"CREATE INDEX CONCURRENTLY",
+                                                      "CREATE UNIQUE INDEX CONCURRENTLY",
+                                                      "DROP INDEX CONCURRENTLY",
+                                                      "VACUUM",
+                                                      "CREATE DATABASE",
+                                                      "DROP DATABASE",
+                                                      "ALTER SYSTEM",
+                                                      "CREATE TABLESPACE",
+                                                      "DROP TABLESPACE",
+                                                      "CREATE SUBSCRIPTION",
+                                                      "REINDEX DATABASE",
+                                                      "REINDEX SYSTEM"};
   for (const auto prefix : kOutside) {
     if (StartsWithWords(keywords, prefix)) return std::string(prefix);
   }
@@ -140,8 +151,8 @@ std::optional<std::string> NeedsNoTransaction(const std::string& keywords) {
 }
 
 bool EndsTransaction(const std::string& keywords) {
-  for (const std::string_view prefix : {"BEGIN", "START TRANSACTION", "COMMIT", "ROLLBACK", "END", "ABORT",
-                                        "SAVEPOINT", "RELEASE", "PREPARE TRANSACTION"}) {
+  for (const std::string_view prefix : {"BEGIN", "START TRANSACTION", "COMMIT", "ROLLBACK", "END", "ABORT", "SAVEPOINT",
+                                        "RELEASE", "PREPARE TRANSACTION"}) {
     if (StartsWithWords(keywords, prefix)) return true;
   }
   return false;

@@ -157,21 +157,21 @@ std::vector<std::string> MigrationStatus::Blockers() const {
     }
     for (const int version : UnknownVersions(s)) {
       const AppliedMigration* a = server.Find(version);
-      out.push_back(fmt::format("{}: version {} ({}) is applied there but no file in {} describes it: migrate with "
-                                "the migration files of the release that applied it",
-                                server.server.name, VersionText(version), a->name, set_.Directory().string()));
+      out.push_back(
+          fmt::format("{}: version {} ({}) is applied there but no file in {} describes it: migrate with "
+                      "the migration files of the release that applied it",
+                      server.server.name, VersionText(version), a->name, set_.Directory().string()));
     }
     for (const auto& index : server.invalid_indexes) {
       if (index.being_built) continue;
-      out.push_back(fmt::format("{}: INVALID index {} (left by a failed CREATE INDEX CONCURRENTLY): drop it with "
-                                "DROP INDEX CONCURRENTLY {}.{}, remove the cause, then run the migration again",
-                                server.server.name, DescribeIndex(index), QuoteIdent(index.schema),
-                                QuoteIdent(index.index)));
+      out.push_back(
+          fmt::format("{}: INVALID index {} (left by a failed CREATE INDEX CONCURRENTLY): drop it with "
+                      "DROP INDEX CONCURRENTLY {}.{}, remove the cause, then run the migration again",
+                      server.server.name, DescribeIndex(index), QuoteIdent(index.schema), QuoteIdent(index.index)));
     }
   }
   return out;
 }
-
 
 std::vector<std::string> MigrationStatus::Problems() const {
   std::vector<std::string> out;
@@ -188,20 +188,21 @@ std::vector<std::string> MigrationStatus::Problems() const {
       if (state == MigrationState::kPending) pending.push_back(VersionText(m.version));
       if (state == MigrationState::kFailed) {
         const AppliedMigration* a = server.Find(m.version);
-        out.push_back(
-            a->transactional
-                ? fmt::format("{}: {} failed at {} (nothing of it applied): {}", name, m.file_name, a->applied_at,
-                              a->error)
-                : fmt::format("{}: {} failed at step {} of {} at {} (steps 1-{} applied): {}", name, m.file_name,
-                              a->steps_done + 1, a->steps_total, a->applied_at, a->steps_done, a->error));
+        out.push_back(a->transactional ? fmt::format("{}: {} failed at {} (nothing of it applied): {}", name,
+                                                     m.file_name, a->applied_at, a->error)
+                                       : fmt::format("{}: {} failed at step {} of {} at {} (steps 1-{} applied): {}",
+                                                     name, m.file_name, a->steps_done + 1, a->steps_total,
+                                                     a->applied_at, a->steps_done, a->error));
       }
     }
     if (!pending.empty()) {
       std::string list;
       for (const auto& v : pending) list += (list.empty() ? "" : ", ") + v;
       const auto version = VersionOf(s);
-      out.push_back(fmt::format("{}: {} pending: {}{}", name, pending.size() == 1 ? "1 migration" : fmt::format("{} migrations", pending.size()), list,
-                                version ? fmt::format(" (at version {})", VersionText(*version)) : std::string(" (with gaps)")));
+      out.push_back(
+          fmt::format("{}: {} pending: {}{}", name,
+                      pending.size() == 1 ? "1 migration" : fmt::format("{} migrations", pending.size()), list,
+                      version ? fmt::format(" (at version {})", VersionText(*version)) : std::string(" (with gaps)")));
     }
   }
   for (const Migration& m : set_.All()) {
@@ -210,7 +211,8 @@ std::vector<std::string> MigrationStatus::Problems() const {
     for (std::size_t s = 0; s < servers_.size(); ++s) {
       const MigrationState state = State(s, m.version);
       if (state == MigrationState::kNotTargeted) continue;
-      std::string& list = (state == MigrationState::kApplied || state == MigrationState::kChecksumMismatch) ? have : lack;
+      std::string& list =
+          (state == MigrationState::kApplied || state == MigrationState::kChecksumMismatch) ? have : lack;
       list += (list.empty() ? "" : ", ") + servers_[s].server.name;
     }
     out.push_back(fmt::format("{} is applied on some servers only: on {}, not on {}", m.file_name, have, lack));

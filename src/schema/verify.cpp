@@ -11,10 +11,10 @@
 #include "schema/verify_checks.hpp"
 #include "schema/verify_scan.hpp"
 #include "shardkit/config.hpp"
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/schema/migrate.hpp"
+#include "shardkit/routing/directory.hpp"
 #include "shardkit/routing/resolver.hpp"
+#include "shardkit/schema/migrate.hpp"
 
 namespace shardkit {
 

@@ -38,8 +38,8 @@ BucketMarks MarksOf(const std::vector<ScannedServer>& servers, int bucket) {
     const OwnershipRow& o = it->second;
     if (o.state == "owned") b.serving.push_back(srv.name);
     if (o.state != "owned" || o.move_id) {
-      b.marks.push_back(fmt::format("{} {}{}", srv.name, o.state,
-                                    o.move_id ? fmt::format(" (move {})", *o.move_id) : std::string()));
+      b.marks.push_back(
+          fmt::format("{} {}{}", srv.name, o.state, o.move_id ? fmt::format(" (move {})", *o.move_id) : std::string()));
       if (o.move_id) b.marked_move = o.move_id;
     }
   }
@@ -50,8 +50,8 @@ BucketMarks MarksOf(const std::vector<ScannedServer>& servers, int bucket) {
 // it, whether a mover runs it, what to run.
 std::string LiveMoveDetail(const VerifyRun& run, int bucket, const LiveMove& m, const std::string& serving_text,
                            const std::string& marks_text) {
-  const bool abortable = m.state != "owned" && m.state != "flipped" && m.state != "replication_dropped" &&
-                         m.state != "cleaning";
+  const bool abortable =
+      m.state != "owned" && m.state != "flipped" && m.state != "replication_dropped" && m.state != "cleaning";
   return fmt::format(
       "bucket {}: move {} ({} -> {}) is in progress, state {}, last step {:.1f} s ago, {}; {}{}; its rows on "
       "{} and {} belong to the move: delete none of them by hand; {}",
@@ -61,10 +61,10 @@ std::string LiveMoveDetail(const VerifyRun& run, int bucket, const LiveMove& m, 
       serving_text, marks_text.empty() ? "" : " (" + marks_text + ")", ShardName(run, m.source),
       ShardName(run, m.target),
       m.mover_pid ? std::string("wait for it (shardctl moves --live)")
-                  : abortable ? fmt::format("finish it with shardctl move resume {} or roll it back with "
-                                            "shardctl move abort {}",
-                                            m.move_id, m.move_id)
-                              : fmt::format("finish it with shardctl move resume {}", m.move_id));
+      : abortable ? fmt::format("finish it with shardctl move resume {} or roll it back with "
+                                "shardctl move abort {}",
+                                m.move_id, m.move_id)
+                  : fmt::format("finish it with shardctl move resume {}", m.move_id));
 }
 
 // Rows whose bucket is not bucket_of(customer_id): a finding per stored
@@ -82,11 +82,11 @@ std::map<int, std::int64_t> CheckBucketColumn(VerifyRun& run, ScannedServer& s, 
         sample = "(no sample: " + ErrorText(e) + ")";
       }
       run.Add(FindingKind::kWrongBucket, s.name, scan.table, BucketId{g.stored}, g.rows, sample,
-              g.computed < 0 ? fmt::format("{} {}: {} with bucket {} and a NULL customer_id, e.g. {}", s.name,
-                                           scan.table, Rows(g.rows), g.stored, sample)
-                             : fmt::format("{} {}: {} bucket {} but bucket_of(customer_id) = {}, e.g. {}", s.name,
-                                           scan.table, RowsDo(g.rows, "stores", "store"), g.stored, g.computed,
-                                           sample));
+              g.computed < 0
+                  ? fmt::format("{} {}: {} with bucket {} and a NULL customer_id, e.g. {}", s.name, scan.table,
+                                Rows(g.rows), g.stored, sample)
+                  : fmt::format("{} {}: {} bucket {} but bucket_of(customer_id) = {}, e.g. {}", s.name, scan.table,
+                                RowsDo(g.rows, "stores", "store"), g.stored, g.computed, sample));
     }
     if (run.directory && g.computed >= 0 && run.directory->ShardOf(BucketId{g.computed}) != *s.shard) {
       not_owned[g.computed] += g.rows;
@@ -103,8 +103,8 @@ void CheckNotOwned(VerifyRun& run, ScannedServer& s, const TableScan& scan, int 
   std::vector<std::string> sample_values;
   std::string sample;
   try {
-    auto keys = SampleKeys(*s.connection, scan.table, scan.key, "bucket = $1 AND bucket_of(customer_id) = $1", 1,
-                           {bucket});
+    auto keys =
+        SampleKeys(*s.connection, scan.table, scan.key, "bucket = $1 AND bucket_of(customer_id) = $1", 1, {bucket});
     if (keys.empty()) {
       keys = SampleKeys(*s.connection, scan.table, scan.key, "bucket_of(customer_id) = $1", 1, {bucket});
     }
@@ -127,12 +127,11 @@ void CheckNotOwned(VerifyRun& run, ScannedServer& s, const TableScan& scan, int 
     run.Add(FindingKind::kOrphanBucket, s.name, scan.table, BucketId{bucket}, rows, sample,
             fmt::format("{} {}: {} of bucket {}, which {} owns, e.g. {}; {} has that row too: an orphan copy (an "
                         "interrupted move?) to delete from {}",
-                        s.name, scan.table, Rows(rows), bucket, owner_server.name, sample, owner_server.name,
-                        s.name));
+                        s.name, scan.table, Rows(rows), bucket, owner_server.name, sample, owner_server.name, s.name));
   } else {
     run.Add(FindingKind::kMisplacedRows, s.name, scan.table, BucketId{bucket}, rows, sample,
-            fmt::format("{} {}: {} of bucket {}, which {} owns, e.g. {}; {}", s.name, scan.table, Rows(rows),
-                        bucket, owner_server.name, sample,
+            fmt::format("{} {}: {} of bucket {}, which {} owns, e.g. {}; {}", s.name, scan.table, Rows(rows), bucket,
+                        owner_server.name, sample,
                         owner_has.has_value() ? fmt::format("{} lacks that row: misplaced, it belongs on {}",
                                                             owner_server.name, owner_server.name)
                                               : fmt::format("whether {} has it too is unknown", owner_server.name)));
@@ -155,11 +154,12 @@ std::set<int> CheckMovesInProgress(VerifyRun& run) {
     std::string marks_text;
     for (const auto& m : b.marks) marks_text += (marks_text.empty() ? "" : ", ") + m;
     std::string serving_text =
-        b.serving.size() == 1 ? fmt::format("{} serves the bucket (it holds every acknowledged write of it)",
-                                            b.serving.front())
-        : b.serving.empty()   ? std::string("no shard serves the bucket for now (its reads and writes are refused, "
-                                            "retryably)")
-                              : fmt::format("{} shards own the bucket at once", b.serving.size());
+        b.serving.size() == 1
+            ? fmt::format("{} serves the bucket (it holds every acknowledged write of it)", b.serving.front())
+        : b.serving.empty() ? std::string(
+                                  "no shard serves the bucket for now (its reads and writes are refused, "
+                                  "retryably)")
+                            : fmt::format("{} shards own the bucket at once", b.serving.size());
     std::string detail;
     std::string server;
     if (live_it != live_by_bucket.end()) {
@@ -167,12 +167,13 @@ std::set<int> CheckMovesInProgress(VerifyRun& run) {
       detail = LiveMoveDetail(run, bucket, *live_it->second, serving_text, marks_text);
     } else {
       server = b.marks.front().substr(0, b.marks.front().find(' '));
-      detail = fmt::format("bucket {}: {} (marked for a move the catalog does not list as live{}); {}; delete none "
-                           "of its rows by hand; see shardctl move show {} and finish it with shardctl move "
-                           "resume {}",
-                           bucket, marks_text, moves_error.empty() ? "" : ": the catalog: " + moves_error,
-                           serving_text, b.marked_move ? std::to_string(*b.marked_move) : "<id>",
-                           b.marked_move ? std::to_string(*b.marked_move) : "<id>");
+      detail = fmt::format(
+          "bucket {}: {} (marked for a move the catalog does not list as live{}); {}; delete none "
+          "of its rows by hand; see shardctl move show {} and finish it with shardctl move "
+          "resume {}",
+          bucket, marks_text, moves_error.empty() ? "" : ": the catalog: " + moves_error, serving_text,
+          b.marked_move ? std::to_string(*b.marked_move) : "<id>",
+          b.marked_move ? std::to_string(*b.marked_move) : "<id>");
     }
     run.Add(FindingKind::kMoveInProgress, server, "", BucketId{bucket}, 0, "", detail);
   }

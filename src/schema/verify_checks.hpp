@@ -22,7 +22,9 @@
 namespace shardkit::detail {
 
 // "1 row", "2 rows"
-inline std::string Rows(std::int64_t n) { return fmt::format("{} row{}", n, n == 1 ? "" : "s"); }
+inline std::string Rows(std::int64_t n) {
+  return fmt::format("{} row{}", n, n == 1 ? "" : "s");
+}
 // "1 row stores", "2 rows store"
 inline std::string RowsDo(std::int64_t n, const char* one, const char* many) {
   return fmt::format("{} {}", Rows(n), n == 1 ? one : many);
@@ -30,8 +32,8 @@ inline std::string RowsDo(std::int64_t n, const char* one, const char* many) {
 
 inline void AddFinding(VerifyReport& report, FindingKind kind, std::string server, std::string table,
                        std::optional<BucketId> bucket, std::int64_t rows, std::string sample, std::string detail) {
-  report.findings.push_back(VerifyFinding{kind, std::move(server), std::move(table), bucket, rows, std::move(sample),
-                                          std::move(detail)});
+  report.findings.push_back(
+      VerifyFinding{kind, std::move(server), std::move(table), bucket, rows, std::move(sample), std::move(detail)});
 }
 
 // What the checks share: the configuration and options, every server as

@@ -24,7 +24,8 @@ std::vector<std::vector<std::string>> SampleKeys(pqxx::connection_base& c, const
   for (const auto& k : key) columns += (columns.empty() ? "" : ", ") + tx.quote_name(k) + "::text";
   if (columns.empty()) columns = "t::text";
   pqxx::result rows;
-  const std::string sql = fmt::format("SELECT {} FROM {} AS t WHERE {} LIMIT {}", columns, tx.quote_name(table), where, limit);
+  const std::string sql =
+      fmt::format("SELECT {} FROM {} AS t WHERE {} LIMIT {}", columns, tx.quote_name(table), where, limit);
   if (params.size() == 1) {
     rows = tx.exec_params(sql, params[0]);
   } else {
@@ -48,11 +49,10 @@ bool HasKey(pqxx::connection_base& c, const std::string& table, const std::vecto
   }
   // The key's columns as text: exact for the integer keys of sharded tables;
   // customer_id first lets the primary key index find the customer's rows.
-  const std::string sql = fmt::format("SELECT EXISTS (SELECT 1 FROM {} WHERE {}{})", tx.quote_name(table),
-                                      key.empty() ? "false" : where,
-                                      key.empty() || key[0] != "customer_id"
-                                          ? std::string()
-                                          : fmt::format(" AND customer_id = {}::integer", tx.quote(values[0])));
+  const std::string sql = fmt::format(
+      "SELECT EXISTS (SELECT 1 FROM {} WHERE {}{})", tx.quote_name(table), key.empty() ? "false" : where,
+      key.empty() || key[0] != "customer_id" ? std::string()
+                                             : fmt::format(" AND customer_id = {}::integer", tx.quote(values[0])));
   return tx.exec1(sql)[0].as<bool>();
 }
 
@@ -64,10 +64,13 @@ std::map<std::vector<std::string>, std::int64_t> RowHashes(pqxx::connection_base
   for (const auto& k : key) columns += tx.quote_name(k) + "::text, ";
   if (key.empty()) columns = "t::text, ";
   std::map<std::vector<std::string>, std::int64_t> out;
-  for (const auto& row : tx.exec(fmt::format("SELECT {}hashtextextended(t::text, 0) FROM {} AS t", columns,
-                                             tx.quote_name(table)))) {
+  for (const auto& row :
+       tx.exec(fmt::format("SELECT {}hashtextextended(t::text, 0) FROM {} AS t", columns, tx.quote_name(table)))) {
     std::vector<std::string> k;
-    for (std::size_t i = 0; i + 1 < row.size(); ++i) k.push_back(row[static_cast<pqxx::row::size_type>(i)].is_null() ? "NULL" : row[static_cast<pqxx::row::size_type>(i)].as<std::string>());
+    for (std::size_t i = 0; i + 1 < row.size(); ++i)
+      k.push_back(row[static_cast<pqxx::row::size_type>(i)].is_null()
+                      ? "NULL"
+                      : row[static_cast<pqxx::row::size_type>(i)].as<std::string>());
     const auto hash = row[static_cast<pqxx::row::size_type>(row.size() - 1)].as<std::int64_t>();
     out[std::move(k)] += hash;  // without a key, equal rows add up
   }

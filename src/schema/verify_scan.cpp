@@ -94,7 +94,8 @@ void ScanServer(ScannedServer& s, const std::vector<std::string>& reference_tabl
     }
     auto describe = [&](const std::string& table) {
       auto& columns = s.columns[table];
-      for (const auto& row : tx.exec_params(kColumns, tx.quote_name(table))) columns.push_back(row[0].as<std::string>());
+      for (const auto& row : tx.exec_params(kColumns, tx.quote_name(table)))
+        columns.push_back(row[0].as<std::string>());
     };
     for (const auto& table : s.sharded_tables) describe(table);
     for (const auto& table : reference_tables) {
@@ -104,9 +105,9 @@ void ScanServer(ScannedServer& s, const std::vector<std::string>& reference_tabl
         describe(table);
         sum.key = KeyColumns(tx, table);
         // Order-independent: the sum of a 64-bit hash of each row's text.
-        const auto row = tx.exec1(fmt::format(
-            "SELECT count(*), coalesce(sum(hashtextextended(t::text, 0)::numeric), 0)::text FROM {} AS t",
-            tx.quote_name(table)));
+        const auto row = tx.exec1(
+            fmt::format("SELECT count(*), coalesce(sum(hashtextextended(t::text, 0)::numeric), 0)::text FROM {} AS t",
+                        tx.quote_name(table)));
         sum.rows = row[0].as<std::int64_t>();
         sum.hash_sum = row[1].as<std::string>();
       }
@@ -134,16 +135,23 @@ std::vector<ScannedServer> ScanServers(const ClusterConfig& config, const Verify
   std::vector<ScannedServer> servers;
   for (std::size_t i = 0; i < config.shards.size(); ++i) {
     servers.push_back(ScannedServer{config.shards[i].name.empty() ? fmt::format("shard{}", i) : config.shards[i].name,
-                                    config.shards[i].dsn, static_cast<ShardId>(i), {}, {}, {}, {}, {}, {}, {}});
+                                    config.shards[i].dsn,
+                                    static_cast<ShardId>(i),
+                                    {},
+                                    {},
+                                    {},
+                                    {},
+                                    {},
+                                    {},
+                                    {}});
   }
   if (config.reference_dsn) {
     servers.push_back(ScannedServer{"reference", *config.reference_dsn, std::nullopt, {}, {}, {}, {}, {}, {}, {}});
   }
   std::vector<std::thread> threads;
   for (auto& s : servers) {
-    threads.emplace_back([&s, &options] {
-      ScanServer(s, options.reference_tables, options.mirrored_tables, options.connect_timeout);
-    });
+    threads.emplace_back(
+        [&s, &options] { ScanServer(s, options.reference_tables, options.mirrored_tables, options.connect_timeout); });
   }
   for (auto& t : threads) t.join();
   return servers;
@@ -158,13 +166,13 @@ std::vector<LiveMove> LiveMoves(const ClusterConfig& config, std::chrono::millis
     pqxx::connection c{WithConnectTimeout(*config.catalog_dsn, connect_timeout)};
     pqxx::read_transaction tx{c, "verify moves"};
     if (tx.exec1("SELECT to_regclass('shardkit_moves') IS NULL")[0].as<bool>()) return moves;
-    for (const auto& row : tx.exec(
-             "SELECT m.move_id, m.bucket, m.source, m.target, m.state, "
-             "extract(epoch FROM clock_timestamp() - m.updated_at)::float8, "
-             "(SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = 21324 "
-             "AND l.objid::bigint = m.move_id AND l.objsubid = 2 AND l.granted AND l.database = "
-             "(SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1) "
-             "FROM shardkit_moves m WHERE m.state NOT IN ('done', 'aborted') ORDER BY m.bucket")) {
+    for (const auto& row :
+         tx.exec("SELECT m.move_id, m.bucket, m.source, m.target, m.state, "
+                 "extract(epoch FROM clock_timestamp() - m.updated_at)::float8, "
+                 "(SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = 21324 "
+                 "AND l.objid::bigint = m.move_id AND l.objsubid = 2 AND l.granted AND l.database = "
+                 "(SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1) "
+                 "FROM shardkit_moves m WHERE m.state NOT IN ('done', 'aborted') ORDER BY m.bucket")) {
       LiveMove m;
       m.move_id = row[0].as<std::int64_t>();
       m.bucket = row[1].as<int>();

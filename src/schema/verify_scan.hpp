@@ -54,8 +54,8 @@ struct LiveMove {
   int source = 0;
   int target = 0;
   std::string state;
-  double idle_s = 0;              // since its last journaled step
-  std::optional<int> mover_pid;   // the catalog session running it, if any
+  double idle_s = 0;             // since its last journaled step
+  std::optional<int> mover_pid;  // the catalog session running it, if any
 };
 
 // One server: what its scan found, or why it could not be scanned (no connection).
@@ -69,7 +69,7 @@ struct ScannedServer {
   std::vector<TableScan> scans;
   std::map<std::string, ReferenceTableSum> reference_sums;
   std::map<std::string, std::vector<std::string>> columns;  // table -> "name type [not null]"
-  std::map<int, OwnershipRow> ownership;                     // bucket -> row (enrolled shards)
+  std::map<int, OwnershipRow> ownership;                    // bucket -> row (enrolled shards)
   std::chrono::microseconds elapsed{0};
 };
 

@@ -101,8 +101,7 @@ void CheckTableDefinitions(VerifyRun& run) {
 void CheckReferenceTables(VerifyRun& run) {
   for (const auto& table : run.options.reference_tables) {
     const ScannedServer* baseline = nullptr;
-    if (run.config.reference_dsn && run.servers.back().connection &&
-        run.servers.back().reference_sums[table].present) {
+    if (run.config.reference_dsn && run.servers.back().connection && run.servers.back().reference_sums[table].present) {
       baseline = &run.servers.back();
     }
     for (const auto& s : run.servers) {

@@ -109,9 +109,10 @@ std::shared_ptr<const HotKeys> HotKeyRegistry::Refresh() {
     throw;
   } catch (const std::exception& e) {
     if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) connection_.reset();
-    throw JobError(fmt::format("hot keys of queue '{}': cannot read shardkit_hot_keys at {} ({}); apply "
-                               "sql/021_partition_leases.sql to the catalog if it is missing",
-                               queue_, RedactDsn(dsn_), RedactDsn(e.what())));
+    throw JobError(
+        fmt::format("hot keys of queue '{}': cannot read shardkit_hot_keys at {} ({}); apply "
+                    "sql/021_partition_leases.sql to the catalog if it is missing",
+                    queue_, RedactDsn(dsn_), RedactDsn(e.what())));
   }
 }
 

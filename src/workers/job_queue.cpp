@@ -10,8 +10,8 @@
 #include <set>
 
 #include "shardkit/config.hpp"
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/routing/directory.hpp"
 #include "shardkit/routing/resolver.hpp"
 
 namespace shardkit {
@@ -21,9 +21,8 @@ namespace {
 void ValidateQueue(const JobQueueOptions& o) {
   if (o.queue.empty()) throw ConfigError("jobs.queue", "must not be empty");
   if (!ValidPartitionCount(o.partition_count)) {
-    throw ConfigError("jobs.partition_count",
-                      fmt::format("{} is not a power of two in 1..{} (64 = the buckets)", o.partition_count,
-                                  kMaxPartitions));
+    throw ConfigError("jobs.partition_count", fmt::format("{} is not a power of two in 1..{} (64 = the buckets)",
+                                                          o.partition_count, kMaxPartitions));
   }
 }
 
@@ -33,18 +32,17 @@ JobQueue::JobQueue(JobQueueOptions options, std::shared_ptr<HotKeyRegistry> hot_
     : options_(std::move(options)), hot_keys_(std::move(hot_keys)) {
   ValidateQueue(options_);
   if (hot_keys_ && (hot_keys_->Queue() != options_.queue || hot_keys_->PartitionCount() != options_.partition_count)) {
-    throw ConfigError("jobs.hot_keys",
-                      fmt::format("the hot-key registry is for queue '{}' with {} partitions, the queue is '{}' with {}",
-                                  hot_keys_->Queue(), hot_keys_->PartitionCount(), options_.queue,
-                                  options_.partition_count));
+    throw ConfigError(
+        "jobs.hot_keys",
+        fmt::format("the hot-key registry is for queue '{}' with {} partitions, the queue is '{}' with {}",
+                    hot_keys_->Queue(), hot_keys_->PartitionCount(), options_.queue, options_.partition_count));
   }
 }
 
 std::shared_ptr<const HotKeys> JobQueue::HotKeysNow() const {
   if (hot_keys_) return hot_keys_->Current();
   static const auto kNone = std::make_shared<const HotKeys>(kBucketCount);
-  return options_.partition_count == kBucketCount ? kNone
-                                                  : std::make_shared<const HotKeys>(options_.partition_count);
+  return options_.partition_count == kBucketCount ? kNone : std::make_shared<const HotKeys>(options_.partition_count);
 }
 
 int JobQueue::PartitionFor(CustomerId customer_id, std::int64_t salt_key) const {
@@ -89,8 +87,8 @@ int JobQueue::Enqueue(pqxx::transaction_base& tx, const NewJob& job) const {
     throw JobError(fmt::format("queue '{}': shardkit_jobs does not exist on this shard; apply sql/020_jobs.sql ({})",
                                options_.queue, e.what()));
   } catch (const pqxx::unique_violation& e) {
-    throw JobError(fmt::format("queue '{}': job {} of customer {} is already enqueued ({})", options_.queue,
-                               job.job_id, job.customer_id, e.what()));
+    throw JobError(fmt::format("queue '{}': job {} of customer {} is already enqueued ({})", options_.queue, job.job_id,
+                               job.customer_id, e.what()));
   } catch (const pqxx::sql_error& e) {
     throw JobError(fmt::format("queue '{}': enqueueing job {} of customer {} failed: {}", options_.queue, job.job_id,
                                job.customer_id, e.what()));

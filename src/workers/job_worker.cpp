@@ -111,9 +111,8 @@ RETURNING j.partition)",
       }
     } catch (const std::exception& e) {
       for (const auto& g : list) failed.insert(g.partition);
-      round.errors.push_back(
-          fmt::format("{}: adopting partitions of queue '{}' failed: {}", resolver_.ShardName(shard), queue_.Name(),
-                      RedactDsn(e.what())));
+      round.errors.push_back(fmt::format("{}: adopting partitions of queue '{}' failed: {}", resolver_.ShardName(shard),
+                                         queue_.Name(), RedactDsn(e.what())));
     }
   }
   for (const auto& g : todo) {
@@ -130,7 +129,8 @@ std::vector<Job> JobWorker::Take(ShardId shard, const std::vector<PartitionGrant
     // One ordered index range per partition (the partial pending index),
     // the oldest n of them overall, then lock what nobody else holds. A
     // single statement: nothing stays locked if this process stops.
-    const pqxx::result rows = tx.exec_params(R"(
+    const pqxx::result rows =
+        tx.exec_params(R"(
 WITH candidates AS (
   SELECT c.customer_id, c.job_id, c.created, m.version
     FROM unnest($2::integer[], $3::bigint[]) AS m(partition, version)
@@ -156,8 +156,7 @@ UPDATE shardkit_jobs AS j
  WHERE j.customer_id = locked.customer_id AND j.job_id = locked.job_id
 RETURNING j.customer_id, j.bucket, j.job_id, j.partition, j.kind, j.payload, j.stream_key, j.seq, j.attempts,
           j.fence, (extract(epoch FROM j.created) * 1000000)::bigint)",
-                                             queue_.Name(), arrays.partitions, arrays.versions,
-                                             options_.batch_size, leases_->Owner());
+                       queue_.Name(), arrays.partitions, arrays.versions, options_.batch_size, leases_->Owner());
     jobs.reserve(rows.size());
     for (const auto& row : rows) {
       Job j;

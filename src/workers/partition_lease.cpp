@@ -24,23 +24,27 @@ using std::chrono::microseconds;
 void Validate(const PartitionLeaseOptions& o) {
   if (o.group.empty()) throw ConfigError("partition_lease.group", "must not be empty");
   if (!ValidPartitionCount(o.partition_count)) {
-    throw ConfigError("partition_lease.partition_count",
-                      fmt::format("{} is not a power of two in 1..{} (64 = the buckets)", o.partition_count,
-                                  kMaxPartitions));
+    throw ConfigError(
+        "partition_lease.partition_count",
+        fmt::format("{} is not a power of two in 1..{} (64 = the buckets)", o.partition_count, kMaxPartitions));
   }
   detail::ValidateLeaseTimings({o.lease_duration, o.safety_margin, o.renew_interval}, "partition_lease");
   if (o.claim_interval.count() <= 0) {
-    throw ConfigError("partition_lease.claim_interval", fmt::format("{} ms must be positive", o.claim_interval.count()));
+    throw ConfigError("partition_lease.claim_interval",
+                      fmt::format("{} ms must be positive", o.claim_interval.count()));
   }
   if (o.join_grace.count() < 0) {
     throw ConfigError("partition_lease.join_grace", fmt::format("{} ms must not be negative", o.join_grace.count()));
   }
   if (o.handoff_pause.count() < 0) {
-    throw ConfigError("partition_lease.handoff_pause", fmt::format("{} ms must not be negative", o.handoff_pause.count()));
+    throw ConfigError("partition_lease.handoff_pause",
+                      fmt::format("{} ms must not be negative", o.handoff_pause.count()));
   }
 }
 
-long long Ms(std::chrono::milliseconds d) { return static_cast<long long>(d.count()); }
+long long Ms(std::chrono::milliseconds d) {
+  return static_cast<long long>(d.count());
+}
 
 }  // namespace
 
@@ -92,9 +96,10 @@ void PartitionLeases::Connect() {
     connection_ = std::make_unique<detail::LeaseConnection>(detail::ConnectForLeases(dsn_, options_.safety_margin));
   } catch (const std::exception& e) {
     connection_.reset();
-    throw LeaseError(fmt::format("partition leases: cannot connect to the catalog {} ({}); {} cannot claim or renew "
-                                 "partitions and stops working when its leases run out",
-                                 RedactDsn(dsn_), RedactDsn(e.what()), Describe()));
+    throw LeaseError(
+        fmt::format("partition leases: cannot connect to the catalog {} ({}); {} cannot claim or renew "
+                    "partitions and stops working when its leases run out",
+                    RedactDsn(dsn_), RedactDsn(e.what()), Describe()));
   }
 }
 
@@ -123,16 +128,19 @@ void PartitionLeases::Register() {
   } catch (const ConfigError&) {
     throw;
   } catch (const pqxx::undefined_table& e) {
-    throw LeaseError(fmt::format("partition leases: the catalog {} has no lease tables; apply "
-                                 "sql/021_partition_leases.sql there ({})",
-                                 RedactDsn(dsn_), e.what()));
+    throw LeaseError(
+        fmt::format("partition leases: the catalog {} has no lease tables; apply "
+                    "sql/021_partition_leases.sql there ({})",
+                    RedactDsn(dsn_), e.what()));
   } catch (const std::exception& e) {
     if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) connection_.reset();
     throw LeaseError(fmt::format("partition leases: registering {} failed: {}", Describe(), RedactDsn(e.what())));
   }
 }
 
-PartitionTick PartitionLeases::Tick() { return TickImpl(true); }
+PartitionTick PartitionLeases::Tick() {
+  return TickImpl(true);
+}
 
 PartitionTick PartitionLeases::TickImpl(bool may_claim) {
   std::lock_guard catalog(catalog_mutex_);
@@ -205,17 +213,15 @@ PartitionTick PartitionLeases::TickImpl(bool may_claim) {
                "FROM unnest($3::integer[], $4::bigint[]) AS h(partition, version) "
                "WHERE l.worker_group = $1 AND l.owner = $2 AND l.partition = h.partition "
                "AND l.claim_version = h.version RETURNING l.partition",
-               options_.group, options_.owner, detail::PgArrayOf(release_parts),
-               detail::PgArrayOf(release_versions))) {
+               options_.group, options_.owner, detail::PgArrayOf(release_parts), detail::PgArrayOf(release_versions))) {
         result.released.push_back(row[0].as<int>());
       }
     }
     // 4. Live workers by join order (clock_timestamp(): this transaction's
     // start time would be stale by the time it commits) and my share.
-    for (const auto& row : tx.exec_params(
-             "SELECT owner FROM shardkit_partition_workers WHERE worker_group = $1 "
-             "AND lease_until > clock_timestamp() ORDER BY joined_at, owner",
-             options_.group)) {
+    for (const auto& row : tx.exec_params("SELECT owner FROM shardkit_partition_workers WHERE worker_group = $1 "
+                                          "AND lease_until > clock_timestamp() ORDER BY joined_at, owner",
+                                          options_.group)) {
       live.push_back(row[0].as<std::string>());
     }
     const auto n = static_cast<int>(std::max<std::size_t>(live.size(), 1));
@@ -251,7 +257,7 @@ UPDATE shardkit_partition_leases AS l
 RETURNING l.partition, l.claim_version,
           CASE WHEN free.was_released
                THEN (extract(epoch FROM clock_timestamp() - free.released_at) * 1000000)::bigint END)",
-                                             options_.group, options_.owner, want, duration_ms)) {
+                                            options_.group, options_.owner, want, duration_ms)) {
         std::optional<microseconds> gap;
         if (!row[2].is_null()) gap = microseconds(row[2].as<std::int64_t>());
         claimed.push_back({{row[0].as<int>(), row[1].as<std::int64_t>()}, gap});
@@ -269,9 +275,10 @@ RETURNING l.partition, l.claim_version,
     const std::string message =
         dynamic_cast<const LeaseError*>(&e) != nullptr
             ? std::string(e.what())
-            : fmt::format("partition leases: tick of {} failed ({}); held partitions stay usable until their local "
-                          "deadline, then work stops",
-                          Describe(), RedactDsn(e.what()));
+            : fmt::format(
+                  "partition leases: tick of {} failed ({}); held partitions stay usable until their local "
+                  "deadline, then work stops",
+                  Describe(), RedactDsn(e.what()));
     std::lock_guard lock(state_mutex_);
     ++stats_.tick_failures;
     stats_.last_error = message;
@@ -324,8 +331,8 @@ RETURNING l.partition, l.claim_version,
   stats_.live_workers = result.live_workers;
   stats_.share = result.share;
   stats_.held = static_cast<int>(held_.size());
-  stats_.draining = static_cast<int>(
-      std::count_if(held_.begin(), held_.end(), [](const auto& e) { return e.second.draining; }));
+  stats_.draining =
+      static_cast<int>(std::count_if(held_.begin(), held_.end(), [](const auto& e) { return e.second.draining; }));
   stats_.last_tick = duration_cast<microseconds>(now - sent);
   if (!claimed.empty()) stats_.last_claim = duration_cast<microseconds>(claim_done - claim_started);
   stats_.last_error.reset();
@@ -474,9 +481,10 @@ void PartitionLeases::Leave(Clock::time_point deadline) {
     throw;
   } catch (const std::exception& e) {
     if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) connection_.reset();
-    throw LeaseError(fmt::format("partition leases: {} could not release its partitions ({}); they expire by "
-                                 "themselves after lease_duration",
-                                 Describe(), RedactDsn(e.what())));
+    throw LeaseError(
+        fmt::format("partition leases: {} could not release its partitions ({}); they expire by "
+                    "themselves after lease_duration",
+                    Describe(), RedactDsn(e.what())));
   }
 }
 
@@ -486,9 +494,10 @@ std::vector<PartitionGroupView> ReadPartitionGroups(pqxx::connection_base& catal
   try {
     pqxx::read_transaction tx{catalog};
     const pqxx::result groups =
-        group ? tx.exec_params("SELECT worker_group, partition_count FROM shardkit_partition_groups "
-                               "WHERE worker_group = $1",
-                               *group)
+        group ? tx.exec_params(
+                    "SELECT worker_group, partition_count FROM shardkit_partition_groups "
+                    "WHERE worker_group = $1",
+                    *group)
               : tx.exec("SELECT worker_group, partition_count FROM shardkit_partition_groups ORDER BY worker_group");
     for (const auto& g : groups) {
       PartitionGroupView view;
@@ -499,18 +508,16 @@ std::vector<PartitionGroupView> ReadPartitionGroups(pqxx::connection_base& catal
                "extract(epoch FROM lease_until - clock_timestamp())::float8, lease_until > clock_timestamp() "
                "FROM shardkit_partition_workers WHERE worker_group = $1 ORDER BY joined_at, owner",
                view.group)) {
-        view.workers.push_back(
-            {row[0].as<std::string>(), row[1].as<double>(), row[2].as<double>(), row[3].as<bool>()});
+        view.workers.push_back({row[0].as<std::string>(), row[1].as<double>(), row[2].as<double>(), row[3].as<bool>()});
       }
-      for (const auto& row : tx.exec_params(
-               "SELECT partition, owner, claim_version, "
-               "lease_until < clock_timestamp(), "
-               "CASE WHEN lease_until = '-infinity' THEN NULL "
-               "ELSE extract(epoch FROM lease_until - clock_timestamp())::float8 END, "
-               "extract(epoch FROM clock_timestamp() - claimed_at)::float8, "
-               "extract(epoch FROM clock_timestamp() - released_at)::float8 "
-               "FROM shardkit_partition_leases WHERE worker_group = $1 ORDER BY partition",
-               view.group)) {
+      for (const auto& row : tx.exec_params("SELECT partition, owner, claim_version, "
+                                            "lease_until < clock_timestamp(), "
+                                            "CASE WHEN lease_until = '-infinity' THEN NULL "
+                                            "ELSE extract(epoch FROM lease_until - clock_timestamp())::float8 END, "
+                                            "extract(epoch FROM clock_timestamp() - claimed_at)::float8, "
+                                            "extract(epoch FROM clock_timestamp() - released_at)::float8 "
+                                            "FROM shardkit_partition_leases WHERE worker_group = $1 ORDER BY partition",
+                                            view.group)) {
         PartitionLeaseRow r;
         r.partition = row[0].as<int>();
         r.owner = detail::OptionalField<std::string>(row[1]);
@@ -524,9 +531,10 @@ std::vector<PartitionGroupView> ReadPartitionGroups(pqxx::connection_base& catal
       out.push_back(std::move(view));
     }
   } catch (const pqxx::undefined_table& e) {
-    throw LeaseError(fmt::format("partition leases: the catalog has no lease tables; apply "
-                                 "sql/021_partition_leases.sql there ({})",
-                                 e.what()));
+    throw LeaseError(
+        fmt::format("partition leases: the catalog has no lease tables; apply "
+                    "sql/021_partition_leases.sql there ({})",
+                    e.what()));
   }
   return out;
 }

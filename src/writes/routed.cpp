@@ -8,10 +8,10 @@
 
 #include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
-#include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/routing/ownership.hpp"
 #include "shardkit/pool/pool.hpp"
+#include "shardkit/routing/directory_watcher.hpp"
+#include "shardkit/routing/ownership.hpp"
 #include "shardkit/routing/resolver.hpp"
 
 // One attempt: acquire a connection of the routed shard; one round trip for
@@ -152,11 +152,11 @@ void RoutedTransactions::RunErased(CustomerId customer,
     if (left.count() <= 0 && last_refusal) {
       // The deadline passed during the back-off: still the refusal.
       finish(false, false);
-      throw BucketRefused(last_refusal->kind(), last_refusal->shard(), last_refusal->bucket(),
-                          last_refusal->new_owner(), last_refusal->state(),
-                          fmt::format("{} (still refused at the deadline, after {} attempts in {} ms)",
-                                      last_refusal->what(), outcome.attempts - 1,
-                                      std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()));
+      throw BucketRefused(
+          last_refusal->kind(), last_refusal->shard(), last_refusal->bucket(), last_refusal->new_owner(),
+          last_refusal->state(),
+          fmt::format("{} (still refused at the deadline, after {} attempts in {} ms)", last_refusal->what(),
+                      outcome.attempts - 1, std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()));
     }
     if (left.count() <= 0) {
       finish(false, false);
@@ -173,9 +173,10 @@ void RoutedTransactions::RunErased(CustomerId customer,
         if (options.read_only) begin += " READ ONLY";
         // The values are numbers computed here, not a caller's text; SET takes
         // no parameters.
-        tx.exec(fmt::format("{}; SET LOCAL statement_timeout = {}; SET LOCAL shardkit.buckets = '{}'; "
-                            "SELECT shardkit_check_buckets()",
-                            begin, left.count(), bucket_setting));
+        tx.exec(
+            fmt::format("{}; SET LOCAL statement_timeout = {}; SET LOCAL shardkit.buckets = '{}'; "
+                        "SELECT shardkit_check_buckets()",
+                        begin, left.count(), bucket_setting));
         fn(tx, at);
       }
       committing = true;
@@ -225,8 +226,8 @@ void RoutedTransactions::RunErased(CustomerId customer,
         finish(false, false);
         throw;
       }
-      last_refusal.emplace(ToException(*refusal, shard,
-                                       fmt::format("{} for customer {} on shard {}", label, customer, shard)));
+      last_refusal.emplace(
+          ToException(*refusal, shard, fmt::format("{} for customer {} on shard {}", label, customer, shard)));
       last_failure = refusal->message;
       // The refusing shard names the new owner (it retired the bucket):
       // go there at once. The named owner not owning it yet (incoming: the
@@ -273,11 +274,11 @@ void RoutedTransactions::RunErased(CustomerId customer,
     if (!pause()) {
       finish(false, false);
       if (last_refusal) {
-        throw BucketRefused(last_refusal->kind(), last_refusal->shard(), last_refusal->bucket(),
-                            last_refusal->new_owner(), last_refusal->state(),
-                            fmt::format("{} (still refused at the deadline, after {} attempts in {} ms)",
-                                        last_refusal->what(), outcome.attempts,
-                                        std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()));
+        throw BucketRefused(
+            last_refusal->kind(), last_refusal->shard(), last_refusal->bucket(), last_refusal->new_owner(),
+            last_refusal->state(),
+            fmt::format("{} (still refused at the deadline, after {} attempts in {} ms)", last_refusal->what(),
+                        outcome.attempts, std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()));
       }
       throw ShardQueryError(shard, fmt::format("{} for customer {} (bucket {}): gave up at the deadline after {} "
                                                "attempts: {}",

@@ -52,7 +52,8 @@ TEST_F(BucketSqlTwin, SeedVectors) {
 }
 
 TEST_F(BucketSqlTwin, EdgeValues) {
-  std::vector<std::int32_t> ids = {INT32_MIN, INT32_MIN + 1, -65537, -65536, -2, -1, 0, 1, 2, 65535, 65536, INT32_MAX - 1, INT32_MAX};
+  std::vector<std::int32_t> ids = {INT32_MIN, INT32_MIN + 1, -65537, -65536,        -2,       -1, 0, 1,
+                                   2,         65535,         65536,  INT32_MAX - 1, INT32_MAX};
   for (int bit = 0; bit < 31; ++bit) {
     const auto power = static_cast<std::int32_t>(1U << bit);
     ids.insert(ids.end(), {power, -power, power - 1, power + 1});

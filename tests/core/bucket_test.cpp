@@ -20,7 +20,9 @@ using shardkit::CustomerId;
 using shardkit::ShardId;
 
 // The bucket of a plain int32, as a number.
-int Bucket(std::int32_t id) { return shardkit::ToInt(shardkit::BucketOf(CustomerId{id})); }
+int Bucket(std::int32_t id) {
+  return shardkit::ToInt(shardkit::BucketOf(CustomerId{id}));
+}
 
 // The Bookstore case's C# expression, transcribed literally with 64-bit arithmetic:
 // (int)((((ulong)(uint)customerId * 2654435761UL) % 4294967296UL) >> 26)
@@ -40,7 +42,8 @@ TEST(BucketOf, SeedVectors) {
 }
 
 TEST(BucketOf, EdgeValuesMatchReference) {
-  std::vector<std::int32_t> ids = {INT32_MIN, INT32_MIN + 1, -65536, -2, -1, 0, 1, 2, 65535, 65536, INT32_MAX - 1, INT32_MAX};
+  std::vector<std::int32_t> ids = {INT32_MIN, INT32_MIN + 1, -65536,        -2,       -1, 0, 1, 2,
+                                   65535,     65536,         INT32_MAX - 1, INT32_MAX};
   for (int bit = 0; bit < 31; ++bit) {
     const auto power = static_cast<std::int32_t>(1U << bit);
     ids.push_back(power);
@@ -101,8 +104,8 @@ TEST(Ids, DistinctTypes) {
   static_assert(!std::is_convertible_v<CustomerId, int>);
   static_assert(std::is_invocable_v<decltype(&shardkit::BucketDirectory::ShardFor), const shardkit::BucketDirectory&,
                                     CustomerId>);
-  static_assert(!std::is_invocable_v<decltype(&shardkit::BucketDirectory::ShardFor),
-                                     const shardkit::BucketDirectory&, BucketId>);
+  static_assert(
+      !std::is_invocable_v<decltype(&shardkit::BucketDirectory::ShardFor), const shardkit::BucketDirectory&, BucketId>);
   static_assert(!std::is_invocable_v<decltype(&shardkit::BucketDirectory::ShardOf), const shardkit::BucketDirectory&,
                                      CustomerId>);
   std::vector<BucketId> buckets;

@@ -20,10 +20,21 @@ struct Case {
 TEST(DecimalTest, ParsesAndPrintsLikeNumericInOut) {
   // SELECT a::numeric::text
   const std::vector<Case> cases = {
-      {"1.50", "1.50"},       {"-0.00", "0.00"},   {"1.5e3", "1500"},       {"1e-3", "0.001"},
-      {" 12 ", "12"},         {".5", "0.5"},       {"5.", "5"},             {"-1.23E+2", "-123"},
-      {"0.000", "0.000"},     {"+7", "7"},         {"1.2e-5", "0.000012"},  {"-0", "0"},
-      {"000123.4500", "123.4500"},                 {"12e0", "12"},          {"-.5e1", "-5"},
+      {"1.50", "1.50"},
+      {"-0.00", "0.00"},
+      {"1.5e3", "1500"},
+      {"1e-3", "0.001"},
+      {" 12 ", "12"},
+      {".5", "0.5"},
+      {"5.", "5"},
+      {"-1.23E+2", "-123"},
+      {"0.000", "0.000"},
+      {"+7", "7"},
+      {"1.2e-5", "0.000012"},
+      {"-0", "0"},
+      {"000123.4500", "123.4500"},
+      {"12e0", "12"},
+      {"-.5e1", "-5"},
       {"1.000e2", "100.0"},
       {"1.23456789012345678901234567890", "1.23456789012345678901234567890"},
   };
@@ -107,8 +118,7 @@ TEST(DecimalTest, DividesLikeNumericDiv) {
       {"7", "536870912", "0.000000013038516044616699"},
   };
   for (const auto& c : cases) {
-    EXPECT_EQ(Decimal::Parse(c.a).DivideLikePostgres(Decimal::Parse(c.b)).ToString(), c.q)
-        << c.a << " / " << c.b;
+    EXPECT_EQ(Decimal::Parse(c.a).DivideLikePostgres(Decimal::Parse(c.b)).ToString(), c.q) << c.a << " / " << c.b;
   }
   EXPECT_THROW((void)Decimal::FromInt(1).DivideLikePostgres(Decimal::Parse("0.00")), Error);
 }

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "shardkit/queries/aggregate_query.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/queries/aggregate_query.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -21,13 +21,27 @@ std::vector<std::string> Kinds(std::string_view sql) {
   for (const auto& t : Lex(sql)) {
     const char* type = "?";
     switch (t.type) {
-      case Type::kIdent: type = "ident"; break;
-      case Type::kQuotedIdent: type = "qident"; break;
-      case Type::kNumber: type = "num"; break;
-      case Type::kString: type = "str"; break;
-      case Type::kParam: type = "param"; break;
-      case Type::kPunct: type = "punct"; break;
-      case Type::kOperator: type = "op"; break;
+      case Type::kIdent:
+        type = "ident";
+        break;
+      case Type::kQuotedIdent:
+        type = "qident";
+        break;
+      case Type::kNumber:
+        type = "num";
+        break;
+      case Type::kString:
+        type = "str";
+        break;
+      case Type::kParam:
+        type = "param";
+        break;
+      case Type::kPunct:
+        type = "punct";
+        break;
+      case Type::kOperator:
+        type = "op";
+        break;
     }
     out.push_back(std::string(type) + ":" + t.text);
   }
@@ -49,7 +63,8 @@ TEST(SqlLexer, DollarQuotesAreOneStringWhateverTheyHold) {
   EXPECT_EQ(Kinds("$$it's a 'quote' -- not a comment$$"), V{"str:it's a 'quote' -- not a comment"});
   EXPECT_EQ(Kinds("$fn$ median(x) $$ inner $$ $fn$"), V{"str: median(x) $$ inner $$ "});
   EXPECT_EQ(Kinds("$a$x$ab$y$a$"), V{"str:x$ab$y"});  // $ab$ is not the closing $a$
-  EXPECT_EQ(Kinds("x = $1 AND y = $23"), (V{"ident:x", "op:=", "param:$1", "ident:and", "ident:y", "op:=", "param:$23"}));
+  EXPECT_EQ(Kinds("x = $1 AND y = $23"),
+            (V{"ident:x", "op:=", "param:$1", "ident:and", "ident:y", "op:=", "param:$23"}));
   EXPECT_EQ(Kinds("a$b"), V{"ident:a$b"});  // $ inside an identifier is part of it
   EXPECT_NE(LexError("$tag$ never closed").find("unterminated dollar quote"), std::string::npos);
   EXPECT_NE(LexError("x $ y").find("stray '$'"), std::string::npos);
@@ -82,8 +97,7 @@ TEST(SqlLexer, StringsStandardAndWithEscapes) {
 
 TEST(SqlLexer, IdentifiersNumbersAndOperators) {
   EXPECT_EQ(Kinds("\"Mixed\"\"Case\" MiXed"), (V{"qident:Mixed\"Case", "ident:mixed"}));
-  EXPECT_EQ(Kinds("1.5e10 .5 3 x::numeric"),
-            (V{"num:1.5e10", "num:.5", "num:3", "ident:x", "op:::", "ident:numeric"}));
+  EXPECT_EQ(Kinds("1.5e10 .5 3 x::numeric"), (V{"num:1.5e10", "num:.5", "num:3", "ident:x", "op:::", "ident:numeric"}));
   // A multi-character operator cannot end in + or - unless it has one of ~!@#%^&|`?.
   EXPECT_EQ(Kinds("a*-1"), (V{"ident:a", "op:*", "op:-", "num:1"}));
   EXPECT_EQ(Kinds("a <= -1"), (V{"ident:a", "op:<=", "op:-", "num:1"}));

@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/ids/id_clock.hpp"
+#include "shardkit/routing/directory.hpp"
 
 namespace shardkit {
 namespace {
@@ -25,7 +25,8 @@ TEST(BucketedId, LayoutAndDecode) {
   EXPECT_EQ(id, ((kStart - kDefaultIdEpochUnixMs) << 22) | (255 << 14) | (255 << 6) | 44);
   EXPECT_EQ(DecodeBucketedId(id), parts);
   EXPECT_EQ(BucketOfId(id), BucketId{44});
-  EXPECT_EQ(DecodeBucketedId(ComposeBucketedId({kStart, BucketId{1}, 2, 3})), (BucketedIdParts{kStart, BucketId{1}, 2, 3}));
+  EXPECT_EQ(DecodeBucketedId(ComposeBucketedId({kStart, BucketId{1}, 2, 3})),
+            (BucketedIdParts{kStart, BucketId{1}, 2, 3}));
   static_assert(BucketOfId(63) == BucketId{63});
   static_assert(BucketOfId(std::int64_t{1} << 6) == BucketId{0});
   static_assert(BucketOfId((std::int64_t{1} << 22) - 1) == BucketId{63});
@@ -60,7 +61,8 @@ TEST(BucketedIdGenerator, IdsRouteToTheirCustomersShardForALargeRandomSample) {
   std::vector<BucketDirectory> directories{BucketDirectory::EvenSplit(1), BucketDirectory::EvenSplit(2),
                                            BucketDirectory::EvenSplit(3), BucketDirectory::EvenSplit(4)};
   // After bucket moves, old IDs still route with the customer.
-  directories.push_back(BucketDirectory::EvenSplit(2).WithBucketMoved(BucketId{44}, ShardId{0}).WithBucketMoved(BucketId{3}, ShardId{1}));
+  directories.push_back(
+      BucketDirectory::EvenSplit(2).WithBucketMoved(BucketId{44}, ShardId{0}).WithBucketMoved(BucketId{3}, ShardId{1}));
   // A manual clock: the generator's waits for the next millisecond (256 IDs
   // per ms) jump it forward instead of taking real time.
   SnowflakeOptions options;

@@ -81,7 +81,7 @@ TEST(SnowflakeGenerator, SequenceExhaustionWaitsForTheNextMillisecond) {
   EXPECT_EQ(clock->WaitCount(), 0);
   const std::int64_t id = generator.Next();  // the 4097th in one millisecond
   EXPECT_EQ(clock->WaitCount(), 1);
-  EXPECT_EQ(clock->NowUnixMs(), kStart + 1);  // it waited until the next millisecond ...
+  EXPECT_EQ(clock->NowUnixMs(), kStart + 1);                           // it waited until the next millisecond ...
   EXPECT_EQ(DecodeSnowflake(id), (SnowflakeParts{kStart + 1, 1, 0}));  // ... and issued there
   EXPECT_GT(id, previous);
 }
@@ -195,7 +195,8 @@ TEST(SnowflakeGenerator, UniqueAcrossThreadsAndGenerators) {
   for (std::size_t t = 0; t < results.size(); ++t) {
     // What one thread sees of a shared generator is strictly increasing.
     EXPECT_EQ(std::adjacent_find(results[t].begin(), results[t].end(), std::greater_equal<>()), results[t].end());
-    for (std::int64_t id : results[t]) ASSERT_EQ(DecodeSnowflake(id).worker_id, 100 + static_cast<int>(t) % kGenerators);
+    for (std::int64_t id : results[t])
+      ASSERT_EQ(DecodeSnowflake(id).worker_id, 100 + static_cast<int>(t) % kGenerators);
     all.insert(all.end(), results[t].begin(), results[t].end());
   }
   std::sort(all.begin(), all.end());

@@ -79,8 +79,7 @@ TEST(Uuid, ParseErrorsSayWhatIsWrong) {
   EXPECT_NE(message_of("").find("has 0 characters"), std::string::npos);
   EXPECT_NE(message_of("017f22e2-79b0-7cc3-98c4-dc0c0c07398g").find("'g'"), std::string::npos);
   EXPECT_NE(message_of("017f22e2-79b0-7cc3-98c4-dc0c0c07398g").find("position 36"), std::string::npos);
-  EXPECT_NE(message_of("017f22e2x79b0-7cc3-98c4-dc0c0c07398f").find("expected '-' at position 9"),
-            std::string::npos);
+  EXPECT_NE(message_of("017f22e2x79b0-7cc3-98c4-dc0c0c07398f").find("expected '-' at position 9"), std::string::npos);
   EXPECT_NE(message_of("017f22e2-79b0-7cc3-98c4-dc0c0c07398f0").find("characters"), std::string::npos);
   EXPECT_FALSE(Uuid::TryParse("not a uuid").has_value());
   EXPECT_THROW((void)Uuid::FromBytes(std::vector<std::uint8_t>(15)), IdFormatError);
@@ -114,14 +113,14 @@ TEST(Uuidv7Generator, TimestampAndSubMillisecondFractionComeFromTheClock) {
 
 TEST(Uuidv7Generator, SystemClockTimestampIsNow) {
   Uuidv7Generator generator;
-  const auto before = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const auto before =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   std::int64_t last = 0;
   for (int i = 0; i < 100'000; ++i) last = *generator.Next().Uuidv7UnixMs();
-  const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
+  const auto after =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   // Interpolated between kernel clock reads: within a millisecond of them.
   EXPECT_GE(last, before - 1);
   EXPECT_LE(last, after + 1);
@@ -265,9 +264,8 @@ TEST(ChaCha20, Rfc8439BlockFunctionVector) {
   detail::ChaChaBlockState input{0x61707865, 0x3320646e, 0x79622d32, 0x6b206574, 0x03020100, 0x07060504,
                                  0x0b0a0908, 0x0f0e0d0c, 0x13121110, 0x17161514, 0x1b1a1918, 0x1f1e1d1c,
                                  0x00000001, 0x09000000, 0x4a000000, 0x00000000};
-  const std::array<std::uint32_t, 16> expected{0xe4e7f110, 0x15593bd1, 0x1fdd0f50, 0xc47120a3,
-                                               0xc7f4d1c7, 0x0368c033, 0x9aaa2204, 0x4e6cd4c3,
-                                               0x466482d2, 0x09aa9f07, 0x05d7c214, 0xa2028bd9,
+  const std::array<std::uint32_t, 16> expected{0xe4e7f110, 0x15593bd1, 0x1fdd0f50, 0xc47120a3, 0xc7f4d1c7, 0x0368c033,
+                                               0x9aaa2204, 0x4e6cd4c3, 0x466482d2, 0x09aa9f07, 0x05d7c214, 0xa2028bd9,
                                                0xd19c12b5, 0xb94e16de, 0xe883d0cb, 0x4e3c50a2};
   EXPECT_EQ(detail::ChaChaBlock<20>(input), expected);
   // The 4-way version (word-major output): lane 0 is the same block, lanes

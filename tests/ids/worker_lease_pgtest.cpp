@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "shardkit/ids/bucketed_id.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/ids/bucketed_id.hpp"
 #include "shardkit/ids/snowflake.hpp"
 #include "support/test_cluster.hpp"
 #include "support/wait.hpp"
@@ -78,8 +78,9 @@ TEST_F(WorkerLeasePg, ConcurrentClaimantsNeverGetTheSameId) {
   }
   EXPECT_EQ(ids.size(), static_cast<std::size_t>(kClaimants)) << "two claimants got the same worker id";
   EXPECT_EQ(*ids.rbegin(), kClaimants - 1);  // the lowest free ids, no gaps
-  const auto rows = Query("SELECT count(*), count(DISTINCT owner) FROM shardkit_worker_ids "
-                          "WHERE id_space = 'race' AND owner IS NOT NULL");
+  const auto rows = Query(
+      "SELECT count(*), count(DISTINCT owner) FROM shardkit_worker_ids "
+      "WHERE id_space = 'race' AND owner IS NOT NULL");
   EXPECT_EQ(rows[0][0].as<int>(), kClaimants);
   EXPECT_EQ(rows[0][1].as<int>(), kClaimants);
 }
@@ -162,8 +163,9 @@ TEST_F(WorkerLeasePg, ExpiredLeaseIsTakenOverAndTheLoserStopsIssuing) {
 
   // The loser's release must not free the winner's id.
   loser->Release();
-  const auto rows = Query("SELECT owner IS NOT NULL, claim_version FROM shardkit_worker_ids "
-                          "WHERE id_space = 'takeover'");
+  const auto rows = Query(
+      "SELECT owner IS NOT NULL, claim_version FROM shardkit_worker_ids "
+      "WHERE id_space = 'takeover'");
   EXPECT_TRUE(rows[0][0].as<bool>());
   EXPECT_EQ(rows[0][1].as<std::int64_t>(), winner->ClaimVersion());
 }
@@ -260,7 +262,7 @@ TEST_F(WorkerLeasePg, AReleaseThatCannotBeWrittenIsALibraryError) {
   } catch (const IdGeneratorError& e) {
     EXPECT_NE(std::string(e.what()).find("releasing"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(lease->Valid());  // it stopped issuing before it tried to write
+  EXPECT_FALSE(lease->Valid());       // it stopped issuing before it tried to write
   EXPECT_NO_THROW(lease->Release());  // idempotent: nothing left to do
 }
 

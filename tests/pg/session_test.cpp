@@ -19,7 +19,7 @@ namespace {
 std::map<std::string, std::string> Parsed(const std::string& dsn) {
   char* error = nullptr;
   std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> options(PQconninfoParse(dsn.c_str(), &error),
-                                                                        &PQconninfoFree);
+                                                                       &PQconninfoFree);
   if (!options) {
     std::string message = error != nullptr ? error : "?";
     PQfreemem(error);
@@ -51,10 +51,10 @@ std::string Pinned(const SessionChoices& choices = {}) {
 TEST(SessionSettings, EverySettingThatChangesAStatementsMeaningIsPinned) {
   std::vector<std::string> names;
   for (const auto& s : PinnedSettings({})) names.push_back(s.name);
-  for (const char* name : {"DateStyle", "IntervalStyle", "TimeZone", "extra_float_digits", "bytea_output",
-                           "standard_conforming_strings", "backslash_quote", "array_nulls", "transform_null_equals",
-                           "search_path", "lc_monetary", "lc_numeric", "lc_time", "default_text_search_config",
-                           "xmloption", "timezone_abbreviations", "client_encoding"}) {
+  for (const char* name :
+       {"DateStyle", "IntervalStyle", "TimeZone", "extra_float_digits", "bytea_output", "standard_conforming_strings",
+        "backslash_quote", "array_nulls", "transform_null_equals", "search_path", "lc_monetary", "lc_numeric",
+        "lc_time", "default_text_search_config", "xmloption", "timezone_abbreviations", "client_encoding"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
   const auto out = Parsed(WithSessionSettings("dbname=x"));
@@ -74,9 +74,9 @@ TEST(SessionSettings, AddedToKeyValueStringsKeepingEverythingElse) {
 }
 
 TEST(SessionSettings, AddedToUrisAndAfterTheCallersOwnOptions) {
-  const auto out = Parsed(WithSessionSettings(
-      "postgresql://app:secret@db1:5433,db2:5434/shop?sslmode=prefer&client_encoding=LATIN1&"
-      "options=-c%20search_path%3Dshop%20-c%20DateStyle%3DSQL,DMY"));
+  const auto out =
+      Parsed(WithSessionSettings("postgresql://app:secret@db1:5433,db2:5434/shop?sslmode=prefer&client_encoding=LATIN1&"
+                                 "options=-c%20search_path%3Dshop%20-c%20DateStyle%3DSQL,DMY"));
   EXPECT_EQ(out.at("host"), "db1,db2");
   EXPECT_EQ(out.at("port"), "5433,5434");
   EXPECT_EQ(out.at("password"), "secret");

@@ -39,7 +39,9 @@ PoolOptions Small(int size, int waiters = 16) {
   return options;
 }
 
-std::string ShardDsn(int shard) { return shardkit::test::LoadTestConfig().shards.at(static_cast<std::size_t>(shard)).dsn; }
+std::string ShardDsn(int shard) {
+  return shardkit::test::LoadTestConfig().shards.at(static_cast<std::size_t>(shard)).dsn;
+}
 
 int BackendPid(pqxx::connection_base& c) {
   pqxx::nontransaction tx{c};
@@ -149,8 +151,8 @@ TEST(ConnectionPool, ConnectionLeftMidTransactionIsDiscarded) {
 // connection back unreset: the next caller must not get that session.
 TEST(ConnectionPool, ConnectionGivenBackWithAChangedSessionIsDiscarded) {
   ConnectionPool pool{shardkit::ShardId{0}, ShardDsn(0), Small(2)};
-  for (const char* change : {"SET DateStyle = 'SQL, DMY'", "SET TimeZone = 'Asia/Tokyo'",
-                             "SET standard_conforming_strings = off"}) {
+  for (const char* change :
+       {"SET DateStyle = 'SQL, DMY'", "SET TimeZone = 'Asia/Tokyo'", "SET standard_conforming_strings = off"}) {
     {
       auto lease = pool.Acquire();
       pqxx::nontransaction tx{*lease};
@@ -341,7 +343,7 @@ TEST(ConnectionPool, StoppedShardFailsClearlyAndRecoversWhenStarted) {
   server.Start();
   EXPECT_EQ(query_one(resolver.PoolFor(shardkit::CustomerId{4242})), 1);  // same pool, no restart
   const auto stats = resolver.Pool(shardkit::ShardId{1}).Stats();
-  EXPECT_GE(stats.broken, 1U);           // the idle connection from before the stop
+  EXPECT_GE(stats.broken, 1U);  // the idle connection from before the stop
   EXPECT_GE(stats.connect_failures, 1U);
   EXPECT_EQ(stats.in_use, 0);
 }
@@ -534,9 +536,10 @@ TEST(ConnectionPool, CancelHandleCancelsTheRunningStatementFromAnotherThread) {
   ASSERT_TRUE(WaitFor([&] {
     pqxx::connection admin{ShardDsn(0)};
     pqxx::nontransaction tx{admin};
-    return tx.exec_params("SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active' "
-                          "AND query LIKE '%pg_sleep(60)%'",
-                          pid)[0][0]
+    return tx.exec_params(
+                 "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active' "
+                 "AND query LIKE '%pg_sleep(60)%'",
+                 pid)[0][0]
                .as<int>() == 1;
   }));
   std::string error;

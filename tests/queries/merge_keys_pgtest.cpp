@@ -23,15 +23,15 @@
 #include <string>
 #include <vector>
 
-#include "shardkit/queries/aggregate_query.hpp"
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/queries/merge.hpp"
+#include "shardkit/pg/session.hpp"
 #include "shardkit/pool/pool.hpp"
-#include "shardkit/routing/resolver.hpp"
+#include "shardkit/queries/aggregate_query.hpp"
+#include "shardkit/queries/merge.hpp"
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/queries/scatter_merge.hpp"
-#include "shardkit/pg/session.hpp"
+#include "shardkit/routing/directory.hpp"
+#include "shardkit/routing/resolver.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -56,14 +56,27 @@ const std::vector<ColumnData>& Columns() {
       {"f8", "float8", {{"0", "-0"}, {"NaN"}, {"1.25"}, {"-3"}, {"Infinity"}}},
       {"js", "jsonb", {{"{\"k\": 0}", "{\"k\": 0.00}"}, {"{\"a\": 1, \"b\": 2}", "{\"b\": 2, \"a\": 1}"}}},
       {"na", "numeric[]", {{"{1.5}", "{1.50}"}, {"{2}"}}},
-      {"d", "date",
-       {{"0044-03-15 BC"}, {"0001-01-01 BC"}, {"0001-01-01"}, {"2020-03-04"}, {"10000-01-01"},
-        {"infinity"}, {"-infinity"}, {"NULL"}}},
-      {"ts", "timestamp",
-       {{"0044-03-15 12:00:00 BC"}, {"2020-01-01 00:00:00"}, {"2020-01-01 00:00:00.5"}, {"10000-01-01 00:00:00"},
-        {"infinity"}, {"-infinity"}}},
+      {"d",
+       "date",
+       {{"0044-03-15 BC"},
+        {"0001-01-01 BC"},
+        {"0001-01-01"},
+        {"2020-03-04"},
+        {"10000-01-01"},
+        {"infinity"},
+        {"-infinity"},
+        {"NULL"}}},
+      {"ts",
+       "timestamp",
+       {{"0044-03-15 12:00:00 BC"},
+        {"2020-01-01 00:00:00"},
+        {"2020-01-01 00:00:00.5"},
+        {"10000-01-01 00:00:00"},
+        {"infinity"},
+        {"-infinity"}}},
       {"by", "bytea", {{"\\x00"}, {"\\x0102"}, {"\\xff"}, {"\\x"}}},
-      {"u", "uuid",
+      {"u",
+       "uuid",
        {{"A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"},
         {"{00000000-0000-0000-0000-000000000001}", "00000000000000000000000000000001"}}},
       {"t", "text", {{"a"}, {"b"}, {"A"}, {"\xc3\xa4"}, {"back\\slash"}}},
@@ -116,8 +129,8 @@ class MergeKeysPg : public ::testing::Test {
                           std::to_string(ToInt(BucketOf(customer)));
         for (const auto& c : Columns()) row += ", " + ValueSql(tx, c, i);
         row += ")";
-        for (const std::size_t s : {static_cast<std::size_t>(ToInt(directory.ShardFor(customer))),
-                                    rows_per_server.size() - 1}) {
+        for (const std::size_t s :
+             {static_cast<std::size_t>(ToInt(directory.ShardFor(customer))), rows_per_server.size() - 1}) {
           rows_per_server[s] += (rows_per_server[s].empty() ? "" : ", ") + row;
         }
       }
@@ -193,8 +206,7 @@ TEST_F(MergeKeysPg, KeysWhoseTextIsNotOnePerValueAreRefusedByType) {
                                          {"na", "numeric[]", "element"},
                                          {"ARRAY[f8]", "double precision[]", "element"},
                                          {"ROW(num)", "record", "field"}}) {
-    const std::string m =
-        RefusalOf(AggregateQuery::From(kTable).GroupByExpr(c.expression, "k").Count("n").Plan());
+    const std::string m = RefusalOf(AggregateQuery::From(kTable).GroupByExpr(c.expression, "k").Count("n").Plan());
     EXPECT_NE(m.find("merged column \"k\""), std::string::npos) << c.expression << ": " << m;
     EXPECT_NE(m.find(" " + c.type + " values"), std::string::npos) << c.expression << ": " << m;
     EXPECT_NE(m.find(c.advice), std::string::npos) << c.expression << ": " << m;
@@ -229,17 +241,17 @@ TEST_F(MergeKeysPg, AcceptedKeyTypesGroupByTheServersEquality) {
       if (std::string(c.name) == column) type = c.type == std::string("char(3)") ? "bpchar" : c.type;
     }
     const MergedResult merged = ScatterMerge(*scatter_, AggregateQuery::From(kTable).GroupBy(column).Count("n").Plan());
-    const auto groups = OnReference(std::string("SELECT count(*) FROM (SELECT 1 FROM ") + kTable + " GROUP BY " +
-                                    column + ") g")[0][0]
-                            .as<std::size_t>();
+    const auto groups =
+        OnReference(std::string("SELECT count(*) FROM (SELECT 1 FROM ") + kTable + " GROUP BY " + column + ") g")[0][0]
+            .as<std::size_t>();
     EXPECT_EQ(merged.rows.size(), groups) << column << "\n" << merged.Format();
     std::int64_t total = 0;
     for (const auto& row : merged.rows) {
-      const std::string where = row[0].IsNull() ? std::string(column) + " IS NULL"
-                                                : std::string(column) + " = $1::" + type;
+      const std::string where =
+          row[0].IsNull() ? std::string(column) + " IS NULL" : std::string(column) + " = $1::" + type;
       const SqlParams params = row[0].IsNull() ? SqlParams{} : SqlParams{row[0].ToString()};
-      const auto expected =
-          OnReference(std::string("SELECT count(*) FROM ") + kTable + " WHERE " + where, params)[0][0].as<std::int64_t>();
+      const auto expected = OnReference(std::string("SELECT count(*) FROM ") + kTable + " WHERE " + where, params)[0][0]
+                                .as<std::int64_t>();
       EXPECT_EQ(row[1].AsInt(), expected) << column << " = " << row[0].ToString();
       total += row[1].AsInt();
     }
@@ -317,8 +329,9 @@ TEST_F(MergeKeysPg, SettingsThatChangeAStatementsMeaningArePinned) {
   for (const Probe& p : probes) {
     const MergedResult merged =
         ScatterMerge(*scatter_, AggregateQuery::From(kTable).Where(p.condition).Count("n").Plan(), p.params);
-    const auto expected = OnReference(std::string("SELECT count(*) FROM ") + kTable + " WHERE " + p.condition, p.params)[0][0]
-                              .as<std::int64_t>();
+    const auto expected =
+        OnReference(std::string("SELECT count(*) FROM ") + kTable + " WHERE " + p.condition, p.params)[0][0]
+            .as<std::int64_t>();
     EXPECT_EQ(merged.rows.at(0).at(0).AsInt(), expected) << p.what << ": " << p.condition;
 
     // The shards' own sessions (their databases' settings) give another answer.

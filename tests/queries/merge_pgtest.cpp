@@ -43,14 +43,14 @@
 
 #include "shardkit/core/bucket.hpp"
 #include "shardkit/core/decimal.hpp"
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/pool/pool.hpp"
 #include "shardkit/queries/aggregate_query.hpp"
 #include "shardkit/queries/merge.hpp"
-#include "shardkit/pool/pool.hpp"
-#include "shardkit/routing/resolver.hpp"
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/queries/scatter_merge.hpp"
+#include "shardkit/routing/directory.hpp"
+#include "shardkit/routing/resolver.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -61,24 +61,24 @@ using Text = std::optional<std::string>;
 struct DataRow {
   std::int64_t id = 0;
   CustomerId customer_id{};
-  Text cat;                          // text, NULLable
-  std::optional<int> grp;            // integer, NULLable
-  std::optional<int> qty;            // integer, NULLable
-  std::optional<std::int64_t> big;   // bigint, NULLable
-  Text price;                        // numeric(12,2) as text, NULLable
-  std::optional<double> score;       // double precision (>= 0, NaN, Infinity), NULLable
-  std::optional<bool> flag;          // boolean, NULLable
-  std::optional<float> r;            // real, NULLable
-  Text ts;                           // timestamptz as text with an offset, NULLable
-  Text note;                         // text COLLATE "en-US-x-icu", NULLable
+  Text cat;                         // text, NULLable
+  std::optional<int> grp;           // integer, NULLable
+  std::optional<int> qty;           // integer, NULLable
+  std::optional<std::int64_t> big;  // bigint, NULLable
+  Text price;                       // numeric(12,2) as text, NULLable
+  std::optional<double> score;      // double precision (>= 0, NaN, Infinity), NULLable
+  std::optional<bool> flag;         // boolean, NULLable
+  std::optional<float> r;           // real, NULLable
+  Text ts;                          // timestamptz as text with an offset, NULLable
+  Text note;                        // text COLLATE "en-US-x-icu", NULLable
   // Keys whose equal values print differently (1.5 and 1.50; 'a' and 'a '),
   // or whose text does not order as their values (BC dates), NULLable:
-  Text num;                          // numeric, any scale
-  Text bp;                           // bpchar
-  Text d;                            // date
-  Text by;                           // bytea (hex input)
-  Text u;                            // uuid (either case)
-  Text iv;                           // interval: refused as a key
+  Text num;  // numeric, any scale
+  Text bp;   // bpchar
+  Text d;    // date
+  Text by;   // bytea (hex input)
+  Text u;    // uuid (either case)
+  Text iv;   // interval: refused as a key
 };
 
 std::string DoubleText(double d) {
@@ -266,8 +266,10 @@ class MergePg : public ::testing::Test {
           sql += ")";
           auto opt = [](const auto& o) -> Text {
             if (!o) return std::nullopt;
-            if constexpr (std::is_same_v<std::decay_t<decltype(*o)>, bool>) return *o ? "true" : "false";
-            else return std::to_string(*o);
+            if constexpr (std::is_same_v<std::decay_t<decltype(*o)>, bool>)
+              return *o ? "true" : "false";
+            else
+              return std::to_string(*o);
           };
           values.push_back(std::to_string(r.id));
           values.push_back(std::to_string(ToInt(r.customer_id)));
@@ -317,9 +319,9 @@ class MergePg : public ::testing::Test {
 enum class Kind { kInt, kNumeric, kDouble, kReal, kText, kBool, kTimestamptz, kOther };
 
 struct AggSpec {
-  std::string sql;   // e.g. "sum(price)"
-  Kind kind;         // kind of the aggregate's result
-  bool order_safe;   // exact, so fine in ORDER BY / HAVING
+  std::string sql;  // e.g. "sum(price)"
+  Kind kind;        // kind of the aggregate's result
+  bool order_safe;  // exact, so fine in ORDER BY / HAVING
 };
 
 struct ColumnSpec {
@@ -346,7 +348,7 @@ struct OrderSpec {
 struct QueryShape {
   std::vector<ColumnSpec> columns;
   bool must_refuse = false;  // holds a column shardkit cannot merge exactly
-  std::string where;  // SQL over the table's columns, may use $1
+  std::string where;         // SQL over the table's columns, may use $1
   SqlParams params;
   std::vector<HavingSpec> having;
   std::vector<OrderSpec> order;
@@ -359,25 +361,38 @@ struct QueryShape {
 
 std::string OpSql(CompareOp op) {
   switch (op) {
-    case CompareOp::kEq: return "=";
-    case CompareOp::kNe: return "<>";
-    case CompareOp::kLt: return "<";
-    case CompareOp::kLe: return "<=";
-    case CompareOp::kGt: return ">";
-    case CompareOp::kGe: return ">=";
-    case CompareOp::kIsNull: return "IS NULL";
-    case CompareOp::kIsNotNull: return "IS NOT NULL";
+    case CompareOp::kEq:
+      return "=";
+    case CompareOp::kNe:
+      return "<>";
+    case CompareOp::kLt:
+      return "<";
+    case CompareOp::kLe:
+      return "<=";
+    case CompareOp::kGt:
+      return ">";
+    case CompareOp::kGe:
+      return ">=";
+    case CompareOp::kIsNull:
+      return "IS NULL";
+    case CompareOp::kIsNotNull:
+      return "IS NOT NULL";
   }
   return "";
 }
 
 std::string CastFor(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kInt: return "bigint";
-    case Value::Kind::kDecimal: return "numeric";
-    case Value::Kind::kDouble: return "double precision";
-    case Value::Kind::kBool: return "boolean";
-    default: return "text";
+    case Value::Kind::kInt:
+      return "bigint";
+    case Value::Kind::kDecimal:
+      return "numeric";
+    case Value::Kind::kDouble:
+      return "double precision";
+    case Value::Kind::kBool:
+      return "boolean";
+    default:
+      return "text";
   }
 }
 
@@ -464,8 +479,7 @@ struct Coverage {
 // the shards' answers are merged, never answered. Empty when refused. (A
 // collation the shards report arrives with their rows, so a grouped shape
 // that no shard has rows for merges to the right, empty answer.)
-std::string RunRefusedShape(ScatterGather& scatter, const QueryShape& q, const std::string& table,
-                            Coverage* coverage) {
+std::string RunRefusedShape(ScatterGather& scatter, const QueryShape& q, const std::string& table, Coverage* coverage) {
   try {
     const MergePlan plan = ShardkitPlan(q, table);
     const ScatterResult partials = scatter.Run(plan.ShardSql(), q.params);
@@ -480,8 +494,8 @@ std::string RunRefusedShape(ScatterGather& scatter, const QueryShape& q, const s
 }
 
 // Runs one shape both ways and compares: an empty string when equal.
-std::string RunShape(ScatterGather& scatter, pqxx::connection& reference, const QueryShape& q,
-                     const std::string& table, Coverage* coverage) {
+std::string RunShape(ScatterGather& scatter, pqxx::connection& reference, const QueryShape& q, const std::string& table,
+                     Coverage* coverage) {
   if (q.must_refuse) return RunRefusedShape(scatter, q, table, coverage);
   const MergePlan plan = ShardkitPlan(q, table);
   const ScatterResult partials = scatter.Run(plan.ShardSql(), q.params);
@@ -543,8 +557,8 @@ std::string RunShape(ScatterGather& scatter, pqxx::connection& reference, const 
     }
   }
   if (diff.empty()) return {};
-  return diff + "\n  reference SQL: " + ref_sql + "\n  per-shard SQL: " + plan.ShardSql() +
-         "\n  reference rows:\n" + expected.Format(20) + "  merged rows:\n" + merged.Format(20);
+  return diff + "\n  reference SQL: " + ref_sql + "\n  per-shard SQL: " + plan.ShardSql() + "\n  reference rows:\n" +
+         expected.Format(20) + "  merged rows:\n" + merged.Format(20);
 }
 
 // ---------------------------------------------------------------------------
@@ -554,19 +568,19 @@ std::string RunShape(ScatterGather& scatter, pqxx::connection& reference, const 
 const std::vector<std::string> kCategories = {"a", "b", "B", "\xc3\xa4", "zz", "", "a b", "\xce\xa9"};
 // Instants whose local text differs by zone, some around DST changes (Europe
 // at 01:00 UTC on 2026-03-29; New York repeats 01:30 on 2026-11-01).
-const std::vector<std::string> kInstants = {"2026-03-29 00:30:00+00", "2026-03-29 01:30:00+00",
-                                            "2026-11-01 05:30:00+00", "2026-11-01 06:30:00+00",
+const std::vector<std::string> kInstants = {"2026-03-29 00:30:00+00",   "2026-03-29 01:30:00+00",
+                                            "2026-11-01 05:30:00+00",   "2026-11-01 06:30:00+00",
                                             "1999-12-31 23:59:59.5+00", "2026-01-01 00:00:00+00"};
 
 // Values equal for the server written differently, and texts that do not
 // order as their values.
-const std::vector<std::string> kNumerics = {"1.5", "1.50", "1.500", "0", "0.0", "-0.00", "2", "-7.25", "-7.250", "1e2", "100"};
+const std::vector<std::string> kNumerics = {"1.5", "1.50",  "1.500",  "0",   "0.0", "-0.00",
+                                            "2",   "-7.25", "-7.250", "1e2", "100"};
 const std::vector<std::string> kBpchars = {"a", "a ", "a   ", "b", " b", "", " ", "ab"};
 const std::vector<std::string> kDates = {"0044-03-15 BC", "0001-01-01 BC", "0001-01-01", "2020-02-29",
-                                         "10000-01-01", "infinity", "-infinity", "9999-12-31"};
+                                         "10000-01-01",   "infinity",      "-infinity",  "9999-12-31"};
 const std::vector<std::string> kBytes = {"\\x00", "\\x0102", "\\xff", "\\x", "\\x0a", "\\x01"};
-const std::vector<std::string> kUuids = {"A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11",
-                                         "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+const std::vector<std::string> kUuids = {"A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
                                          "00000000-0000-0000-0000-000000000001"};
 const std::vector<std::string> kIntervals = {"1 mon", "30 days", "720:00:00", "1 day"};
 
@@ -597,8 +611,7 @@ std::vector<DataRow> RandomData(std::mt19937_64& rng, const BucketDirectory& dir
     if (!chance(null_rate)) r.cat = kCategories[pick(kCategories.size())];
     if (!chance(null_rate)) r.grp = static_cast<int>(pick(7)) - 2;
     if (!chance(null_rate)) {
-      r.qty = huge && chance(0.3) ? 2000000000 - static_cast<int>(pick(1000))
-                                  : static_cast<int>(pick(101000)) - 1000;
+      r.qty = huge && chance(0.3) ? 2000000000 - static_cast<int>(pick(1000)) : static_cast<int>(pick(101000)) - 1000;
     }
     if (!chance(null_rate)) {
       const auto base = static_cast<std::int64_t>(rng() % 2000000000000000ULL) - 1000000000000000LL;
@@ -624,9 +637,13 @@ std::vector<DataRow> RandomData(std::mt19937_64& rng, const BucketDirectory& dir
     }
     if (!chance(null_rate)) r.ts = kInstants[pick(kInstants.size())];
     if (!chance(null_rate)) r.note = kCategories[pick(kCategories.size())];
-    for (auto [field, values] : std::initializer_list<std::pair<Text*, const std::vector<std::string>*>>{
-             {&r.num, &kNumerics}, {&r.bp, &kBpchars}, {&r.d, &kDates}, {&r.by, &kBytes}, {&r.u, &kUuids},
-             {&r.iv, &kIntervals}}) {
+    for (auto [field, values] :
+         std::initializer_list<std::pair<Text*, const std::vector<std::string>*>>{{&r.num, &kNumerics},
+                                                                                  {&r.bp, &kBpchars},
+                                                                                  {&r.d, &kDates},
+                                                                                  {&r.by, &kBytes},
+                                                                                  {&r.u, &kUuids},
+                                                                                  {&r.iv, &kIntervals}}) {
       if (!chance(null_rate)) *field = (*values)[pick(values->size())];
     }
     data.push_back(std::move(r));
@@ -641,13 +658,11 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data, c
     const char* column;
     Kind kind;
   };
-  static const std::vector<KeySpec> kKeys = {{"cat", Kind::kText},         {"grp", Kind::kInt},
-                                             {"flag", Kind::kBool},        {"customer_id", Kind::kInt},
-                                             {"r", Kind::kReal},           {"ts", Kind::kTimestamptz},
-                                             {"num", Kind::kOther},        {"bp", Kind::kOther},
-                                             {"d", Kind::kOther},          {"by", Kind::kOther},
-                                             {"u", Kind::kOther},          {"score", Kind::kOther},
-                                             {"big", Kind::kOther}};
+  static const std::vector<KeySpec> kKeys = {
+      {"cat", Kind::kText}, {"grp", Kind::kInt},        {"flag", Kind::kBool}, {"customer_id", Kind::kInt},
+      {"r", Kind::kReal},   {"ts", Kind::kTimestamptz}, {"num", Kind::kOther}, {"bp", Kind::kOther},
+      {"d", Kind::kOther},  {"by", Kind::kOther},       {"u", Kind::kOther},   {"score", Kind::kOther},
+      {"big", Kind::kOther}};
   static const std::vector<AggSpec> kAggregates = {
       {"count(*)", Kind::kInt, true},
       {"count(qty)", Kind::kInt, true},
@@ -689,13 +704,13 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data, c
   };
   // What shardkit must refuse rather than answer: each makes a shape "must refuse".
   static const std::vector<std::string> kRefused = {
-      "sum(r)",                                         // single-precision sums
+      "sum(r)",  // single-precision sums
       "avg(r)",
       "count(*) FILTER (WHERE id IN (SELECT id FROM {table} ORDER BY id LIMIT 3))",  // per-shard subquery
-      "sum(qty) FILTER (WHERE random() < 2)",           // volatile
-      "count(*) FILTER (WHERE ts < now())",             // each shard's own clock
-      "max(cat COLLATE \"en-US-x-icu\")",               // explicit non-C collation
-      "max(note)",                                      // declared non-C collation
+      "sum(qty) FILTER (WHERE random() < 2)",                                        // volatile
+      "count(*) FILTER (WHERE ts < now())",                                          // each shard's own clock
+      "max(cat COLLATE \"en-US-x-icu\")",                                            // explicit non-C collation
+      "max(note)",                                                                   // declared non-C collation
       "min(note)",
   };
   QueryShape q;
@@ -746,15 +761,26 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data, c
 
   // WHERE
   switch (pick(8)) {
-    case 0: q.where = "qty > $1"; q.params = {std::to_string(static_cast<int>(pick(100000)) - 1000)}; break;
-    case 1: q.where = "cat = $1"; q.params = {kCategories[pick(kCategories.size())]}; break;
-    case 2: q.where = "false"; break;  // no shard has matching rows
-    case 3:  // one customer: every other shard has no matching rows
+    case 0:
+      q.where = "qty > $1";
+      q.params = {std::to_string(static_cast<int>(pick(100000)) - 1000)};
+      break;
+    case 1:
+      q.where = "cat = $1";
+      q.params = {kCategories[pick(kCategories.size())]};
+      break;
+    case 2:
+      q.where = "false";
+      break;  // no shard has matching rows
+    case 3:   // one customer: every other shard has no matching rows
       q.where = "customer_id = $1";
       q.params = {data.empty() ? std::string("1") : std::to_string(ToInt(data[pick(data.size())].customer_id))};
       break;
-    case 4: q.where = "price IS NULL OR flag"; break;
-    default: break;
+    case 4:
+      q.where = "price IS NULL OR flag";
+      break;
+    default:
+      break;
   }
 
   // HAVING on exact columns, constants near the data.
@@ -771,10 +797,14 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data, c
                                                                   : static_cast<std::int64_t>(pick(200000)) - 1000);
           break;
         case Kind::kNumeric:
-          spec.constant = Value::Numeric(Decimal(Decimal::Mantissa(static_cast<std::int64_t>(pick(2000000)) - 1000000), 2));
+          spec.constant =
+              Value::Numeric(Decimal(Decimal::Mantissa(static_cast<std::int64_t>(pick(2000000)) - 1000000), 2));
           break;
-        case Kind::kText: spec.constant = Value::Text(kCategories[pick(kCategories.size())]); break;
-        default: continue;
+        case Kind::kText:
+          spec.constant = Value::Text(kCategories[pick(kCategories.size())]);
+          break;
+        default:
+          continue;
       }
     }
     q.having.push_back(std::move(spec));
@@ -791,8 +821,8 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data, c
     const std::size_t n = candidates.empty() ? 0 : pick(std::min<std::size_t>(candidates.size(), 3)) + 1;
     std::set<std::size_t> used;
     for (std::size_t i = 0; i < n; ++i) {
-      q.order.push_back({candidates[i], chance(0.5) ? SortDirection::kDesc : SortDirection::kAsc,
-                         static_cast<NullsOrder>(pick(3))});
+      q.order.push_back(
+          {candidates[i], chance(0.5) ? SortDirection::kDesc : SortDirection::kAsc, static_cast<NullsOrder>(pick(3))});
       used.insert(candidates[i]);
     }
     for (std::size_t c = 0; c < q.columns.size(); ++c) {
@@ -889,7 +919,8 @@ TEST_F(MergePg, DecimalDivisionMatchesTheServer) {
   bs += "}";
   pqxx::nontransaction tx{Reference()};
   const auto r = tx.exec_params(
-      "SELECT (a / b)::text FROM unnest($1::numeric[], $2::numeric[]) WITH ORDINALITY AS v(a, b, n) ORDER BY n", as, bs);
+      "SELECT (a / b)::text FROM unnest($1::numeric[], $2::numeric[]) WITH ORDINALITY AS v(a, b, n) ORDER BY n", as,
+      bs);
   ASSERT_EQ(r.size(), pairs.size());
   int mismatches = 0;
   for (std::size_t i = 0; i < pairs.size(); ++i) {
@@ -948,14 +979,14 @@ class MergeShapes : public MergePg {
 
 TEST_F(MergeShapes, ScalarAggregatesOfEveryType) {
   QueryShape q;
-  q.columns = {Agg("n", "count(*)", Kind::kInt),           Agg("nq", "count(qty)", Kind::kInt),
-               Agg("sq", "sum(qty)", Kind::kInt),          Agg("sb", "sum(big)", Kind::kNumeric),
-               Agg("sp", "sum(price)", Kind::kNumeric),    Agg("ss", "sum(score)", Kind::kDouble, false),
-               Agg("lo", "min(price)", Kind::kNumeric),    Agg("hi", "max(cat)", Kind::kText),
-               Agg("aq", "avg(qty)", Kind::kNumeric),      Agg("ab", "avg(big)", Kind::kNumeric),
-               Agg("ap", "avg(price)", Kind::kNumeric),    Agg("as", "avg(score)", Kind::kDouble, false),
-               Agg("ag", "avg(grp)", Kind::kNumeric),      Agg("dc", "count(DISTINCT customer_id)", Kind::kInt),
-               Agg("lr", "min(r)", Kind::kReal),           Agg("hr", "max(r)", Kind::kReal)};
+  q.columns = {Agg("n", "count(*)", Kind::kInt),        Agg("nq", "count(qty)", Kind::kInt),
+               Agg("sq", "sum(qty)", Kind::kInt),       Agg("sb", "sum(big)", Kind::kNumeric),
+               Agg("sp", "sum(price)", Kind::kNumeric), Agg("ss", "sum(score)", Kind::kDouble, false),
+               Agg("lo", "min(price)", Kind::kNumeric), Agg("hi", "max(cat)", Kind::kText),
+               Agg("aq", "avg(qty)", Kind::kNumeric),   Agg("ab", "avg(big)", Kind::kNumeric),
+               Agg("ap", "avg(price)", Kind::kNumeric), Agg("as", "avg(score)", Kind::kDouble, false),
+               Agg("ag", "avg(grp)", Kind::kNumeric),   Agg("dc", "count(DISTINCT customer_id)", Kind::kInt),
+               Agg("lr", "min(r)", Kind::kReal),        Agg("hr", "max(r)", Kind::kReal)};
   Check(q);
 }
 
@@ -1006,8 +1037,7 @@ TEST_F(MergeShapes, HavingOnMergedAggregates) {
 
 TEST_F(MergeShapes, OrderByAnAggregateWithLimitOffsetAndTies) {
   QueryShape q;
-  q.columns = {Key("customer_id", Kind::kInt), Agg("n", "count(*)", Kind::kInt),
-               Agg("total", "sum(qty)", Kind::kInt)};
+  q.columns = {Key("customer_id", Kind::kInt), Agg("n", "count(*)", Kind::kInt), Agg("total", "sum(qty)", Kind::kInt)};
   // count(*) has many ties (1..4 rows per customer): broken by the key, as the reference does.
   q.order = {{1, SortDirection::kDesc, NullsOrder::kDefault}, {0, SortDirection::kAsc, NullsOrder::kDefault}};
   q.limit = 7;
@@ -1072,8 +1102,13 @@ TEST_F(MergeShapes, LimitPerShardIsWrongLimitAfterMergeIsRight) {
 TEST_F(MergeShapes, CallerWrittenShardSqlWithDeclaredPartials) {
   MergePlan plan{"SELECT cat, sum(price) AS s, count(price) AS c, min(qty) AS lo FROM " + QuoteIdentifier(Table()) +
                  " GROUP BY cat"};
-  plan.Key("cat").Avg("s", "c", "avg_price").Min("lo").Sum("s", "total").Hide("total")
-      .OrderBy("total", SortDirection::kDesc).OrderBy("cat");
+  plan.Key("cat")
+      .Avg("s", "c", "avg_price")
+      .Min("lo")
+      .Sum("s", "total")
+      .Hide("total")
+      .OrderBy("total", SortDirection::kDesc)
+      .OrderBy("cat");
   const MergedResult merged = ScatterMerge(*scatter_, plan);
   const ResultSet expected = OnReference("SELECT cat, avg(price) AS avg_price, min(qty) AS lo FROM " +
                                              QuoteIdentifier(Table()) + " GROUP BY cat ORDER BY sum(price) DESC, cat",
@@ -1091,7 +1126,6 @@ TEST_F(MergeShapes, UnmergeableAggregatesAreRefusedBeforeAnyShardIsAsked) {
   }
   EXPECT_EQ(scatter_->Stats().shard_requests, before);
 }
-
 
 // ---------------------------------------------------------------------------
 // The probes of the independent differential test (merge correctness issue):
@@ -1239,9 +1273,8 @@ TEST_F(MergeShapes, NonCCollationsExplicitOrDeclaredAreRefused) {
     rows.push_back(std::move(r));
   }
   Load(rows);
-  const ResultSet server = OnReference("SELECT max(note) AS icu, max(note COLLATE \"C\") AS bytes FROM " +
-                                           QuoteIdentifier(Table()),
-                                       {});
+  const ResultSet server =
+      OnReference("SELECT max(note) AS icu, max(note COLLATE \"C\") AS bytes FROM " + QuoteIdentifier(Table()), {});
   EXPECT_EQ(server.rows[0][0].ToString(), "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e");  // 日本語
   EXPECT_EQ(server.rows[0][1].ToString(), "\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4");  // 한국어
 
@@ -1314,8 +1347,7 @@ TEST_F(MergeShapes, RealResultsAreTheServersAndRealSumsAreRefused) {
   const MergedResult lowest = ScatterMerge(*scatter_, AggregateQuery::From(Table()).Min("r", "lo").Plan());
   EXPECT_EQ(lowest.column_types, std::vector<std::string>{"real"});
   EXPECT_EQ(lowest.rows[0][0].ToString(), "0.859");
-  const MergedResult five = ScatterMerge(
-      *scatter_, AggregateQuery::From(Table()).Where("r > 5").Min("r", "lo").Plan());
+  const MergedResult five = ScatterMerge(*scatter_, AggregateQuery::From(Table()).Where("r > 5").Min("r", "lo").Plan());
   EXPECT_EQ(five.rows[0][0].ToString(), "5.859");
 
   for (const auto& [call, advice] : std::vector<std::pair<std::string, std::string>>{
@@ -1426,8 +1458,8 @@ TEST_F(MergePg, RandomDataAndShapesMatchTheReference) {
       }
       if (!diff.empty()) {
         ++failures;
-        ADD_FAILURE() << "SHARDKIT_MERGE_SEED=" << seed << " data set " << d << " (" << data.size()
-                      << " rows) query " << i << ": " << diff;
+        ADD_FAILURE() << "SHARDKIT_MERGE_SEED=" << seed << " data set " << d << " (" << data.size() << " rows) query "
+                      << i << ": " << diff;
       }
     }
   }
@@ -1438,9 +1470,8 @@ TEST_F(MergePg, RandomDataAndShapesMatchTheReference) {
       "keys: %d, numeric/bpchar/date/bytea/uuid/double/bigint keys: %d, refused: %d\n",
       static_cast<unsigned long long>(seed), coverage.cases, coverage.grouped, coverage.scalar, coverage.ordered,
       coverage.unordered, coverage.group_on_one_shard_only, coverage.shard_without_rows, coverage.all_shards_empty,
-      coverage.having, coverage.limit, coverage.offset, coverage.text_key, coverage.null_group,
-      coverage.numeric_avg, coverage.count_zero, coverage.real_values, coverage.timestamptz_key, coverage.typed_key,
-      coverage.refused);
+      coverage.having, coverage.limit, coverage.offset, coverage.text_key, coverage.null_group, coverage.numeric_avg,
+      coverage.count_zero, coverage.real_values, coverage.timestamptz_key, coverage.typed_key, coverage.refused);
   RecordProperty("seed", std::to_string(seed));
   RecordProperty("cases", coverage.cases);
   if (failures == 0 && datasets * queries >= 600) {

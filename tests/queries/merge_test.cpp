@@ -8,8 +8,8 @@
 #include <tuple>
 #include <vector>
 
-#include "shardkit/queries/aggregate_query.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/queries/aggregate_query.hpp"
 
 namespace shardkit {
 namespace {
@@ -110,8 +110,8 @@ TEST(ValueTest, PrintsRealsLikeFloat4Out) {
 }
 
 TEST(ValueTest, OrdersLikePostgres) {
-  EXPECT_LT(CompareValues(Value::Text("B"), Value::Text("a")), 0);          // C collation: bytes
-  EXPECT_LT(CompareValues(Value::Text("a"), Value::Text("\xc3\xa4")), 0);   // 'a' < 'ä' (0xC3...)
+  EXPECT_LT(CompareValues(Value::Text("B"), Value::Text("a")), 0);         // C collation: bytes
+  EXPECT_LT(CompareValues(Value::Text("a"), Value::Text("\xc3\xa4")), 0);  // 'a' < 'ä' (0xC3...)
   EXPECT_LT(CompareValues(Value::Text("ab"), Value::Text("abc")), 0);
   EXPECT_EQ(CompareValues(Value::Int(2), Value::Numeric("2.00")), 0);
   EXPECT_LT(CompareValues(Value::Numeric("1.999"), Value::Int(2)), 0);
@@ -131,12 +131,12 @@ TEST(ValueTest, ComparisonFormsOrderAndEqualLikeTheServer) {
   constexpr TypeOid kTimestamp = 1114;
   constexpr TypeOid kBpchar = 1042;
   // In the server's order; their text is not.
-  const std::vector<std::string> dates = {"-infinity",  "0044-03-15 BC", "0044-03-16 BC", "0001-12-31 BC",
-                                          "0001-01-01", "0999-01-01",    "9999-12-31",    "10000-01-01",
-                                          "infinity"};
+  const std::vector<std::string> dates = {"-infinity",  "0044-03-15 BC", "0044-03-16 BC", "0001-12-31 BC", "0001-01-01",
+                                          "0999-01-01", "9999-12-31",    "10000-01-01",   "infinity"};
   for (std::size_t i = 0; i + 1 < dates.size(); ++i) {
-    EXPECT_LT(CompareValues(ComparisonForm(Value::Text(dates[i]), kDate), ComparisonForm(Value::Text(dates[i + 1]), kDate)),
-              0)
+    EXPECT_LT(
+        CompareValues(ComparisonForm(Value::Text(dates[i]), kDate), ComparisonForm(Value::Text(dates[i + 1]), kDate)),
+        0)
         << dates[i] << " < " << dates[i + 1];
   }
   EXPECT_LT(CompareValues(ComparisonForm(Value::Text("0044-03-15 10:00:00 BC"), kTimestamp),
@@ -154,8 +154,9 @@ TEST(MergeTest, KeysMatchByTheirTypesEquality) {
   MergePlan plan;
   plan.Key("k").Count("n", "n").OrderBy("k");
   // numeric 1.5 = 1.50; the first shard's text stands for the group.
-  auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, {"k", "n"}, {kNumeric, kInt8}, {{"1.5", "1"}, {"0.00", "1"}}),
-                                                     Shard(1, {"k", "n"}, {kNumeric, kInt8}, {{"1.50", "2"}, {"0", "3"}})});
+  auto merged =
+      Merge(plan, std::vector<PartialRows>{Shard(0, {"k", "n"}, {kNumeric, kInt8}, {{"1.5", "1"}, {"0.00", "1"}}),
+                                           Shard(1, {"k", "n"}, {kNumeric, kInt8}, {{"1.50", "2"}, {"0", "3"}})});
   EXPECT_EQ(Lines(merged), (std::vector<std::string>{"0.00|4", "1.5|3"}));
   // double precision -0 = 0, NaN = NaN (above everything).
   merged = Merge(plan, std::vector<PartialRows>{Shard(0, {"k", "n"}, {kFloat8, kInt8}, {{"-0", "1"}, {"NaN", "1"}}),
@@ -214,8 +215,8 @@ TEST(MergeTest, AllShardsEmptyGiveCountZeroAndNulls) {
   MergePlan plan;
   plan.Count("n").Sum("s").Min("lo").Avg("sx", "cx", "a");
   const Row empty = {"0", kNull, kNull, kNull, "0"};
-  const auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {empty}),
-                                                           Shard(1, names, types, {empty})});
+  const auto merged =
+      Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {empty}), Shard(1, names, types, {empty})});
   EXPECT_EQ(Lines(merged), (std::vector<std::string>{"0|NULL|NULL|NULL"}));
   EXPECT_EQ(merged.column_types, (std::vector<std::string>{"bigint", "numeric", "text", "double precision"}));
   // Not even one shard answered with rows: still one row, COUNT 0 (never NULL).
@@ -228,10 +229,11 @@ TEST(MergeTest, GroupsOnOneShardOnlyAndCountsNeverNull) {
   const std::vector<TypeOid> types = {kText, kInt8, kNumeric, kNumeric, kNumeric};
   MergePlan plan;
   plan.Key("k").Count("n").Sum("s").Min("lo").Max("hi");
-  const auto merged = Merge(plan, std::vector<PartialRows>{
-      Shard(0, names, types, {{"a", "2", "1.10", "0.10", "1.00"}, {"b", "1", kNull, kNull, kNull}}),
-      Shard(1, names, types, {{"a", "1", "2.255", "-3.000", "2.255"}, {"c", "4", "8", "1", "5"}}),
-  });
+  const auto merged =
+      Merge(plan, std::vector<PartialRows>{
+                      Shard(0, names, types, {{"a", "2", "1.10", "0.10", "1.00"}, {"b", "1", kNull, kNull, kNull}}),
+                      Shard(1, names, types, {{"a", "1", "2.255", "-3.000", "2.255"}, {"c", "4", "8", "1", "5"}}),
+                  });
   EXPECT_EQ(Lines(merged), (std::vector<std::string>{"a|3|3.355|-3.000|2.255", "b|1|NULL|NULL|NULL", "c|4|8|1|5"}));
   EXPECT_EQ(merged.groups, 3U);
 }
@@ -252,12 +254,13 @@ TEST(MergeTest, SumAndAvgTypesFollowPostgres) {
   const std::vector<TypeOid> types = {kInt8, kNumeric, kFloat8, kInt8};
   MergePlan plan;
   plan.Sum("si").Sum("sb").Sum("sd").Avg("si", "ci", "ai").Avg("sb", "ci", "ab").Avg("sd", "ci", "ad");
-  const auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"7", "9000000000000000000", "0.5", "2"}}),
-                                                           Shard(1, names, types, {{"-1", "9000000000000000000", "0.25", "1"}})});
-  EXPECT_EQ(merged.column_types,
-            (std::vector<std::string>{"bigint", "numeric", "double precision", "numeric", "numeric", "double precision"}));
-  EXPECT_EQ(Lines(merged), (std::vector<std::string>{
-                               "6|18000000000000000000|0.75|2.0000000000000000|6000000000000000000|0.25"}));
+  const auto merged =
+      Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"7", "9000000000000000000", "0.5", "2"}}),
+                                           Shard(1, names, types, {{"-1", "9000000000000000000", "0.25", "1"}})});
+  EXPECT_EQ(merged.column_types, (std::vector<std::string>{"bigint", "numeric", "double precision", "numeric",
+                                                           "numeric", "double precision"}));
+  EXPECT_EQ(Lines(merged),
+            (std::vector<std::string>{"6|18000000000000000000|0.75|2.0000000000000000|6000000000000000000|0.25"}));
 }
 
 TEST(MergeTest, AvgAndSumOverRealAreRefusedWithTheFix) {
@@ -271,7 +274,8 @@ TEST(MergeTest, AvgAndSumOverRealAreRefusedWithTheFix) {
   MergePlan sum;
   sum.Sum("s");
   message = ErrorOf([&] {
-    (void)Merge(sum, std::vector<PartialRows>{Shard(0, {"s"}, {kFloat4}, {{"1.5"}}), Shard(1, {"s"}, {kFloat4}, {{"2"}})});
+    (void)Merge(sum,
+                std::vector<PartialRows>{Shard(0, {"s"}, {kFloat4}, {{"1.5"}}), Shard(1, {"s"}, {kFloat4}, {{"2"}})});
   });
   EXPECT_NE(message.find("sum(x::double precision)"), std::string::npos) << message;
   EXPECT_NE(message.find("single precision"), std::string::npos) << message;
@@ -315,15 +319,15 @@ TEST(MergeTest, OrderByLimitAfterTheMergeNotPerShard) {
   MergePlan plan;
   plan.Key("book").Sum("sold").OrderBy("sold", SortDirection::kDesc).OrderBy("book").Limit(2);
   const auto merged = Merge(plan, std::vector<PartialRows>{
-      Shard(0, names, types, {{"1", "10"}, {"2", "9"}, {"4", "1"}}),
-      Shard(1, names, types, {{"2", "9"}, {"3", "9"}, {"4", "9"}}),
-  });
+                                      Shard(0, names, types, {{"1", "10"}, {"2", "9"}, {"4", "1"}}),
+                                      Shard(1, names, types, {{"2", "9"}, {"3", "9"}, {"4", "9"}}),
+                                  });
   EXPECT_EQ(Lines(merged), (std::vector<std::string>{"2|18", "1|10"}));
   plan.Offset(1);
   const auto page2 = Merge(plan, std::vector<PartialRows>{
-      Shard(0, names, types, {{"1", "10"}, {"2", "9"}, {"4", "1"}}),
-      Shard(1, names, types, {{"2", "9"}, {"3", "9"}, {"4", "9"}}),
-  });
+                                     Shard(0, names, types, {{"1", "10"}, {"2", "9"}, {"4", "1"}}),
+                                     Shard(1, names, types, {{"2", "9"}, {"3", "9"}, {"4", "9"}}),
+                                 });
   EXPECT_EQ(Lines(page2), (std::vector<std::string>{"1|10", "4|10"}));  // tie 1/4 broken by key
 }
 
@@ -336,10 +340,14 @@ TEST(MergeTest, NullsFirstForDescLastForAscAndExplicit) {
     return Lines(Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"1", "2.5"}, {"2", kNull}}),
                                                       Shard(1, names, types, {{"3", "-1"}, {"4", kNull}})}));
   };
-  EXPECT_EQ(run(SortDirection::kAsc, NullsOrder::kDefault), (std::vector<std::string>{"3|-1", "1|2.5", "2|NULL", "4|NULL"}));
-  EXPECT_EQ(run(SortDirection::kDesc, NullsOrder::kDefault), (std::vector<std::string>{"2|NULL", "4|NULL", "1|2.5", "3|-1"}));
-  EXPECT_EQ(run(SortDirection::kAsc, NullsOrder::kFirst), (std::vector<std::string>{"2|NULL", "4|NULL", "3|-1", "1|2.5"}));
-  EXPECT_EQ(run(SortDirection::kDesc, NullsOrder::kLast), (std::vector<std::string>{"1|2.5", "3|-1", "2|NULL", "4|NULL"}));
+  EXPECT_EQ(run(SortDirection::kAsc, NullsOrder::kDefault),
+            (std::vector<std::string>{"3|-1", "1|2.5", "2|NULL", "4|NULL"}));
+  EXPECT_EQ(run(SortDirection::kDesc, NullsOrder::kDefault),
+            (std::vector<std::string>{"2|NULL", "4|NULL", "1|2.5", "3|-1"}));
+  EXPECT_EQ(run(SortDirection::kAsc, NullsOrder::kFirst),
+            (std::vector<std::string>{"2|NULL", "4|NULL", "3|-1", "1|2.5"}));
+  EXPECT_EQ(run(SortDirection::kDesc, NullsOrder::kLast),
+            (std::vector<std::string>{"1|2.5", "3|-1", "2|NULL", "4|NULL"}));
 }
 
 TEST(MergeTest, TextKeysOrderBytewise) {
@@ -347,8 +355,9 @@ TEST(MergeTest, TextKeysOrderBytewise) {
   const std::vector<TypeOid> types = {kText, kInt8};
   MergePlan plan;
   plan.Key("k").Count("n").OrderBy("k");
-  const auto merged = Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"a", "1"}, {"\xc3\xa4", "1"}}),
-                                                           Shard(1, names, types, {{"B", "1"}, {"a", "1"}, {"", "1"}})});
+  const auto merged =
+      Merge(plan, std::vector<PartialRows>{Shard(0, names, types, {{"a", "1"}, {"\xc3\xa4", "1"}}),
+                                           Shard(1, names, types, {{"B", "1"}, {"a", "1"}, {"", "1"}})});
   EXPECT_EQ(Lines(merged), (std::vector<std::string>{"|1", "B|1", "a|2", "\xc3\xa4|1"}));
 }
 
@@ -356,12 +365,17 @@ TEST(MergeTest, HavingOnMergedValuesAndHiddenColumns) {
   const std::vector<std::string> names = {"k", "n", "s"};
   const std::vector<TypeOid> types = {kInt8, kInt8, kNumeric};
   MergePlan plan;
-  plan.Key("k").Count("n").Sum("s", "total").Hide("n").Having("n", CompareOp::kGe, Value::Int(2))
+  plan.Key("k")
+      .Count("n")
+      .Sum("s", "total")
+      .Hide("n")
+      .Having("n", CompareOp::kGe, Value::Int(2))
       .Having("total", CompareOp::kGt, Value::Numeric("1.5"));
-  const auto merged = Merge(plan, std::vector<PartialRows>{
-      Shard(0, names, types, {{"1", "1", "1.00"}, {"2", "1", "5"}, {"3", "1", kNull}, {"4", "3", "1.5"}}),
-      Shard(1, names, types, {{"1", "1", "1.00"}, {"2", "1", "-1"}, {"3", "1", kNull}}),
-  });
+  const auto merged = Merge(
+      plan, std::vector<PartialRows>{
+                Shard(0, names, types, {{"1", "1", "1.00"}, {"2", "1", "5"}, {"3", "1", kNull}, {"4", "3", "1.5"}}),
+                Shard(1, names, types, {{"1", "1", "1.00"}, {"2", "1", "-1"}, {"3", "1", kNull}}),
+            });
   // k=1: total 2.00 > 1.5; k=2: 4 > 1.5; k=3: NULL > 1.5 is not true; k=4: only 1.5, not > 1.5.
   EXPECT_EQ(merged.column_names, (std::vector<std::string>{"k", "total"}));
   EXPECT_EQ(Lines(merged), (std::vector<std::string>{"1|2.00", "2|4"}));
@@ -392,9 +406,7 @@ TEST(MergeTest, RefusesRowsThatDoNotFitThePlan) {
 
   MergePlan scalar;
   scalar.Sum("s");
-  msg = ErrorOf([&] {
-    (void)Merge(scalar, std::vector<PartialRows>{Shard(1, {"s"}, {kInt8}, {{"1"}, {"2"}})});
-  });
+  msg = ErrorOf([&] { (void)Merge(scalar, std::vector<PartialRows>{Shard(1, {"s"}, {kInt8}, {{"1"}, {"2"}})}); });
   EXPECT_NE(msg.find("without group keys"), std::string::npos) << msg;
 
   MergePlan ordered;
@@ -457,8 +469,9 @@ TEST(AggregateQueryTest, BuildsTheDecomposition) {
   EXPECT_EQ(scalar.ShardSql(), "SELECT count(*) AS \"_p0\" FROM \"t\"");
   EXPECT_TRUE(scalar.IsScalar());
   const MergePlan lowest = AggregateQuery::From("t").Min("x", "lo").Plan();
-  EXPECT_EQ(lowest.ShardSql(), "SELECT min(\"x\") AS \"_p0\", NULLIF(pg_collation_for((min(\"x\"))::text), "
-                               "'\"default\"') AS \"_p0_collation\" FROM \"t\"");
+  EXPECT_EQ(lowest.ShardSql(),
+            "SELECT min(\"x\") AS \"_p0\", NULLIF(pg_collation_for((min(\"x\"))::text), "
+            "'\"default\"') AS \"_p0_collation\" FROM \"t\"");
   EXPECT_EQ(QuoteIdentifier("we\"ird"), "\"we\"\"ird\"");
 }
 
@@ -539,17 +552,20 @@ TEST(AggregateQueryTest, KeysAndConditionsMustBeRowLocalToo) {
   auto refusal = [](auto&& build) { return ErrorOf([&] { (void)build(AggregateQuery::From("t")); }); };
   EXPECT_NE(refusal([](AggregateQuery q) { return q.GroupByExpr("date_trunc('day', now())", "d"); }).find("uses now()"),
             std::string::npos);
-  EXPECT_NE(refusal([](AggregateQuery q) { return q.GroupByExpr("(SELECT max(x) FROM u)", "m"); })
-                .find("group key \"m\""),
+  EXPECT_NE(
+      refusal([](AggregateQuery q) { return q.GroupByExpr("(SELECT max(x) FROM u)", "m"); }).find("group key \"m\""),
+      std::string::npos);
+  EXPECT_NE(refusal([](AggregateQuery q) {
+              return q.GroupByExpr("region COLLATE \"en-US-x-icu\"", "r");
+            }).find("COLLATE \"en-US-x-icu\""),
             std::string::npos);
-  EXPECT_NE(refusal([](AggregateQuery q) { return q.GroupByExpr("region COLLATE \"en-US-x-icu\"", "r"); })
-                .find("COLLATE \"en-US-x-icu\""),
+  EXPECT_NE(refusal([](AggregateQuery q) {
+              return q.Where("ordered_at > now() - interval '30 days'");
+            }).find("Pass the instant as a parameter"),
             std::string::npos);
-  EXPECT_NE(refusal([](AggregateQuery q) { return q.Where("ordered_at > now() - interval '30 days'"); })
-                .find("Pass the instant as a parameter"),
-            std::string::npos);
-  EXPECT_NE(refusal([](AggregateQuery q) { return q.Where("sku IN (SELECT sku FROM hot LIMIT 3)"); })
-                .find("contains a subquery"),
+  EXPECT_NE(refusal([](AggregateQuery q) {
+              return q.Where("sku IN (SELECT sku FROM hot LIMIT 3)");
+            }).find("contains a subquery"),
             std::string::npos);
   EXPECT_NE(refusal([](AggregateQuery q) { return q.Where("  "); }).find("empty WHERE"), std::string::npos);
   EXPECT_NO_THROW((void)AggregateQuery::From("t").Where("note COLLATE \"en-US-x-icu\" > 'a'"));

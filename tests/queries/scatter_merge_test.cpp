@@ -72,20 +72,20 @@ TEST(CheckMergeAssumptions, RefusesWhatChangesTextOrNumbers) {
   EXPECT_NE(m.find("encoding is LATIN1, not UTF8"), std::string::npos) << m;
 
   // Every pinned setting, one at a time: named with both values.
-  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
-           {"DateStyle", "ISO, DMY"},
-           {"IntervalStyle", "iso_8601"},
-           {"extra_float_digits", "0"},
-           {"bytea_output", "escape"},
-           {"standard_conforming_strings", "off"},
-           {"backslash_quote", "on"},
-           {"array_nulls", "off"},
-           {"transform_null_equals", "on"},
-           {"lc_numeric", "de_DE.UTF-8"},
-           {"default_text_search_config", "pg_catalog.simple"},
-           {"timezone_abbreviations", "India"},
-           {"gin_fuzzy_search_limit", "100"},
-           {"client_encoding", "LATIN1"}}) {
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{{"DateStyle", "ISO, DMY"},
+                                                        {"IntervalStyle", "iso_8601"},
+                                                        {"extra_float_digits", "0"},
+                                                        {"bytea_output", "escape"},
+                                                        {"standard_conforming_strings", "off"},
+                                                        {"backslash_quote", "on"},
+                                                        {"array_nulls", "off"},
+                                                        {"transform_null_equals", "on"},
+                                                        {"lc_numeric", "de_DE.UTF-8"},
+                                                        {"default_text_search_config", "pg_catalog.simple"},
+                                                        {"timezone_abbreviations", "India"},
+                                                        {"gin_fuzzy_search_limit", "100"},
+                                                        {"client_encoding", "LATIN1"}}) {
     m = ShardErrorOf([&] { CheckMergeAssumptions(With(name, value), ShardId{0}); }, ShardId{0});
     EXPECT_NE(m.find(name + " = '" + value + "'"), std::string::npos) << m;
   }

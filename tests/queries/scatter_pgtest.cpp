@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "shardkit/queries/scatter.hpp"
 #include "shardkit/routing/ownership.hpp"
 #include "shardkit/routing/resolver.hpp"
-#include "shardkit/queries/scatter.hpp"
 #include "support/temporary_server.hpp"
 #include "support/test_cluster.hpp"
 
@@ -82,10 +82,12 @@ class ScatterPg : public ::testing::Test {
     }
     cluster_->ExecOnReference("INSERT INTO customers (customer_id, bucket, name, email) VALUES " + all);
     // A per-shard knob: how long this shard's "slow" statement sleeps.
-    cluster_->ExecOnShard(0, "CREATE TABLE scatter_knob (shard int, sleep_s float8); "
-                             "INSERT INTO scatter_knob VALUES (0, 0)");
-    cluster_->ExecOnShard(1, "CREATE TABLE scatter_knob (shard int, sleep_s float8); "
-                             "INSERT INTO scatter_knob VALUES (1, 5)");
+    cluster_->ExecOnShard(0,
+                          "CREATE TABLE scatter_knob (shard int, sleep_s float8); "
+                          "INSERT INTO scatter_knob VALUES (0, 0)");
+    cluster_->ExecOnShard(1,
+                          "CREATE TABLE scatter_knob (shard int, sleep_s float8); "
+                          "INSERT INTO scatter_knob VALUES (1, 5)");
   }
   static void TearDownTestSuite() {
     delete temporary_;
@@ -106,7 +108,9 @@ class ScatterPg : public ::testing::Test {
     options.max_size = 2;
     std::vector<std::unique_ptr<ConnectionPool>> pools;
     pools.push_back(std::make_unique<ConnectionPool>(ShardId{0}, cluster_->ShardDsn(0), options));
-    pools.push_back(std::make_unique<ConnectionPool>(ShardId{1}, "host=127.0.0.1 port=1 dbname=nowhere user=bookstore password=s3cr3t-pw connect_timeout=2", options));
+    pools.push_back(std::make_unique<ConnectionPool>(
+        ShardId{1}, "host=127.0.0.1 port=1 dbname=nowhere user=bookstore password=s3cr3t-pw connect_timeout=2",
+        options));
     return std::make_unique<BucketShardResolver>(BucketDirectory::EvenSplit(2), std::move(pools),
                                                  std::vector<std::string>{"shard0", "dead1"});
   }
@@ -118,8 +122,9 @@ class ScatterPg : public ::testing::Test {
     pqxx::nontransaction tx{c};
     int running = -1;
     for (int i = 0; i < 40 && running != 0; ++i) {
-      running = tx.exec1("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                         "AND state = 'active' AND query LIKE '%pg_sleep(sleep_s)%' AND pid <> pg_backend_pid()")[0]
+      running = tx.exec1(
+                      "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                      "AND state = 'active' AND query LIKE '%pg_sleep(sleep_s)%' AND pid <> pg_backend_pid()")[0]
                     .as<int>();
       if (running != 0) std::this_thread::sleep_for(50ms);
     }
@@ -262,10 +267,10 @@ TEST_F(ScatterPg, RunPerShardSendsEachShardItsOwnStatement) {
   auto result = scatter.RunPerShard(statements);
   ASSERT_EQ(result.shards.size(), 2u);
   EXPECT_EQ(result.shards[0].shard, ShardId{0});  // shard order, whatever the input order
-  const auto above = OnReference(cluster_->ReferenceDsn(),
-                                 "SELECT count(*) FROM customers WHERE customer_id > 100 AND bucket >= 32");
-  const auto below = OnReference(cluster_->ReferenceDsn(),
-                                 "SELECT count(*) FROM customers WHERE customer_id <= 100 AND bucket < 32");
+  const auto above =
+      OnReference(cluster_->ReferenceDsn(), "SELECT count(*) FROM customers WHERE customer_id > 100 AND bucket >= 32");
+  const auto below =
+      OnReference(cluster_->ReferenceDsn(), "SELECT count(*) FROM customers WHERE customer_id <= 100 AND bucket < 32");
   EXPECT_EQ(ToRows(result.shards[0].rows), below);
   EXPECT_EQ(ToRows(result.shards[1].rows), above);
 }
@@ -394,8 +399,9 @@ struct WithTemporaryShard1 {
     pqxx::connection c{server.Dsn()};
     pqxx::nontransaction tx{c};
     for (int i = 0; i < 200; ++i) {
-      auto rows = tx.exec("SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(CASE%' "
-                          "AND pid <> pg_backend_pid()");
+      auto rows = tx.exec(
+          "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(CASE%' "
+          "AND pid <> pg_backend_pid()");
       if (!rows.empty()) return rows[0][0].as<int>();
       std::this_thread::sleep_for(20ms);
     }
@@ -485,8 +491,9 @@ TEST_F(ScatterPg, AFrozenShardDoesNotHoldTheCallerPastTheDeadline) {
   pqxx::nontransaction tx{c};
   int running = -1;
   for (int i = 0; i < 100 && running != 0; ++i) {
-    running = tx.exec1("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(CASE%' "
-                       "AND state = 'active' AND pid <> pg_backend_pid()")[0]
+    running = tx.exec1(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(CASE%' "
+                    "AND state = 'active' AND pid <> pg_backend_pid()")[0]
                   .as<int>();
     if (running != 0) std::this_thread::sleep_for(20ms);
   }
@@ -503,8 +510,8 @@ TEST_F(ScatterPg, ConcurrentScattersOverPoolsOfOneDoNotDeadlock) {
   // several threads: every scatter needs the single connection of both pools.
   ScatterGather first{*resolver, 4};
   ScatterGather second{*resolver, 4};
-  const auto expected = OnReference(cluster_->ReferenceDsn(),
-                                    "SELECT count(*) FROM customers WHERE customer_id <= 150");
+  const auto expected =
+      OnReference(cluster_->ReferenceDsn(), "SELECT count(*) FROM customers WHERE customer_id <= 150");
   constexpr int kThreads = 8;
   constexpr int kPerThread = 15;
   std::atomic<int> ok{0};
@@ -518,9 +525,10 @@ TEST_F(ScatterPg, ConcurrentScattersOverPoolsOfOneDoNotDeadlock) {
         ScatterOptions options;
         options.deadline = Clock::now() + 60s;
         try {
-          auto r = engine.Run("SELECT count(*) FROM customers WHERE customer_id <= $1::int AND "
-                              "(SELECT pg_sleep(0.002)) IS NOT NULL",
-                              {"150"}, options);
+          auto r = engine.Run(
+              "SELECT count(*) FROM customers WHERE customer_id <= $1::int AND "
+              "(SELECT pg_sleep(0.002)) IS NOT NULL",
+              {"150"}, options);
           long long total = 0;
           for (const auto& s : r.shards) total += s.rows[0][0].as<long long>();
           if (r.shards.size() == 2 && std::to_string(total) == *expected[0][0]) {
@@ -702,7 +710,9 @@ TEST_F(ScatterPg, ASessionBeginsEachShardWithItsFirstStatement) {
 TEST_F(ScatterPg, FinishGivesTheConnectionsBackIdle) {
   auto resolver = cluster_->MakeResolver();
   ScatterGather engine{*resolver};
-  const auto in_use = [&] { return resolver->Pool(ShardId{0}).Stats().in_use + resolver->Pool(ShardId{1}).Stats().in_use; };
+  const auto in_use = [&] {
+    return resolver->Pool(ShardId{0}).Stats().in_use + resolver->Pool(ShardId{1}).Stats().in_use;
+  };
   const auto connects = [&] {
     return resolver->Pool(ShardId{0}).Stats().connects + resolver->Pool(ShardId{1}).Stats().connects;
   };
@@ -819,7 +829,8 @@ TEST_F(ScatterPg, AStatementFailingInsideTheTransactionLeavesTheConnectionReusab
   const auto before = scatter.Run(pid_sql);
   ASSERT_EQ(before.shards.size(), 2u);
   // scatter_knob holds shard 0's row on shard 0 and shard 1's on shard 1.
-  const std::string divide = "SELECT count(*) / (SELECT count(*) FROM scatter_knob WHERE shard = $1::int) FROM customers";
+  const std::string divide =
+      "SELECT count(*) / (SELECT count(*) FROM scatter_knob WHERE shard = $1::int) FROM customers";
   for (int round = 0; round < 3; ++round) {
     try {
       (void)scatter.Run(divide, {"0"});
@@ -847,7 +858,8 @@ TEST_F(ScatterPg, AStatementFailingInsideTheTransactionLeavesTheConnectionReusab
   EXPECT_EQ(std::string(tx.exec1("SHOW statement_timeout")[0].c_str()), "0");
   EXPECT_EQ(std::string(tx.exec1("SHOW transaction_read_only")[0].c_str()), "off");
   EXPECT_EQ(std::string(tx.exec1("SELECT count(*) / (SELECT count(*) FROM scatter_knob WHERE shard = 1) "
-                                 "FROM scatter_knob")[0].c_str()),
+                                 "FROM scatter_knob")[0]
+                            .c_str()),
             "1");
 }
 

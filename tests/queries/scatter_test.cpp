@@ -10,8 +10,8 @@
 #include <chrono>
 #include <string>
 
-#include "shardkit/routing/resolver.hpp"
 #include "shardkit/queries/scatter.hpp"
+#include "shardkit/routing/resolver.hpp"
 
 namespace shardkit {
 namespace {
@@ -41,8 +41,8 @@ class SilentListener {
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t length = sizeof(address);
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        ::listen(fd_, 16) != 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(fd_, 16) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
       throw std::runtime_error("cannot open a loopback listener");
     }
     port_ = ntohs(address.sin_port);
@@ -157,7 +157,8 @@ TEST(Scatter, OptionsAreChecked) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("shard 1 is listed twice"), std::string::npos) << e.what();
   }
-  std::vector<std::pair<ShardId, ScatterGather::Statement>> twice{{ShardId{0}, {"SELECT 1", {}}}, {ShardId{0}, {"SELECT 2", {}}}};
+  std::vector<std::pair<ShardId, ScatterGather::Statement>> twice{{ShardId{0}, {"SELECT 1", {}}},
+                                                                  {ShardId{0}, {"SELECT 2", {}}}};
   EXPECT_THROW((void)scatter.RunPerShard(twice), Error);
   // Nothing to do is not an error, and touches no server.
   options.shards = std::vector<ShardId>{};

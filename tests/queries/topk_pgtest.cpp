@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
-#include <thread>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,12 +16,13 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shardkit/errors.hpp"
-#include "shardkit/routing/resolver.hpp"
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/queries/topk.hpp"
+#include "shardkit/routing/resolver.hpp"
 #include "support/test_cluster.hpp"
 #include "topk_shortcut.hpp"
 
@@ -34,10 +34,10 @@ using I64 = std::int64_t;
 struct Sale {
   int dataset = 0;
   CustomerId customer{};
-  std::optional<I64> item;         // bigint key (NULL sometimes)
-  std::optional<std::string> name; // text key (NULL sometimes)
+  std::optional<I64> item;          // bigint key (NULL sometimes)
+  std::optional<std::string> name;  // text key (NULL sometimes)
   I64 qty = 0;
-  std::string amount;              // numeric(12,2) text
+  std::string amount;  // numeric(12,2) text
 };
 
 // Data set ids.
@@ -48,9 +48,9 @@ constexpr int kTies = 31;
 constexpr int kSeedLike = 41;
 constexpr int kTextKeys = 51;
 constexpr int kNegative = 61;
-constexpr int kManyTies = 71;  // thousands of partials tied at phase 2's threshold
+constexpr int kManyTies = 71;      // thousands of partials tied at phase 2's threshold
 constexpr int kOneShardOnly = 81;  // every row on shard 0; the others have none
-constexpr int kEmpty = 99;     // no rows
+constexpr int kEmpty = 99;         // no rows
 
 class TopKPg : public ::testing::Test {
  protected:
@@ -206,9 +206,10 @@ class TopKPg : public ::testing::Test {
     };
     for (const auto& s : sales) {
       const std::string name = s.name ? "'" + *s.name + "'" : std::string("NULL");  // no quotes in names
-      const std::string row = "(" + std::to_string(s.dataset) + "," + std::to_string(ToInt(s.customer)) + ",bucket_of(" +
-                              std::to_string(ToInt(s.customer)) + ")," + (s.item ? std::to_string(*s.item) : "NULL") + "," +
-                              name + "," + std::to_string(s.qty) + "," + s.amount + ")";
+      const std::string row = "(" + std::to_string(s.dataset) + "," + std::to_string(ToInt(s.customer)) +
+                              ",bucket_of(" + std::to_string(ToInt(s.customer)) + ")," +
+                              (s.item ? std::to_string(*s.item) : "NULL") + "," + name + "," + std::to_string(s.qty) +
+                              "," + s.amount + ")";
       auto& values = per_shard[static_cast<std::size_t>(resolver_->ShardFor(s.customer))];
       values += (values.empty() ? "" : ",") + row;
       all += (all.empty() ? "" : ",") + row;
@@ -239,10 +240,10 @@ class TopKPg : public ::testing::Test {
     pqxx::connection c{cluster_->ReferenceDsn()};
     pqxx::nontransaction tx{c};
     const std::string order_key = q.key_type == TopKKeyType::kText ? q.key + " COLLATE \"C\"" : q.key;
-    const auto result = tx.exec_params("SELECT " + q.key + ", coalesce(sum(" + q.measure + "), 0) FROM " + q.from +
-                                           " WHERE " + q.where + " GROUP BY 1 ORDER BY 2 DESC, " + order_key +
-                                           " LIMIT " + std::to_string(q.k),
-                                       *q.params[0]);
+    const auto result =
+        tx.exec_params("SELECT " + q.key + ", coalesce(sum(" + q.measure + "), 0) FROM " + q.from + " WHERE " +
+                           q.where + " GROUP BY 1 ORDER BY 2 DESC, " + order_key + " LIMIT " + std::to_string(q.k),
+                       *q.params[0]);
     Rows rows;
     for (const auto& r : result) {
       rows.emplace_back(r[0].is_null() ? std::nullopt : std::optional<std::string>(r[0].c_str()), r[1].c_str());
@@ -358,7 +359,8 @@ TEST_F(TopKPg, TextKeysInTheCCollationWithNullKeys) {
     const auto q = Query(kTextKeys, k, TopKKeyType::kText);
     const Rows expected = Reference(q);
     const auto tput = TopKBySum(*scatter_, q);
-    EXPECT_EQ(AsRows(tput), expected) << "k " << k << "\n tput: " << Show(AsRows(tput)) << "\n ref:  " << Show(expected);
+    EXPECT_EQ(AsRows(tput), expected) << "k " << k << "\n tput: " << Show(AsRows(tput))
+                                      << "\n ref:  " << Show(expected);
     EXPECT_EQ(AsRows(TopKBySum(*scatter_, q, TopKMethod::kAllPartials)), expected) << k;
   }
   // k larger than the number of keys: the NULL key is last among equals and present.

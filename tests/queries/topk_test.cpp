@@ -64,10 +64,14 @@ enum class Distribution { kUniform, kZipf, kOneShardHolds, kTies };
 
 const char* Name(Distribution d) {
   switch (d) {
-    case Distribution::kUniform: return "uniform";
-    case Distribution::kZipf: return "zipf";
-    case Distribution::kOneShardHolds: return "one-shard-holds";
-    case Distribution::kTies: return "ties";
+    case Distribution::kUniform:
+      return "uniform";
+    case Distribution::kZipf:
+      return "zipf";
+    case Distribution::kOneShardHolds:
+      return "one-shard-holds";
+    case Distribution::kTies:
+      return "ties";
   }
   return "?";
 }
@@ -97,7 +101,7 @@ Shards Generate(Distribution d, int shards, std::uint64_t seed, bool text_keys =
   const int keys = std::uniform_int_distribution<int>(1, 300)(rng);
   auto key_of = [&](int i) -> TopKKey {
     if (!text_keys) return static_cast<I64>(i) * 7 - 500;  // negatives too
-    if (i == 0) return std::monostate{};                    // a NULL key
+    if (i == 0) return std::monostate{};                   // a NULL key
     // Mixed case and bytes >= 0x80: byte order, as the C collation.
     static const char* kPrefix[] = {"a", "B", "\xc3\xa9", "b", "A", "Z"};
     return std::string(kPrefix[i % 6]) + std::to_string(i / 6);
@@ -114,7 +118,8 @@ Shards Generate(Distribution d, int shards, std::uint64_t seed, bool text_keys =
     case Distribution::kZipf: {
       Zipf zipf(keys, 1.1);
       const int sales = std::uniform_int_distribution<int>(0, 5000)(rng);
-      for (int i = 0; i < sales; ++i) b.Add(pick_shard(), key_of(zipf(rng) - 1), std::uniform_int_distribution<I64>(1, 2)(rng));
+      for (int i = 0; i < sales; ++i)
+        b.Add(pick_shard(), key_of(zipf(rng) - 1), std::uniform_int_distribution<I64>(1, 2)(rng));
       break;
     }
     case Distribution::kOneShardHolds: {
@@ -146,10 +151,10 @@ Shards Generate(Distribution d, int shards, std::uint64_t seed, bool text_keys =
 
 TEST(TopKKey, OrdersLikeOrderByKeyAscInTheCCollation) {
   EXPECT_LT(TopKKey{I64{-5}}, TopKKey{I64{3}});
-  EXPECT_LT(TopKKey{std::string("B")}, TopKKey{std::string("a")});          // upper case first
-  EXPECT_LT(TopKKey{std::string("z")}, TopKKey{std::string("\xc3\xa9")});   // bytes, not letters
+  EXPECT_LT(TopKKey{std::string("B")}, TopKKey{std::string("a")});         // upper case first
+  EXPECT_LT(TopKKey{std::string("z")}, TopKKey{std::string("\xc3\xa9")});  // bytes, not letters
   EXPECT_LT(TopKKey{std::string("ab")}, TopKKey{std::string("abc")});
-  EXPECT_LT(TopKKey{std::string("zzz")}, TopKKey{std::monostate{}});       // NULLS LAST
+  EXPECT_LT(TopKKey{std::string("zzz")}, TopKKey{std::monostate{}});  // NULLS LAST
   EXPECT_LT(TopKKey{I64{1} << 62}, TopKKey{std::monostate{}});
   EXPECT_EQ(TopKKeyToString(TopKKey{std::monostate{}}), "NULL");
   EXPECT_EQ(TopKKeyToString(TopKKey{std::string("x")}), "'x'");
@@ -177,7 +182,8 @@ TEST(TopK, RanksByTotalThenKey) {
 // The heart of it: exact equality with brute force on many data sets.
 TEST(Tput, EqualsBruteForceOnRandomDataSets) {
   int cases = 0;
-  for (Distribution d : {Distribution::kUniform, Distribution::kZipf, Distribution::kOneShardHolds, Distribution::kTies}) {
+  for (Distribution d :
+       {Distribution::kUniform, Distribution::kZipf, Distribution::kOneShardHolds, Distribution::kTies}) {
     for (int m = 2; m <= 8; ++m) {
       for (std::uint64_t seed = 1; seed <= 12; ++seed) {
         const bool text = seed % 3 == 0;
@@ -275,7 +281,8 @@ TEST(Tput, ShipsFarFewerRowsThanAllPartialsOnSkewedData) {
   std::mt19937_64 rng(42);
   Zipf zipf(50000, 1.0);
   for (int i = 0; i < 400000; ++i) {
-    b.Add(std::uniform_int_distribution<int>(0, m - 1)(rng), I64{zipf(rng)}, std::uniform_int_distribution<I64>(1, 3)(rng));
+    b.Add(std::uniform_int_distribution<int>(0, m - 1)(rng), I64{zipf(rng)},
+          std::uniform_int_distribution<I64>(1, 3)(rng));
   }
   const Shards shards = b.Build();
   lab::MemoryTopKSource<I64> source(shards);
@@ -429,8 +436,9 @@ TEST(Tput, DecimalMeasures) {
 TEST(TopKSql, ArrayLiteralsQuoteText) {
   EXPECT_EQ(TopKKeysArrayLiteral({TopKKey{I64{1}}, TopKKey{I64{-2}}}), "{1,-2}");
   EXPECT_EQ(TopKKeysArrayLiteral({}), "{}");
-  EXPECT_EQ(TopKKeysArrayLiteral({TopKKey{std::string("a\"b\\c")}, TopKKey{std::monostate{}}, TopKKey{std::string("NULL")}}),
-            "{\"a\\\"b\\\\c\",\"NULL\"}");
+  EXPECT_EQ(
+      TopKKeysArrayLiteral({TopKKey{std::string("a\"b\\c")}, TopKKey{std::monostate{}}, TopKKey{std::string("NULL")}}),
+      "{\"a\\\"b\\\\c\",\"NULL\"}");
 }
 
 TEST(TopKSql, StatementsNumberTheirParametersAfterTheCallers) {

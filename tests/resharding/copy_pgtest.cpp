@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "shardkit/resharding/copy.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/resharding/copy.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "support/test_cluster.hpp"
 
@@ -50,8 +50,8 @@ class CopyTest : public ::testing::Test {
     options.buffer_bytes = 1024;  // several flushes
     CopyWriter out{tx, "t", {}, options};
     const auto ts = std::chrono::sys_days(std::chrono::year{2026} / 10 / 15) + 12h + 34min + 56s;
-    out.Row(std::int16_t{-32768}, -2147483647 - 1, std::int64_t{1}, CopyFixed{1999, 2}, CopyFixed{-5, 3}, true,
-            "plain", "v", CopyTimestamp{ts}, CopyTimestamp{ts + 123456us});
+    out.Row(std::int16_t{-32768}, -2147483647 - 1, std::int64_t{1}, CopyFixed{1999, 2}, CopyFixed{-5, 3}, true, "plain",
+            "v", CopyTimestamp{ts}, CopyTimestamp{ts + 123456us});
     out.Row(32767, 2147483647, std::int64_t{2}, CopyFixed{0, 2}, CopyFixed{123456789012345678, 9}, false,
             "tab\there\nnew line\\back\rslash", std::string("ünïcödé"), CopyTimestamp(std::int64_t{0}),
             CopyTimestamp(std::int64_t{-86400 * 365}));
@@ -230,7 +230,8 @@ TEST(ShardedCopyTest, EachRowLandsOnTheShardItsBucketMapsTo) {
     pqxx::nontransaction shard_read{leases[static_cast<std::size_t>(s)].Connection()};
     const auto got = shard_read.exec_params1(q, buckets)[0].as<std::string>();
     EXPECT_EQ(got, want) << "shard " << s;
-    EXPECT_EQ(shard_read.exec1("SELECT count(*) FROM customers WHERE bucket <> bucket_of(customer_id)")[0].as<int>(), 0);
+    EXPECT_EQ(shard_read.exec1("SELECT count(*) FROM customers WHERE bucket <> bucket_of(customer_id)")[0].as<int>(),
+              0);
   }
 }
 

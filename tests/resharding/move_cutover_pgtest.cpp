@@ -9,25 +9,25 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <pwd.h>
+#include <unistd.h>
 #include <atomic>
 #include <map>
 #include <mutex>
 #include <pqxx/pqxx>
-#include <pwd.h>
 #include <random>
 #include <set>
 #include <thread>
-#include <unistd.h>
 
+#include "shardkit/errors.hpp"
+#include "shardkit/queries/scatter.hpp"
+#include "shardkit/resharding/rebalance.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
-#include "shardkit/errors.hpp"
 #include "shardkit/routing/ownership.hpp"
-#include "shardkit/resharding/rebalance.hpp"
 #include "shardkit/routing/resolver.hpp"
-#include "shardkit/writes/routed.hpp"
-#include "shardkit/queries/scatter.hpp"
 #include "shardkit/schema/verify.hpp"
+#include "shardkit/writes/routed.hpp"
 #include "support/bookstore_rows.hpp"
 #include "support/test_cluster.hpp"
 
@@ -79,9 +79,7 @@ struct ReadTally {
     std::lock_guard lock(mutex);
     if (unexpected.size() < 5) unexpected.push_back(std::move(what));
   }
-  void Reset() {
-    routed_ok = routed_refused = scatter_ok = scatter_refused = stale_ok = stale_refused = timed_out = 0;
-  }
+  void Reset() { routed_ok = routed_refused = scatter_ok = scatter_refused = stale_ok = stale_refused = timed_out = 0; }
 };
 
 // One case: writers place orders for the moving bucket's customers through
@@ -145,8 +143,7 @@ class Load {
       ro.read_only = true;
       ro.deadline = Clock::now() + std::chrono::seconds(5);
       const auto orders = routed_.Run(
-          CustomerId{c},
-          [&](pqxx::transaction_base& tx, const RoutedContext&) { return OrdersOf(tx, c); }, ro);
+          CustomerId{c}, [&](pqxx::transaction_base& tx, const RoutedContext&) { return OrdersOf(tx, c); }, ro);
       got.insert(orders.begin(), orders.end());
     }
     CheckComplete(acked, got, "routed reads");
@@ -211,9 +208,10 @@ class Load {
         routed_.Run(
             CustomerId{customer},
             [&](pqxx::transaction_base& tx, const RoutedContext& at) {
-              tx.exec_params("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, "
-                             "$3, now(), 10)",
-                             at.customer, at.bucket, order);
+              tx.exec_params(
+                  "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, "
+                  "$3, now(), 10)",
+                  at.customer, at.bucket, order);
             },
             ro);
         std::lock_guard lock(mutex_);
@@ -529,9 +527,9 @@ TEST_P(MoveStopped, NoReadMissesAnAcknowledgedWriteThenResumeOrAbortSettles) {
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
-  for (const MoveState s : {MoveState::kPrepared, MoveState::kCopying, MoveState::kCopied, MoveState::kStreaming,
-                            MoveState::kRetired, MoveState::kOwned, MoveState::kFlipped,
-                            MoveState::kReplicationDropped, MoveState::kCleaning}) {
+  for (const MoveState s :
+       {MoveState::kPrepared, MoveState::kCopying, MoveState::kCopied, MoveState::kStreaming, MoveState::kRetired,
+        MoveState::kOwned, MoveState::kFlipped, MoveState::kReplicationDropped, MoveState::kCleaning}) {
     cases.push_back({s, false});
     if (CanAbort(s)) cases.push_back({s, true});
   }
@@ -548,7 +546,7 @@ INSTANTIATE_TEST_SUITE_P(EveryState, MoveStopped, ::testing::ValuesIn(Cases()), 
 TEST_F(MoveCutover, TheDocumentedRawSqlFormIsRefusedForAMovedBucket) {
   const BucketId bucket{60};
   ASSERT_EQ(Directory().ShardOf(bucket), ShardId{1});
-  const int customer = CustomersIn(bucket, 1, 1)[0];  // loaded: has rows
+  const int customer = CustomersIn(bucket, 1, 1)[0];       // loaded: has rows
   const int newcomer = CustomersIn(bucket, 1, 900000)[0];  // no rows anywhere
   const BucketDirectory before = Directory();
   auto documented = [&](const std::string& sql) {

@@ -15,15 +15,15 @@
 #include <random>
 #include <thread>
 
+#include "shardkit/errors.hpp"
+#include "shardkit/queries/scatter.hpp"
+#include "shardkit/resharding/rebalance.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
-#include "shardkit/errors.hpp"
-#include "shardkit/schema/migrate.hpp"
 #include "shardkit/routing/ownership.hpp"
-#include "shardkit/resharding/rebalance.hpp"
 #include "shardkit/routing/resolver.hpp"
+#include "shardkit/schema/migrate.hpp"
 #include "shardkit/writes/routed.hpp"
-#include "shardkit/queries/scatter.hpp"
 #include "support/bookstore_rows.hpp"
 #include "support/temporary_server.hpp"
 #include "support/test_cluster.hpp"
@@ -124,10 +124,10 @@ TEST_F(Move, MovesABucketWithItsRowsAndLeavesNothingBehind) {
   const auto events = mover.Events(done.move_id);
   std::vector<MoveState> states;
   for (const auto& e : events) states.push_back(e.state);
-  EXPECT_EQ(states, (std::vector<MoveState>{MoveState::kPlanned, MoveState::kPrepared, MoveState::kCopying,
-                                            MoveState::kCopied, MoveState::kStreaming, MoveState::kRetired,
-                                            MoveState::kOwned, MoveState::kFlipped, MoveState::kReplicationDropped,
-                                            MoveState::kCleaning, MoveState::kDone}));
+  EXPECT_EQ(states,
+            (std::vector<MoveState>{MoveState::kPlanned, MoveState::kPrepared, MoveState::kCopying, MoveState::kCopied,
+                                    MoveState::kStreaming, MoveState::kRetired, MoveState::kOwned, MoveState::kFlipped,
+                                    MoveState::kReplicationDropped, MoveState::kCleaning, MoveState::kDone}));
 }
 
 TEST_F(Move, RefusesToStartWhenTheTargetDiffersIsUnreachableOrTheBucketIsBusy) {
@@ -269,8 +269,8 @@ TEST_F(Move, ScattersDuringEveryPhaseEqualTheReference) {
     std::map<int, std::pair<std::int64_t, std::string>> out;
     for (const auto& shard : r.shards) {
       for (const auto& row : shard.rows) {
-        auto [it, fresh] = out.emplace(row[0].as<int>(), std::pair<std::int64_t, std::string>{row[1].as<std::int64_t>(),
-                                                                                             row[2].c_str()});
+        auto [it, fresh] = out.emplace(row[0].as<int>(),
+                                       std::pair<std::int64_t, std::string>{row[1].as<std::int64_t>(), row[2].c_str()});
         if (!fresh) it->second.first += 1'000'000;  // a bucket answered twice: make it wrong
       }
     }
@@ -326,9 +326,9 @@ TEST_F(Move, ScattersDuringEveryPhaseEqualTheReference) {
   };
   BucketMover mover{cluster_->Config(), options};
   EXPECT_EQ(mover.Move(BucketId{28}, ShardId{2}).state, MoveState::kDone);
-  EXPECT_EQ(phases, 11);  // planned .. done
+  EXPECT_EQ(phases, 11);           // planned .. done
   EXPECT_EQ(current_refusals, 2);  // retired, owned: the source refuses, the catalog still names it
-  EXPECT_EQ(stale_refusals, 6);  // retired .. done: the old owner refuses, never answers short
+  EXPECT_EQ(stale_refusals, 6);    // retired .. done: the old owner refuses, never answers short
   ExpectConsistent("after the scatters");
 }
 
@@ -375,13 +375,15 @@ TEST_F(Move, AnythingWrittenDuringTheMoveArrivesExactlyOnce) {
           routed.Run(
               CustomerId{customer},
               [&](pqxx::transaction_base& tx, const RoutedContext& at) {
-                tx.exec_params("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, "
-                               "$3, now(), $4)",
-                               at.customer, at.bucket, order_id, 10 * items);
+                tx.exec_params(
+                    "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, "
+                    "$3, now(), $4)",
+                    at.customer, at.bucket, order_id, 10 * items);
                 for (int line = 1; line <= items; ++line) {
-                  tx.exec_params("INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, "
-                                 "unit_price) VALUES ($1, $2, $3, $4, 1, 1, 10)",
-                                 at.customer, at.bucket, order_id, line);
+                  tx.exec_params(
+                      "INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, "
+                      "unit_price) VALUES ($1, $2, $3, $4, 1, 1, 10)",
+                      at.customer, at.bucket, order_id, line);
                 }
               },
               {}, &outcome);
@@ -457,9 +459,9 @@ TEST_F(Move, AnythingWrittenDuringTheMoveArrivesExactlyOnce) {
     }
     for (const auto& row : tx.exec("SELECT customer_id, bucket, order_id, line_no, book_id, quantity, unit_price::text "
                                    "FROM order_items WHERE order_id >= 9000000000")) {
-      insert_items += fmt::format("{}({}, {}, {}, {}, {}, {}, {})", insert_items.empty() ? "" : ",", row[0].c_str(),
-                                  row[1].c_str(), row[2].c_str(), row[3].c_str(), row[4].c_str(), row[5].c_str(),
-                                  row[6].c_str());
+      insert_items +=
+          fmt::format("{}({}, {}, {}, {}, {}, {}, {})", insert_items.empty() ? "" : ",", row[0].c_str(), row[1].c_str(),
+                      row[2].c_str(), row[3].c_str(), row[4].c_str(), row[5].c_str(), row[6].c_str());
     }
     if (!insert_orders.empty()) cluster_->ExecOnReference("INSERT INTO orders VALUES " + insert_orders);
     if (!insert_items.empty()) cluster_->ExecOnReference("INSERT INTO order_items VALUES " + insert_items);
@@ -547,7 +549,8 @@ TEST_F(Move, ALongTransactionMakesTheFreezeTimeOutAndTheMoveAbort) {
   EXPECT_EQ(Directory().ShardOf(bucket), ShardId{0});
   ExpectConsistent("after the timed-out freeze");
   // The bucket is writable again on its owner.
-  EXPECT_NO_THROW(cluster_->ExecOnShard(0, fmt::format("UPDATE customers SET name = name WHERE bucket = {}", ToInt(bucket))));
+  EXPECT_NO_THROW(
+      cluster_->ExecOnShard(0, fmt::format("UPDATE customers SET name = name WHERE bucket = {}", ToInt(bucket))));
 }
 
 TEST_F(Move, TheTargetGoingDownMidCopyAbortsCleanly) {
@@ -613,7 +616,8 @@ TEST_F(Move, ARebalanceThereAndEveryBucketBackLeavesEveryShardAsItWas) {
   back.before = Directory();
   back.after = before;
   for (const BucketId b : AllBuckets()) {
-    if (back.before.ShardOf(b) != before.ShardOf(b)) back.moves.push_back({b, back.before.ShardOf(b), before.ShardOf(b)});
+    if (back.before.ShardOf(b) != before.ShardOf(b))
+      back.moves.push_back({b, back.before.ShardOf(b), before.ShardOf(b)});
   }
   ASSERT_FALSE(back.moves.empty());
   const RebalanceReport returned = ApplyRebalance(cluster_->Config(), back, options);

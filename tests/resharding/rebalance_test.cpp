@@ -51,10 +51,8 @@ TEST(PlanRebalance, DrainingTheAddedShardGivesBackTheOldPlacement) {
 
 TEST(PlanRebalance, EveryShardOfTheSetGetsItsShareAndOthersNone) {
   const BucketDirectory uneven = BucketDirectory::EvenSplit(4).WithBucketMoved(BucketId{0}, ShardId{3});
-  for (const auto& set : std::vector<std::vector<ShardId>>{{ShardId{0}, ShardId{2}},
-                                                           {ShardId{1}, ShardId{2}, ShardId{3}},
-                                                           {ShardId{3}},
-                                                           Shards(4)}) {
+  for (const auto& set : std::vector<std::vector<ShardId>>{
+           {ShardId{0}, ShardId{2}}, {ShardId{1}, ShardId{2}, ShardId{3}}, {ShardId{3}}, Shards(4)}) {
     const RebalancePlan plan = PlanRebalance(uneven, set);
     const int n = static_cast<int>(set.size());
     for (const ShardId s : FirstShards(4)) {

@@ -3,9 +3,9 @@
 // move, moves, rebalance --apply back to two shards, and the errors with
 // their exit codes. (The whole plan there and back runs in lab_pgtest's
 // rebalance demo and move_pgtest.)
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,9 +18,9 @@
 #include <pqxx/pqxx>
 #include <thread>
 
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/resharding/move.hpp"
 #include "shardkit/resharding/rebalance.hpp"
+#include "shardkit/routing/directory.hpp"
 #include "support/bookstore_rows.hpp"
 #include "support/test_cluster.hpp"
 
@@ -37,7 +37,8 @@ struct Ran {
 class ShardctlMove : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    cluster_ = new test::ScratchCluster("shardctl_move_pgtest", test::ScratchOptions().Shards(3).Directory(TwoOfThree()));
+    cluster_ =
+        new test::ScratchCluster("shardctl_move_pgtest", test::ScratchOptions().Shards(3).Directory(TwoOfThree()));
     test::FillBookstore(*cluster_, 300);
     config_path_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
                                              fmt::format("shardctl_move_pgtest_{}.toml", ::getpid()));
@@ -58,8 +59,7 @@ class ShardctlMove : public ::testing::Test {
   }
 
   static Ran Shardctl(const std::string& args) {
-    const std::string command =
-        fmt::format("'{}' --config '{}' {} 2>&1", SHARDCTL_PATH, config_path_->string(), args);
+    const std::string command = fmt::format("'{}' --config '{}' {} 2>&1", SHARDCTL_PATH, config_path_->string(), args);
     Ran r;
     FILE* pipe = ::popen(command.c_str(), "r");
     if (pipe == nullptr) return r;

@@ -142,7 +142,8 @@ TEST(DirectoryHolder, ReadersSeeWholeSnapshotsWhileWritersSwap) {
         last = version;
         // Even versions have every bucket on shard 0 .. odd ones the even split.
         const ShardId expected_shard_63{version % 2 == 0 ? 0 : 1};
-        if (snapshot->ShardOf(BucketId{63}) != expected_shard_63 || snapshot->ShardOf(BucketId{0}) != ShardId{0}) ++torn;
+        if (snapshot->ShardOf(BucketId{63}) != expected_shard_63 || snapshot->ShardOf(BucketId{0}) != ShardId{0})
+          ++torn;
       }
     });
   }

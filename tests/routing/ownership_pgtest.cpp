@@ -10,8 +10,8 @@
 #include <pqxx/pqxx>
 #include <thread>
 
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/routing/directory.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -103,8 +103,8 @@ TEST_F(Fence, TheFastPathWordFollowsTheOwnershipAndOnlySyncSetsIt) {
   ASSERT_TRUE(owned.Contains(BucketId{bucket}));
   {
     pqxx::work change{c};
-    change.exec(fmt::format("UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 WHERE bucket = {}",
-                            bucket));
+    change.exec(
+        fmt::format("UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 WHERE bucket = {}", bucket));
     EXPECT_FALSE(FastPath(Shard0()).Contains(BucketId{bucket})) << "cleared before the change commits";
     try {
       change.exec("SELECT shardkit_fence_sync()");
@@ -119,7 +119,8 @@ TEST_F(Fence, TheFastPathWordFollowsTheOwnershipAndOnlySyncSetsIt) {
   EXPECT_EQ(SyncFence(c), owned);
   // A committed retirement: cleared, refused, and a sync does not set it.
   cluster_->ExecOnShard(0, fmt::format("UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 "
-                                       "WHERE bucket = {}", bucket));
+                                       "WHERE bucket = {}",
+                                       bucket));
   EXPECT_FALSE(FastPath(Shard0()).Contains(BucketId{bucket}));
   const auto refused = Refusal(Shard0(), InsertCustomer(CustomerIn(bucket, 41000)));
   ASSERT_TRUE(refused);
@@ -127,7 +128,8 @@ TEST_F(Fence, TheFastPathWordFollowsTheOwnershipAndOnlySyncSetsIt) {
   EXPECT_FALSE(SyncFence(c).Contains(BucketId{bucket}));
   // Owned again: a sync restores the fast path.
   cluster_->ExecOnShard(0, fmt::format("UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL "
-                                       "WHERE bucket = {}", bucket));
+                                       "WHERE bucket = {}",
+                                       bucket));
   EXPECT_EQ(SyncFence(c), owned);
 }
 
@@ -143,15 +145,17 @@ TEST_F(Fence, AnIncomingRowBeingCopiedDoesNotHoldUpARetirement) {
   while (!owned.Contains(BucketId{retiring}) || retiring == 9) ++retiring;
   pqxx::connection copier{Shard0()};
   pqxx::work copying{copier};
-  copying.exec(fmt::format("INSERT INTO shardkit_bucket_ownership (bucket, state, directory_version, move_id) "
-                           "VALUES ({}, 'incoming', 1, 4242)",
-                           absent));
+  copying.exec(
+      fmt::format("INSERT INTO shardkit_bucket_ownership (bucket, state, directory_version, move_id) "
+                  "VALUES ({}, 'incoming', 1, 4242)",
+                  absent));
   {
     pqxx::nontransaction tx{c};
     tx.exec("SET lock_timeout = '2s'");
-    EXPECT_NO_THROW(tx.exec(fmt::format("UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 "
-                                        "WHERE bucket = {}",
-                                        retiring)));
+    EXPECT_NO_THROW(
+        tx.exec(fmt::format("UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 "
+                            "WHERE bucket = {}",
+                            retiring)));
     EXPECT_FALSE(FastPath(Shard0()).Contains(BucketId{retiring}));
     tx.exec(fmt::format("UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL WHERE bucket = {}",
                         retiring));
@@ -162,8 +166,8 @@ TEST_F(Fence, AnIncomingRowBeingCopiedDoesNotHoldUpARetirement) {
 }
 
 TEST_F(Fence, WritesToBucketsNotOwnedAreRefusedWithTheBucketNamed) {
-  const int mine = CustomerIn(3);      // shard 0 owns 0-31
-  const int theirs = CustomerIn(40);   // shard 1 owns 32-63
+  const int mine = CustomerIn(3);     // shard 0 owns 0-31
+  const int theirs = CustomerIn(40);  // shard 1 owns 32-63
   EXPECT_FALSE(Refusal(Shard0(), InsertCustomer(mine)));
   const auto refusal = Refusal(Shard0(), InsertCustomer(theirs));
   ASSERT_TRUE(refusal);
@@ -234,8 +238,9 @@ TEST_F(Fence, ARetiredBucketNamesItsNewOwnerAndIsHiddenFromRawReads) {
   const int id = CustomerIn(bucket);
   cluster_->ExecOnShard(0, InsertCustomer(id));
   const std::int64_t before = Count(Shard0(), "SELECT count(*) FROM customers");
-  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1, "
-                           "directory_version = 9 WHERE bucket = 7");
+  cluster_->ExecOnShard(0,
+                        "UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1, "
+                        "directory_version = 9 WHERE bucket = 7");
   const auto refusal = Refusal(Shard0(), InsertCustomer(CustomerIn(bucket, id)));
   ASSERT_TRUE(refusal);
   EXPECT_EQ(refusal->kind, BucketRefused::Kind::kNotOwned);
@@ -389,21 +394,21 @@ TEST_P(FenceIsolation, AnOldSnapshotCannotWriteARetiredBucket) {
   const int bucket = 13;
   pqxx::connection writer{Shard0()};
   {
-  pqxx::nontransaction tx{writer};
-  tx.exec(fmt::format("BEGIN ISOLATION LEVEL {}", GetParam()));
-  tx.exec("SELECT count(*) FROM customers");  // the snapshot
-  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 WHERE bucket = 13");
-  try {
-    tx.exec(InsertCustomer(CustomerIn(bucket, 20000)));
-    ADD_FAILURE() << "an old snapshot wrote a retired bucket";
-  } catch (const std::exception& e) {
-    const auto refusal = ParseFenceRefusal(e);
-    ASSERT_TRUE(refusal) << e.what();
-    EXPECT_EQ(refusal->kind, BucketRefused::Kind::kNotOwned);
-    EXPECT_EQ(refusal->bucket, BucketId{bucket});
-    EXPECT_EQ(refusal->state, "changed");
-  }
-  tx.exec("ROLLBACK");
+    pqxx::nontransaction tx{writer};
+    tx.exec(fmt::format("BEGIN ISOLATION LEVEL {}", GetParam()));
+    tx.exec("SELECT count(*) FROM customers");  // the snapshot
+    cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 WHERE bucket = 13");
+    try {
+      tx.exec(InsertCustomer(CustomerIn(bucket, 20000)));
+      ADD_FAILURE() << "an old snapshot wrote a retired bucket";
+    } catch (const std::exception& e) {
+      const auto refusal = ParseFenceRefusal(e);
+      ASSERT_TRUE(refusal) << e.what();
+      EXPECT_EQ(refusal->kind, BucketRefused::Kind::kNotOwned);
+      EXPECT_EQ(refusal->bucket, BucketId{bucket});
+      EXPECT_EQ(refusal->state, "changed");
+    }
+    tx.exec("ROLLBACK");
   }
   cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL WHERE bucket = 13");
   // With a snapshot taken after the change, it writes.
@@ -544,7 +549,8 @@ TEST_F(Fence, RegisteringATableIsOneCallAndFencesItOnEnrolledShards) {
   // Its replica identity includes bucket, as row-filtered replication needs.
   EXPECT_EQ(Count(Shard0(), "SELECT shardkit_identity_has_bucket('wishlist')::int"), 1);
   // The reference server is not enrolled: no fence there.
-  EXPECT_NO_THROW(cluster_->ExecOnReference(fmt::format("INSERT INTO wishlist VALUES ({0}, bucket_of({0}), 1)", theirs)));
+  EXPECT_NO_THROW(
+      cluster_->ExecOnReference(fmt::format("INSERT INTO wishlist VALUES ({0}, bucket_of({0}), 1)", theirs)));
   try {
     cluster_->ExecOnShard(0, "CREATE TABLE no_bucket (id int PRIMARY KEY); SELECT shardkit_shard_table('no_bucket')");
     FAIL() << "a table without a bucket column was registered";

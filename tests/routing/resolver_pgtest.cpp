@@ -52,8 +52,9 @@ TEST(BucketShardResolver, RoutedWritesAndReadsLandOnTheOwningShardOnly) {
 
 TEST(BucketShardResolver, TheBucketCheckRejectsAWrongBucket) {
   ScratchCluster cluster{"resolver_check_pgtest"};
-  EXPECT_THROW(cluster.ExecOnShard(0, "INSERT INTO customers (customer_id, bucket, name, email) "
-                                      "VALUES (4242, 3, 'x', 'x')"),
+  EXPECT_THROW(cluster.ExecOnShard(0,
+                                   "INSERT INTO customers (customer_id, bucket, name, email) "
+                                   "VALUES (4242, 3, 'x', 'x')"),
                pqxx::check_violation);
 }
 
@@ -61,7 +62,8 @@ TEST(BucketShardResolver, DirectoryFromTheCatalogAndAtomicRepublish) {
   ScratchCluster cluster{"resolver_dir_pgtest"};
   {
     pqxx::connection c{cluster.CatalogDsn()};
-    shardkit::StoreDirectory(c, shardkit::BucketDirectory::EvenSplit(2, 3).WithBucketMoved(shardkit::BucketId{44}, shardkit::ShardId{0}));
+    shardkit::StoreDirectory(
+        c, shardkit::BucketDirectory::EvenSplit(2, 3).WithBucketMoved(shardkit::BucketId{44}, shardkit::ShardId{0}));
     EXPECT_THROW(shardkit::StoreDirectory(c, shardkit::BucketDirectory::EvenSplit(2, 2)), shardkit::DirectoryError);
     const auto loaded = shardkit::LoadDirectory(c, 2);
     EXPECT_EQ(loaded.Version(), 4);

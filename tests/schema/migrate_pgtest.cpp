@@ -29,7 +29,9 @@ using namespace std::chrono_literals;
 using test::ScratchCluster;
 using test::ScratchOptions;
 
-bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 // Migration files of a test, in a directory of their own.
 class MigrationFiles {
@@ -92,8 +94,8 @@ std::map<int, int> Expected(const MigrationServer& server, int up_to = 4) {
     if (v > up_to) continue;
     const bool shard = server.roles.front() == ServerRole::kShard;
     const bool reference = server.roles.front() == ServerRole::kReference;
-    const bool applies = v == 1 || (v == 2 && (shard || reference)) || (v == 3 && !shard && !reference) ||
-                         (v == 4 && shard);
+    const bool applies =
+        v == 1 || (v == 2 && (shard || reference)) || (v == 3 && !shard && !reference) || (v == 4 && shard);
     if (applies) out[v] = 1;
   }
   return out;
@@ -202,7 +204,8 @@ TEST(MigratePg, AServerLostMidRunIsLeftBehindAndTheNextRunCompletesIt) {
   EXPECT_EQ(behind.VersionOf(2), 3);
   EXPECT_TRUE(behind.Partial(4));
   bool partial_named = false;
-  for (const auto& p : behind.Problems()) partial_named = partial_named || (Contains(p, "004_more.sql") && Contains(p, "not on shard2"));
+  for (const auto& p : behind.Problems())
+    partial_named = partial_named || (Contains(p, "004_more.sql") && Contains(p, "not on shard2"));
   EXPECT_TRUE(partial_named);
   EXPECT_THROW(observer.RequireUpToDate("shard2"), MigrationError);
 
@@ -227,7 +230,8 @@ TEST(MigratePg, AnEditedAppliedFileIsRefusedAndNothingIsApplied) {
               "-- shardkit-migration: targets = shard, reference\n"
               "CREATE TABLE items (id int PRIMARY KEY, x bigint);\n"
               "INSERT INTO mig_log (version) VALUES (2);\n");
-  files.Write("005_new.sql", "-- shardkit-migration: targets = shard, reference, catalog\nCREATE TABLE newer (id int);\n");
+  files.Write("005_new.sql",
+              "-- shardkit-migration: targets = shard, reference, catalog\nCREATE TABLE newer (id int);\n");
   Migrator migrator(files.Load(), cluster.MigrationServers());
   try {
     (void)migrator.Apply();
@@ -257,8 +261,10 @@ TEST(MigratePg, AnEditedAppliedFileIsRefusedAndNothingIsApplied) {
 int WaitingAdvisoryLocks(const std::string& dsn) {
   pqxx::connection c{dsn};
   pqxx::nontransaction tx{c};
-  return tx.exec1("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                  "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")[0]
+  return tx
+      .exec1(
+          "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+          "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")[0]
       .as<int>();
 }
 
@@ -327,7 +333,8 @@ TEST(MigratePg, TwoMigratorsNeverInterleave) {
     EXPECT_EQ(Logged(s.dsn), Expected(s)) << s.name;
     pqxx::connection c{s.dsn};
     pqxx::nontransaction tx{c};
-    EXPECT_EQ(tx.exec1("SELECT count(DISTINCT pid) FROM mig_log")[0].as<int>(), 1) << s.name << ": two sessions migrated it";
+    EXPECT_EQ(tx.exec1("SELECT count(DISTINCT pid) FROM mig_log")[0].as<int>(), 1)
+        << s.name << ": two sessions migrated it";
   }
 }
 
@@ -336,8 +343,9 @@ TEST(MigratePg, OneDatabaseUnderTwoConnectionStringsIsNamedNotWaitedFor) {
   MigrationFiles files;
   WriteHistory(files);
   // The catalog spelled differently, but the reference's database.
-  std::vector<MigrationServer> servers{{"reference", cluster.ReferenceDsn(), {ServerRole::kReference}},
-                                       {"catalog", cluster.ReferenceDsn() + " connect_timeout=3", {ServerRole::kCatalog}}};
+  std::vector<MigrationServer> servers{
+      {"reference", cluster.ReferenceDsn(), {ServerRole::kReference}},
+      {"catalog", cluster.ReferenceDsn() + " connect_timeout=3", {ServerRole::kCatalog}}};
   MigratorOptions patient;
   patient.lock_timeout = 120s;
   try {
@@ -416,7 +424,8 @@ TEST(MigratePg, AFailedStatementRollsBackAndStopsTheRunAfterItsVersion) {
   Migrator migrator(files.Load(), cluster.MigrationServers());
   ASSERT_TRUE(migrator.Apply(3).Ok());
   cluster.ExecOnShard(2, "ALTER TABLE items ADD COLUMN y int");  // 004 fails there
-  files.Write("005_later.sql", "-- shardkit-migration: targets = shard, reference\nINSERT INTO mig_log (version) VALUES (5);\n");
+  files.Write("005_later.sql",
+              "-- shardkit-migration: targets = shard, reference\nINSERT INTO mig_log (version) VALUES (5);\n");
   Migrator next(files.Load(), cluster.MigrationServers());
 
   const auto report = next.Apply();

@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
@@ -23,11 +23,14 @@ std::string ErrorOf(const std::string& name, const std::string& text) {
   return "<no error>";
 }
 
-bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 TEST(ParseMigration, NameVersionTargetsAndChecksum) {
-  const auto m = ParseMigration("002_bookstore_schema.sql",
-                                "-- shardkit-migration: targets = reference, shard\n-- the schema\nCREATE TABLE t (x int);\n");
+  const auto m =
+      ParseMigration("002_bookstore_schema.sql",
+                     "-- shardkit-migration: targets = reference, shard\n-- the schema\nCREATE TABLE t (x int);\n");
   EXPECT_EQ(m.version, 2);
   EXPECT_EQ(m.name, "bookstore_schema");
   EXPECT_EQ(m.file_name, "002_bookstore_schema.sql");
@@ -38,12 +41,14 @@ TEST(ParseMigration, NameVersionTargetsAndChecksum) {
   ASSERT_EQ(m.steps.size(), 1U);
   EXPECT_EQ(m.checksum, Sha256Hex(m.sql));
   // CRLF line ends (a Windows checkout) do not change the checksum.
-  const auto crlf = ParseMigration("002_bookstore_schema.sql",
-                                   "-- shardkit-migration: targets = reference, shard\r\n-- the schema\r\nCREATE TABLE t (x int);\r\n");
+  const auto crlf = ParseMigration(
+      "002_bookstore_schema.sql",
+      "-- shardkit-migration: targets = reference, shard\r\n-- the schema\r\nCREATE TABLE t (x int);\r\n");
   EXPECT_EQ(crlf.checksum, m.checksum);
   // Any other change does.
-  const auto edited = ParseMigration("002_bookstore_schema.sql",
-                                     "-- shardkit-migration: targets = reference, shard\n-- the schema\nCREATE TABLE t (x bigint);\n");
+  const auto edited =
+      ParseMigration("002_bookstore_schema.sql",
+                     "-- shardkit-migration: targets = reference, shard\n-- the schema\nCREATE TABLE t (x bigint);\n");
   EXPECT_NE(edited.checksum, m.checksum);
 }
 
@@ -65,15 +70,20 @@ TEST(ParseMigration, ErrorsNameTheFileAndWhatToDo) {
   EXPECT_TRUE(Contains(ErrorOf("003_x.sql", "SELECT 1;"), "no targets header"));
   EXPECT_TRUE(Contains(ErrorOf("003_x.sql", "-- shardkit-migration: targets = shards\nSELECT 1;"), "\"shards\""));
   EXPECT_TRUE(Contains(ErrorOf("003_x.sql", "-- shardkit-migration: targets =\nSELECT 1;"), "003_x.sql line 1"));
-  EXPECT_TRUE(Contains(ErrorOf("003_x.sql", "-- shardkit-migration: targets = shard\n-- shardkit-migration: transaction = per-file\nSELECT 1;"),
-                       "\"none\""));
-  EXPECT_TRUE(Contains(ErrorOf("003_x.sql", "-- shardkit-migration: targets = shard\n-- shardkit-migration: owner = me\nSELECT 1;"),
-                       "unknown header key"));
-  EXPECT_TRUE(Contains(ErrorOf("003_x.sql", "\n\n\n\n\n-- shardkit-migration: targets = shard\nSELECT 1;"), "lines 1-5"));
+  EXPECT_TRUE(Contains(
+      ErrorOf("003_x.sql",
+              "-- shardkit-migration: targets = shard\n-- shardkit-migration: transaction = per-file\nSELECT 1;"),
+      "\"none\""));
+  EXPECT_TRUE(Contains(
+      ErrorOf("003_x.sql", "-- shardkit-migration: targets = shard\n-- shardkit-migration: owner = me\nSELECT 1;"),
+      "unknown header key"));
+  EXPECT_TRUE(
+      Contains(ErrorOf("003_x.sql", "\n\n\n\n\n-- shardkit-migration: targets = shard\nSELECT 1;"), "lines 1-5"));
   EXPECT_TRUE(Contains(ErrorOf("003_x.sql", "-- shardkit-migration: targets = shard\n-- nothing\n"), "no statements"));
   // What cannot run in the migrator's transaction says how to fix it.
-  EXPECT_TRUE(Contains(ErrorOf("003_x.sql", "-- shardkit-migration: targets = shard\nCREATE INDEX CONCURRENTLY i ON t (x);"),
-                       "transaction = none"));
+  EXPECT_TRUE(
+      Contains(ErrorOf("003_x.sql", "-- shardkit-migration: targets = shard\nCREATE INDEX CONCURRENTLY i ON t (x);"),
+               "transaction = none"));
   EXPECT_TRUE(Contains(ErrorOf("003_x.sql", "-- shardkit-migration: targets = shard\nBEGIN;\nSELECT 1;\nCOMMIT;"),
                        "controls the transaction"));
 }
@@ -154,7 +164,9 @@ class StatusMatrix : public ::testing::Test {
       : set_(MigrationSet::FromMigrations({
             ParseMigration("001_a.sql", "-- shardkit-migration: targets = shard, reference\nSELECT 1;"),
             ParseMigration("002_b.sql", "-- shardkit-migration: targets = catalog\nSELECT 2;"),
-            ParseMigration("003_c.sql", "-- shardkit-migration: targets = shard\n-- shardkit-migration: transaction = none\nSELECT 3; SELECT 4;"),
+            ParseMigration("003_c.sql",
+                           "-- shardkit-migration: targets = shard\n-- shardkit-migration: transaction = none\nSELECT "
+                           "3; SELECT 4;"),
         })) {}
 
   ServerMigrationStatus Server(const std::string& name, ServerRole role, const std::vector<int>& applied) {
@@ -179,9 +191,9 @@ class StatusMatrix : public ::testing::Test {
 };
 
 TEST_F(StatusMatrix, AllAppliedIsOneVersionAndUpToDate) {
-  const MigrationStatus status(set_, {Server("shard0", ServerRole::kShard, {1, 3}),
-                                      Server("reference", ServerRole::kReference, {1}),
-                                      Server("catalog", ServerRole::kCatalog, {2})});
+  const MigrationStatus status(
+      set_, {Server("shard0", ServerRole::kShard, {1, 3}), Server("reference", ServerRole::kReference, {1}),
+             Server("catalog", ServerRole::kCatalog, {2})});
   EXPECT_EQ(status.State(0, 2), MigrationState::kNotTargeted);
   EXPECT_EQ(status.State(0, 3), MigrationState::kApplied);
   EXPECT_EQ(status.VersionOf(1), 3);  // 003 does not target the reference
@@ -209,7 +221,8 @@ TEST_F(StatusMatrix, PendingFailedChangedUnknownAndPartial) {
   EXPECT_TRUE(Contains(blockers[0], "reference") && Contains(blockers[0], "009")) << blockers[0];
   EXPECT_TRUE(Contains(blockers[1], "catalog") && Contains(blockers[1], "002_b.sql changed")) << blockers[1];
   bool failed_named = false;
-  for (const auto& p : status.Problems()) failed_named = failed_named || (Contains(p, "shard1") && Contains(p, "step 2 of 2"));
+  for (const auto& p : status.Problems())
+    failed_named = failed_named || (Contains(p, "shard1") && Contains(p, "step 2 of 2"));
   EXPECT_TRUE(failed_named);
 
   // A failed step-by-step file whose finished steps came from another text:

@@ -24,7 +24,9 @@ using test::ScratchOptions;
 
 constexpr int kCustomers = 600;
 
-bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 // The Bookstore rows of the customers whose bucket is in `buckets` (the
 // reference server gets all of them), and every book.
@@ -134,7 +136,8 @@ TEST_F(VerifyPg, FindsAndNamesEachPlantedProblem) {
   // edit with the triggers disabled might.
   const auto unfenced = [](const std::string& sql) {
     return "BEGIN; ALTER TABLE orders DISABLE TRIGGER USER; ALTER TABLE order_items DISABLE TRIGGER USER; "
-           "ALTER TABLE customers DISABLE TRIGGER USER; " + sql +
+           "ALTER TABLE customers DISABLE TRIGGER USER; " +
+           sql +
            "; ALTER TABLE orders ENABLE TRIGGER USER; ALTER TABLE order_items ENABLE TRIGGER USER; "
            "ALTER TABLE customers ENABLE TRIGGER USER; COMMIT";
   };

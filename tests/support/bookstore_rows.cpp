@@ -62,9 +62,10 @@ void FillBookstore(const ScratchCluster& cluster, int customers) {
     for (int o = 1; o <= orders; ++o) {
       const std::int64_t order_id = std::int64_t{id} * 100 + o;
       const int items = 1 + (id + o) % 3;
-      add(id, fmt::format("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ({0}, "
-                          "bucket_of({0}), {1}, timestamptz '2026-01-01' + interval '1 hour' * ({1} % 9000), {2}.50);\n",
-                          id, order_id, 10 * items));
+      add(id,
+          fmt::format("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ({0}, "
+                      "bucket_of({0}), {1}, timestamptz '2026-01-01' + interval '1 hour' * ({1} % 9000), {2}.50);\n",
+                      id, order_id, 10 * items));
       add(id, fmt::format("INSERT INTO shardkit_jobs (customer_id, bucket, job_id, partition, kind, payload, state) "
                           "VALUES ({0}, bucket_of({0}), {1}, bucket_of({0}), 'order_placed', '{1}', 'done');\n"
                           "INSERT INTO notification_log (customer_id, bucket, notification_id, fence, order_id, kind, "
@@ -85,7 +86,9 @@ void FillBookstore(const ScratchCluster& cluster, int customers) {
   cluster.ExecOnReference(all);
 }
 
-BucketDigests ReferenceDigests(const ScratchCluster& cluster) { return Digest(cluster.ReferenceDsn()); }
+BucketDigests ReferenceDigests(const ScratchCluster& cluster) {
+  return Digest(cluster.ReferenceDsn());
+}
 
 std::vector<BucketDigests> DigestsPerShard(const ScratchCluster& cluster) {
   std::vector<BucketDigests> out;

@@ -35,7 +35,8 @@ using BucketDigests = std::map<std::pair<std::string, int>, TableDigest>;
 // Every row of every shard (shardkit.buckets = 'all'), per table and
 // bucket; a (table, bucket) found on a second shard is listed in
 // extra_copies instead.
-[[nodiscard]] BucketDigests ShardDigests(const ScratchCluster& cluster, std::vector<std::string>* extra_copies = nullptr);
+[[nodiscard]] BucketDigests ShardDigests(const ScratchCluster& cluster,
+                                         std::vector<std::string>* extra_copies = nullptr);
 // Per shard, its database's digests of every row it holds (all visible).
 [[nodiscard]] std::vector<BucketDigests> DigestsPerShard(const ScratchCluster& cluster);
 // What differs, one line per (table, bucket): empty if equal.

@@ -42,8 +42,9 @@ TemporaryServer::TemporaryServer() : port_(FreeLoopbackPort()) {
   directory_ = std::filesystem::temp_directory_path() / fmt::format("shardkit-tmpserver-{}-{}", ::getpid(), port_);
   std::filesystem::create_directories(directory_);
   if (::geteuid() == 0) Run(fmt::format("chown postgres:postgres '{}'", directory_.string()));
-  Run(AsPostgres(fmt::format("{}/initdb -D '{}/data' --locale=C --encoding=UTF8 --auth=trust -U postgres >'{}/initdb.log' 2>&1",
-                             kBin, directory_.string(), directory_.string())));
+  Run(AsPostgres(
+      fmt::format("{}/initdb -D '{}/data' --locale=C --encoding=UTF8 --auth=trust -U postgres >'{}/initdb.log' 2>&1",
+                  kBin, directory_.string(), directory_.string())));
   Start();
 }
 
@@ -57,15 +58,15 @@ TemporaryServer::~TemporaryServer() {
 }
 
 void TemporaryServer::Start() {
-  Run(AsPostgres(fmt::format(
-      "{}/pg_ctl -D '{}/data' -l '{}/data/server.log' -w -t 30 -o \"-p {} -c listen_addresses=127.0.0.1 "
-      "-c unix_socket_directories='{}/data' -c fsync=off\" start >/dev/null",
-      kBin, directory_.string(), directory_.string(), port_, directory_.string())));
+  Run(AsPostgres(
+      fmt::format("{}/pg_ctl -D '{}/data' -l '{}/data/server.log' -w -t 30 -o \"-p {} -c listen_addresses=127.0.0.1 "
+                  "-c unix_socket_directories='{}/data' -c fsync=off\" start >/dev/null",
+                  kBin, directory_.string(), directory_.string(), port_, directory_.string())));
 }
 
 void TemporaryServer::Stop() {
-  Run(AsPostgres(fmt::format("{}/pg_ctl -D '{}/data' -m fast -w stop >/dev/null 2>&1 || true", kBin,
-                             directory_.string())));
+  Run(AsPostgres(
+      fmt::format("{}/pg_ctl -D '{}/data' -m fast -w stop >/dev/null 2>&1 || true", kBin, directory_.string())));
 }
 
 std::string TemporaryServer::Dsn() const {
@@ -74,8 +75,8 @@ std::string TemporaryServer::Dsn() const {
 
 void TemporaryServer::Run(const std::string& command) const {
   if (std::system(command.c_str()) != 0) {
-    throw std::runtime_error("temporary PostgreSQL server: command failed: " + command +
-                             " (see " + directory_.string() + ")");
+    throw std::runtime_error("temporary PostgreSQL server: command failed: " + command + " (see " +
+                             directory_.string() + ")");
   }
 }
 

@@ -159,7 +159,9 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
   }
 }
 
-ScratchCluster::~ScratchCluster() { DropAll(); }
+ScratchCluster::~ScratchCluster() {
+  DropAll();
+}
 
 void ScratchCluster::DropAll() noexcept {
   std::vector<std::thread> threads;
@@ -196,7 +198,9 @@ void ScratchCluster::DropAll() noexcept {
   for (auto& t : threads) t.join();
 }
 
-std::string ScratchCluster::ShardDatabaseName(int shard) const { return fmt::format("{}_s{}", database_, shard); }
+std::string ScratchCluster::ShardDatabaseName(int shard) const {
+  return fmt::format("{}_s{}", database_, shard);
+}
 
 std::unique_ptr<BucketShardResolver> ScratchCluster::MakeResolver(std::optional<PoolOptions> pool) const {
   ClusterConfig config = config_;
@@ -204,9 +208,15 @@ std::unique_ptr<BucketShardResolver> ScratchCluster::MakeResolver(std::optional<
   return BucketShardResolver::FromConfig(config);
 }
 
-void ScratchCluster::ExecOnShard(int shard, const std::string& sql) const { Exec(ShardDsn(shard), sql); }
-void ScratchCluster::ExecOnReference(const std::string& sql) const { Exec(ReferenceDsn(), sql); }
-void ScratchCluster::ExecOnCatalog(const std::string& sql) const { Exec(CatalogDsn(), sql); }
+void ScratchCluster::ExecOnShard(int shard, const std::string& sql) const {
+  Exec(ShardDsn(shard), sql);
+}
+void ScratchCluster::ExecOnReference(const std::string& sql) const {
+  Exec(ReferenceDsn(), sql);
+}
+void ScratchCluster::ExecOnCatalog(const std::string& sql) const {
+  Exec(CatalogDsn(), sql);
+}
 void ScratchCluster::ExecEverywhere(const std::string& sql) const {
   for (int s = 0; s < ShardCount(); ++s) ExecOnShard(s, sql);
   ExecOnReference(sql);

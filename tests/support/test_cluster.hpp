@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "shardkit/config.hpp"
-#include "shardkit/schema/migrate.hpp"
 #include "shardkit/routing/resolver.hpp"
+#include "shardkit/schema/migrate.hpp"
 
 namespace shardkit::test {
 
@@ -59,11 +59,26 @@ struct ScratchOptions {
   bool enroll = true;
 
   // Chainable: ScratchOptions().Shards(3).Unmigrated()
-  ScratchOptions& Shards(int n) { shards = n; return *this; }
-  ScratchOptions& Directory(BucketDirectory d) { directory = std::move(d); return *this; }
-  ScratchOptions& Pool(PoolOptions p) { pool = p; return *this; }
-  ScratchOptions& Unmigrated() { migrate = false; return *this; }
-  ScratchOptions& Unenrolled() { enroll = false; return *this; }
+  ScratchOptions& Shards(int n) {
+    shards = n;
+    return *this;
+  }
+  ScratchOptions& Directory(BucketDirectory d) {
+    directory = std::move(d);
+    return *this;
+  }
+  ScratchOptions& Pool(PoolOptions p) {
+    pool = p;
+    return *this;
+  }
+  ScratchOptions& Unmigrated() {
+    migrate = false;
+    return *this;
+  }
+  ScratchOptions& Unenrolled() {
+    enroll = false;
+    return *this;
+  }
 };
 
 // Scratch databases: one per shard, one on the reference server, one catalog
@@ -82,10 +97,14 @@ class ScratchCluster {
   [[nodiscard]] const std::string& DatabaseName() const noexcept { return database_; }
   [[nodiscard]] std::string ShardDatabaseName(int shard) const;
   [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(config_.shards.size()); }
-  [[nodiscard]] const std::string& ShardDsn(int shard) const { return config_.shards.at(static_cast<std::size_t>(shard)).dsn; }
+  [[nodiscard]] const std::string& ShardDsn(int shard) const {
+    return config_.shards.at(static_cast<std::size_t>(shard)).dsn;
+  }
   // A superuser's connection to shard i's database (admin_dsn: for bucket
   // moves), or its dsn when the cluster's config has no admin_dsn.
-  [[nodiscard]] const std::string& AdminDsn(int shard) const { return config_.shards.at(static_cast<std::size_t>(shard)).AdminDsn(); }
+  [[nodiscard]] const std::string& AdminDsn(int shard) const {
+    return config_.shards.at(static_cast<std::size_t>(shard)).AdminDsn();
+  }
   [[nodiscard]] const std::string& ReferenceDsn() const { return *config_.reference_dsn; }
   [[nodiscard]] const std::string& CatalogDsn() const { return *config_.catalog_dsn; }
   [[nodiscard]] const BucketDirectory& Directory() const noexcept { return config_.directory; }
@@ -102,7 +121,7 @@ class ScratchCluster {
  private:
   void DropAll() noexcept;
   std::vector<std::pair<std::string, std::string>> created_;  // (server dsn, database) to drop
-  std::vector<std::string> cleanup_admin_;                      // admin server dsn per created_ entry, if any
+  std::vector<std::string> cleanup_admin_;                    // admin server dsn per created_ entry, if any
   ClusterConfig config_;
   std::string database_;
 };

@@ -61,7 +61,8 @@ TEST(Salting, StructuredIdsStillUseEverySalt) {
   // the low bits step by four, so id % 8 alone would use only two salts.
   std::set<int> partitions;
   for (std::int64_t ms = 0; ms < 50; ++ms) {
-    for (std::int64_t seq = 0; seq < 16; seq += 4) partitions.insert(SaltedPartition(CustomerId{4242}, (ms << 22) | seq, 8, 64));
+    for (std::int64_t seq = 0; seq < 16; seq += 4)
+      partitions.insert(SaltedPartition(CustomerId{4242}, (ms << 22) | seq, 8, 64));
   }
   EXPECT_EQ(partitions.size(), 8U);
 }

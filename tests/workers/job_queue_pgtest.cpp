@@ -27,9 +27,9 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-constexpr CustomerId kHot{4242};      // bucket 44, shard 1
-constexpr CustomerId kOther{4243};    // bucket 20, shard 0
-constexpr CustomerId kThird{77777};   // bucket 53, shard 1
+constexpr CustomerId kHot{4242};     // bucket 44, shard 1
+constexpr CustomerId kOther{4243};   // bucket 20, shard 0
+constexpr CustomerId kThird{77777};  // bucket 53, shard 1
 
 class JobQueuePg : public ::testing::Test {
  protected:
@@ -105,8 +105,9 @@ TEST_F(JobQueuePg, AJobCommitsWithItsOrderOrNotAtAll) {
   {
     auto lease = resolver_->PoolFor(kHot).Acquire();
     pqxx::work tx{*lease};
-    tx.exec_params("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 10)",
-                   kHot, BucketOf(kHot), 9001);
+    tx.exec_params(
+        "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 10)", kHot,
+        BucketOf(kHot), 9001);
     EXPECT_EQ(queue.Enqueue(tx, {kHot, 1, "order_placed", "{}", 9001, 1, 0ms}), 44);
     tx.abort();  // the order fails: its job must vanish with it
   }
@@ -114,16 +115,18 @@ TEST_F(JobQueuePg, AJobCommitsWithItsOrderOrNotAtAll) {
   {
     auto lease = resolver_->PoolFor(kHot).Acquire();
     pqxx::work tx{*lease};
-    tx.exec_params("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 10)",
-                   kHot, BucketOf(kHot), 9002);
+    tx.exec_params(
+        "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 10)", kHot,
+        BucketOf(kHot), 9002);
     (void)queue.Enqueue(tx, {kHot, 2, "order_placed", "{}", 9002, 1, 0ms});
     tx.commit();
   }
   // On the customer's shard, in its bucket's partition, pending.
   auto lease = resolver_->Pool(resolver_->ShardFor(kHot)).Acquire();
   pqxx::nontransaction tx{*lease};
-  const auto row = tx.exec1("SELECT bucket, partition, state, fence, attempts, stream_key FROM shardkit_jobs "
-                            "WHERE queue = 'atomic' AND job_id = 2");
+  const auto row = tx.exec1(
+      "SELECT bucket, partition, state, fence, attempts, stream_key FROM shardkit_jobs "
+      "WHERE queue = 'atomic' AND job_id = 2");
   EXPECT_EQ(row[0].as<int>(), 44);
   EXPECT_EQ(row[1].as<int>(), 44);
   EXPECT_EQ(row[2].as<std::string>(), "pending");
@@ -259,8 +262,9 @@ TEST_F(JobQueuePg, AFrozenWorkersCompletionAfterTakeoverIsRefused) {
   // Each effect exactly once, by the new owner, under its fence.
   auto lease = resolver_->Pool(resolver_->ShardFor(kHot)).Acquire();
   pqxx::nontransaction tx{*lease};
-  const auto rows = tx.exec("SELECT notification_id, sent_by, count(*) OVER (PARTITION BY notification_id) "
-                            "FROM notification_log WHERE notification_id BETWEEN 70000 AND 70002");
+  const auto rows = tx.exec(
+      "SELECT notification_id, sent_by, count(*) OVER (PARTITION BY notification_id) "
+      "FROM notification_log WHERE notification_id BETWEEN 70000 AND 70002");
   ASSERT_EQ(rows.size(), 3U);
   for (const auto& r : rows) {
     EXPECT_EQ(r[1].as<std::string>(), "rescuer");
@@ -402,8 +406,8 @@ TEST_F(JobQueuePg, AStreamsEffectsNeverGoBackwards) {
   EXPECT_EQ(applied.size(), 3U);
   auto lease = resolver_->PoolFor(customer).Acquire();
   pqxx::nontransaction tx{*lease};
-  const auto row = tx.exec_params1("SELECT status, status_seq FROM order_tracking WHERE customer_id = $1 AND order_id = $2",
-                                   customer, order);
+  const auto row = tx.exec_params1(
+      "SELECT status, status_seq FROM order_tracking WHERE customer_id = $1 AND order_id = $2", customer, order);
   EXPECT_EQ(row[0].as<std::string>(), "delivered");
   EXPECT_EQ(row[1].as<int>(), 3);
   leases->Leave(Clock::now() + 1s);
@@ -436,9 +440,9 @@ TEST_F(JobQueuePg, FailingJobsAreRetriedThenDeadAndTheBacklogSaysSo) {
   EXPECT_EQ(b.done_recently, 1);
   auto lease = resolver_->PoolFor(kThird).Acquire();
   pqxx::nontransaction tx{*lease};
-  EXPECT_EQ(tx.exec1("SELECT last_error FROM shardkit_jobs WHERE queue = 'failing' AND job_id = 95000")[0]
-                .as<std::string>(),
-            "the mail server said no");
+  EXPECT_EQ(
+      tx.exec1("SELECT last_error FROM shardkit_jobs WHERE queue = 'failing' AND job_id = 95000")[0].as<std::string>(),
+      "the mail server said no");
   leases->Leave(Clock::now() + 1s);
 }
 

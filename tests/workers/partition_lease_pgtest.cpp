@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "shardkit/errors.hpp"
-#include "support/temporary_server.hpp"
 #include "support/short_leases.hpp"
+#include "support/temporary_server.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -80,7 +80,8 @@ TEST_F(PartitionLeasePg, FairShareConvergesForOneToEightWorkers) {
     const std::string group = "fair-" + std::to_string(n);
     std::vector<std::shared_ptr<PartitionLeases>> workers;
     // They arrive one by one, each ticking once as it joins.
-    for (int i = 0; i < n; ++i) workers.push_back(PartitionLeases::Join(Catalog(), Manual(group, "w" + std::to_string(i))));
+    for (int i = 0; i < n; ++i)
+      workers.push_back(PartitionLeases::Join(Catalog(), Manual(group, "w" + std::to_string(i))));
     bool converged = false;
     for (int round = 0; round < 200 && !converged; ++round) {
       for (auto& w : workers) (void)w->Tick();
@@ -333,8 +334,9 @@ TEST_F(PartitionLeasePg, CatalogUnreachableStopsTheWorkerBeforeItsLeasesEnd) {
   {
     pqxx::connection c{catalog.Dsn()};
     pqxx::nontransaction tx{c};
-    server_until_ms = tx.exec1("SELECT (extract(epoch FROM min(lease_until)) * 1000)::bigint "
-                               "FROM shardkit_partition_leases WHERE owner = 'lonely'")[0]
+    server_until_ms = tx.exec1(
+                            "SELECT (extract(epoch FROM min(lease_until)) * 1000)::bigint "
+                            "FROM shardkit_partition_leases WHERE owner = 'lonely'")[0]
                           .as<std::int64_t>();
   }
   catalog.Stop();

@@ -13,11 +13,11 @@
 #include <string>
 
 #include "commands.hpp"
-#include "shardkit/ids/bucketed_id.hpp"
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/ids/bucketed_id.hpp"
 #include "shardkit/ids/snowflake.hpp"
 #include "shardkit/ids/uuidv7.hpp"
+#include "shardkit/routing/directory.hpp"
 
 namespace {
 
@@ -67,10 +67,14 @@ void PrintIds(int count, bool json, Next next) {
 
 std::string VariantName(shardkit::UuidVariant variant) {
   switch (variant) {
-    case shardkit::UuidVariant::kNcs: return "NCS (0xx)";
-    case shardkit::UuidVariant::kRfc9562: return "RFC 9562 (10x)";
-    case shardkit::UuidVariant::kMicrosoft: return "Microsoft (110)";
-    case shardkit::UuidVariant::kFuture: return "reserved (111)";
+    case shardkit::UuidVariant::kNcs:
+      return "NCS (0xx)";
+    case shardkit::UuidVariant::kRfc9562:
+      return "RFC 9562 (10x)";
+    case shardkit::UuidVariant::kMicrosoft:
+      return "Microsoft (110)";
+    case shardkit::UuidVariant::kFuture:
+      return "reserved (111)";
   }
   return "?";
 }
@@ -100,8 +104,8 @@ void DecodeUuid(const std::string& text, bool json) {
   const shardkit::Uuid id = shardkit::Uuid::Parse(text);
   const auto unix_ms = id.Uuidv7UnixMs();
   if (json) {
-    nlohmann::json out{{"kind", "uuid"}, {"uuid", id.ToString()}, {"version", id.Version()},
-                       {"variant", VariantName(id.Variant())}};
+    nlohmann::json out{
+        {"kind", "uuid"}, {"uuid", id.ToString()}, {"version", id.Version()}, {"variant", VariantName(id.Variant())}};
     if (unix_ms) {
       out["time"] = shardkit::FormatUnixMsUtc(*unix_ms);
       out["unix_ms"] = *unix_ms;
@@ -129,10 +133,14 @@ void DecodeInteger(const DecodeOptions& o, bool json) {
     std::optional<shardkit::ShardId> shard;
     if (o.shards > 0) shard = shardkit::ShardOfId(shardkit::BucketDirectory::EvenSplit(o.shards), id);
     if (json) {
-      nlohmann::json out{{"kind", "bucketed"}, {"id", id},          {"epoch", epoch},
+      nlohmann::json out{{"kind", "bucketed"},
+                         {"id", id},
+                         {"epoch", epoch},
                          {"time", shardkit::FormatUnixMsUtc(parts.unix_ms)},
-                         {"unix_ms", parts.unix_ms}, {"bucket", parts.bucket},
-                         {"worker", parts.worker_id}, {"sequence", parts.sequence}};
+                         {"unix_ms", parts.unix_ms},
+                         {"bucket", parts.bucket},
+                         {"worker", parts.worker_id},
+                         {"sequence", parts.sequence}};
       if (shard) out["shard"] = *shard;
       fmt::print("{}\n", out.dump(2));
       return;
@@ -149,9 +157,12 @@ void DecodeInteger(const DecodeOptions& o, bool json) {
   }
   const auto parts = shardkit::DecodeSnowflake(id, o.epoch_ms);
   if (json) {
-    nlohmann::json out{{"kind", "snowflake"}, {"id", id},          {"epoch", epoch},
+    nlohmann::json out{{"kind", "snowflake"},
+                       {"id", id},
+                       {"epoch", epoch},
                        {"time", shardkit::FormatUnixMsUtc(parts.unix_ms)},
-                       {"unix_ms", parts.unix_ms}, {"worker", parts.worker_id},
+                       {"unix_ms", parts.unix_ms},
+                       {"worker", parts.worker_id},
                        {"sequence", parts.sequence}};
     fmt::print("{}\n", out.dump(2));
     return;
@@ -165,8 +176,7 @@ void DecodeInteger(const DecodeOptions& o, bool json) {
 }
 
 void AddCountOption(CLI::App* command, int& count) {
-  command->add_option("-n,--count", count, "how many IDs to print, one a line")
-      ->check(CLI::Range(1, kMaxCount));
+  command->add_option("-n,--count", count, "how many IDs to print, one a line")->check(CLI::Range(1, kMaxCount));
 }
 
 void AddEpochOption(CLI::App* command, std::int64_t& epoch_ms) {
@@ -234,14 +244,16 @@ void AddIdCommands(CLI::App& app) {
   });
 
   auto* decode = id->add_subcommand(
-      "decode", "print the parts of an ID: a UUID, or a 64-bit Snowflake/bucketed ID (time, worker or bucket, sequence)");
+      "decode",
+      "print the parts of an ID: a UUID, or a 64-bit Snowflake/bucketed ID (time, worker or bucket, sequence)");
   auto decode_options = std::make_shared<DecodeOptions>();
   decode->add_option("id", decode_options->id, "a UUID (any common text form) or a 64-bit integer ID")->required();
   decode->add_option("--layout", decode_options->layout, "how to read an integer ID (default snowflake)")
       ->check(CLI::IsMember({"snowflake", "bucketed"}));
   AddEpochOption(decode, decode_options->epoch_ms);
-  decode->add_option("--shards", decode_options->shards,
-                     "with --layout bucketed: also print the shard under an even split over N shards")
+  decode
+      ->add_option("--shards", decode_options->shards,
+                   "with --layout bucketed: also print the shard under an even split over N shards")
       ->check(CLI::Range(1, shardkit::kBucketCount));
   decode->add_flag("--json", decode_options->json, "print the parts as JSON");
   decode->final_callback([root, decode_options] {

@@ -15,7 +15,9 @@ namespace {
 
 using shardkit::MigrationState;
 
-std::string Version(int v) { return fmt::format("{:03}", v); }
+std::string Version(int v) {
+  return fmt::format("{:03}", v);
+}
 
 std::string Cell(const shardkit::MigrationStatus& status, std::size_t server, const shardkit::Migration& m) {
   const MigrationState state = status.State(server, m.version);
@@ -51,8 +53,13 @@ nlohmann::json StatusJson(const shardkit::MigrationStatus& status, const std::st
   for (const auto& m : set.All()) {
     nlohmann::json targets = nlohmann::json::array();
     for (const auto role : m.targets) targets.push_back(std::string(shardkit::RoleName(role)));
-    migrations.push_back({{"version", m.version}, {"name", m.name}, {"file", m.file_name}, {"targets", targets},
-                          {"transactional", m.transactional}, {"steps", m.steps.size()}, {"checksum", m.checksum},
+    migrations.push_back({{"version", m.version},
+                          {"name", m.name},
+                          {"file", m.file_name},
+                          {"targets", targets},
+                          {"transactional", m.transactional},
+                          {"steps", m.steps.size()},
+                          {"checksum", m.checksum},
                           {"partial", status.Partial(m.version)}});
   }
   nlohmann::json servers = nlohmann::json::array();
@@ -75,7 +82,9 @@ nlohmann::json StatusJson(const shardkit::MigrationStatus& status, const std::st
     }
     nlohmann::json invalid = nlohmann::json::array();
     for (const auto& index : server.invalid_indexes) {
-      invalid.push_back({{"schema", index.schema}, {"index", index.index}, {"table", index.table},
+      invalid.push_back({{"schema", index.schema},
+                         {"index", index.index},
+                         {"table", index.table},
                          {"being_built", index.being_built}});
     }
     const auto version = status.VersionOf(s);
@@ -103,7 +112,8 @@ void PrintStatus(const shardkit::MigrationStatus& status, const std::string& whe
   const auto& servers = status.Servers();
   fmt::print("migrations {}: {} files, latest version {}\n", where, set.All().size(), Version(set.LatestVersion()));
   std::string roles;
-  for (const auto& s : servers) roles += fmt::format("{}{} ({})", roles.empty() ? "" : ", ", s.server.name, s.server.RoleList());
+  for (const auto& s : servers)
+    roles += fmt::format("{}{} ({})", roles.empty() ? "" : ", ", s.server.name, s.server.RoleList());
   fmt::print("servers    {}\n\n", roles);
 
   std::size_t file_width = 4, target_width = 7;
@@ -131,7 +141,11 @@ void PrintStatus(const shardkit::MigrationStatus& status, const std::string& whe
   std::string versions = fmt::format("{:<{}}  {:<{}}", "schema version", file_width, "", target_width);
   for (std::size_t s = 0; s < servers.size(); ++s) {
     const auto v = status.VersionOf(s);
-    versions += fmt::format("  {:<{}}", !servers[s].reachable ? std::string("?") : v ? Version(*v) : std::string("gaps"), width[s]);
+    versions += fmt::format("  {:<{}}",
+                            !servers[s].reachable ? std::string("?")
+                            : v                   ? Version(*v)
+                                                  : std::string("gaps"),
+                            width[s]);
   }
   while (!versions.empty() && versions.back() == ' ') versions.pop_back();
   fmt::print("{}\n", versions);
@@ -161,13 +175,17 @@ void PrintStatus(const shardkit::MigrationStatus& status, const std::string& whe
 nlohmann::json ReportJson(const shardkit::MigrationReport& report, const std::string& where) {
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : report.applied) {
-    steps.push_back({{"server", s.server}, {"version", s.version}, {"ok", s.ok},
-                     {"elapsed_ms", static_cast<double>(s.elapsed.count()) / 1000.0}, {"error", s.error}});
+    steps.push_back({{"server", s.server},
+                     {"version", s.version},
+                     {"ok", s.ok},
+                     {"elapsed_ms", static_cast<double>(s.elapsed.count()) / 1000.0},
+                     {"error", s.error}});
   }
   nlohmann::json plan = nlohmann::json::object();
   for (const auto& [server, versions] : report.plan) plan[server] = versions;
-  return {{"sql_dir", where},          {"dry_run", report.dry_run}, {"ok", report.Ok()},
-          {"plan", plan},              {"applied", steps},          {"left_behind", report.left_behind},
+  return {{"sql_dir", where},          {"dry_run", report.dry_run},
+          {"ok", report.Ok()},         {"plan", plan},
+          {"applied", steps},          {"left_behind", report.left_behind},
           {"stopped", report.stopped}, {"elapsed_ms", static_cast<double>(report.elapsed.count()) / 1000.0}};
 }
 
@@ -195,20 +213,23 @@ std::vector<shardkit::MigrationServer> Servers(const CliContext& context, const 
 
 void AddMigrateCommands(CLI::App& app, CliContext& context) {
   auto* migrate = app.add_subcommand(
-      "migrate", "apply the missing schema migrations (sql/NNN_name.sql) to every shard, the reference server and the "
-                 "catalog; `migrate status` shows the server x version matrix");
+      "migrate",
+      "apply the missing schema migrations (sql/NNN_name.sql) to every shard, the reference server and the "
+      "catalog; `migrate status` shows the server x version matrix");
   migrate->require_subcommand(0, 1);
   auto to = std::make_shared<std::optional<int>>();
   auto dry_run = std::make_shared<bool>(false);
   auto lock_timeout_s = std::make_shared<double>(30.0);
   migrate->add_option("--to", *to, "apply up to this version only");
   migrate->add_flag("--dry-run", *dry_run, "say what would be applied where; change nothing");
-  migrate->add_option("--lock-timeout", *lock_timeout_s,
-                      "seconds to wait for another migrator's lock on a server (default 30)")
+  migrate
+      ->add_option("--lock-timeout", *lock_timeout_s,
+                   "seconds to wait for another migrator's lock on a server (default 30)")
       ->check(CLI::Range(0.0, 86400.0));
   auto* status_cmd = migrate->add_subcommand(
-      "status", "the server x version matrix: applied, pending, failed, changed files, INVALID indexes; exit 1 "
-                "unless every server is at one version");
+      "status",
+      "the server x version matrix: applied, pending, failed, changed files, INVALID indexes; exit 1 "
+      "unless every server is at one version");
 
   status_cmd->final_callback([&context] {
     std::string where;
@@ -276,12 +297,13 @@ void AddMigrateCommands(CLI::App& app, CliContext& context) {
       std::string why;
       for (const auto& left : report.left_behind) why += "\n  " + left;
       for (const auto& step : report.applied) {
-        if (!step.ok) why += fmt::format("\n  {}: {} failed: {}", step.server, set.Find(step.version)->file_name, step.error);
+        if (!step.ok)
+          why += fmt::format("\n  {}: {} failed: {}", step.server, set.Find(step.version)->file_name, step.error);
       }
-      throw shardkit::MigrationError(
-          fmt::format("not every server was migrated{}{}\nrun shardctl migrate again once resolved; "
-                      "shardctl migrate status shows where each server is",
-                      why, report.stopped ? "\n  (stopped after the failed version: no server started a later one)" : ""));
+      throw shardkit::MigrationError(fmt::format(
+          "not every server was migrated{}{}\nrun shardctl migrate again once resolved; "
+          "shardctl migrate status shows where each server is",
+          why, report.stopped ? "\n  (stopped after the failed version: no server started a later one)" : ""));
     }
   });
 }

@@ -18,8 +18,8 @@
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/resharding/move.hpp"
-#include "shardkit/routing/ownership.hpp"
 #include "shardkit/resharding/rebalance.hpp"
+#include "shardkit/routing/ownership.hpp"
 #include "shardkit/routing/resolver.hpp"
 
 namespace {
@@ -52,27 +52,30 @@ struct MoveFlags {
   }
 };
 
-std::string Opt(const std::optional<double>& v) { return v ? fmt::format("{:.1f}", *v) : "-"; }
+std::string Opt(const std::optional<double>& v) {
+  return v ? fmt::format("{:.1f}", *v) : "-";
+}
 
 nlohmann::json RecordJson(const MoveRecord& r) {
-  nlohmann::json j = {{"move_id", r.move_id},
-                      {"bucket", r.bucket},
-                      {"source", r.source},
-                      {"target", r.target},
-                      {"state", std::string(shardkit::MoveStateName(r.state))},
-                      {"live", shardkit::IsLive(r.state)},
-                      {"token", r.token},
-                      {"requested_by", r.requested_by},
-                      {"created_at", r.created_at},
-                      {"updated_at", r.updated_at},
-                      {"finished_at", r.finished_at.empty() ? nlohmann::json() : nlohmann::json(r.finished_at)},
-                      {"rows_copied", r.rows_copied},
-                      {"rows_deleted", r.rows_deleted},
-                      {"copy_ms", r.copy_ms ? nlohmann::json(*r.copy_ms) : nlohmann::json()},
-                      {"stall_ms", r.stall_ms ? nlohmann::json(*r.stall_ms) : nlohmann::json()},
-                      {"directory_version", r.directory_version ? nlohmann::json(*r.directory_version) : nlohmann::json()},
-                      {"plan_id", r.plan_id ? nlohmann::json(*r.plan_id) : nlohmann::json()},
-                      {"error", r.error.empty() ? nlohmann::json() : nlohmann::json(r.error)}};
+  nlohmann::json j = {
+      {"move_id", r.move_id},
+      {"bucket", r.bucket},
+      {"source", r.source},
+      {"target", r.target},
+      {"state", std::string(shardkit::MoveStateName(r.state))},
+      {"live", shardkit::IsLive(r.state)},
+      {"token", r.token},
+      {"requested_by", r.requested_by},
+      {"created_at", r.created_at},
+      {"updated_at", r.updated_at},
+      {"finished_at", r.finished_at.empty() ? nlohmann::json() : nlohmann::json(r.finished_at)},
+      {"rows_copied", r.rows_copied},
+      {"rows_deleted", r.rows_deleted},
+      {"copy_ms", r.copy_ms ? nlohmann::json(*r.copy_ms) : nlohmann::json()},
+      {"stall_ms", r.stall_ms ? nlohmann::json(*r.stall_ms) : nlohmann::json()},
+      {"directory_version", r.directory_version ? nlohmann::json(*r.directory_version) : nlohmann::json()},
+      {"plan_id", r.plan_id ? nlohmann::json(*r.plan_id) : nlohmann::json()},
+      {"error", r.error.empty() ? nlohmann::json() : nlohmann::json(r.error)}};
   return j;
 }
 
@@ -134,8 +137,8 @@ std::vector<ShardId> ParseShardList(const std::string& text, int shard_count) {
       value = -1;
     }
     if (value < 0 || value >= shard_count) {
-      throw CLI::ValidationError("--shards", fmt::format("'{}' is not a shard of this cluster (0..{})", part,
-                                                         shard_count - 1));
+      throw CLI::ValidationError("--shards",
+                                 fmt::format("'{}' is not a shard of this cluster (0..{})", part, shard_count - 1));
     }
     shards.push_back(ShardId{value});
     at = end + 1;
@@ -345,12 +348,14 @@ void AddMoveCommands(CLI::App& app, CliContext& context) {
                    r.rows_copied, Opt(r.copy_ms), Opt(r.stall_ms));
       }
       for (const auto& f : report.failures) fmt::print("FAILED {}\n", f);
-      for (const auto& m : report.not_started) fmt::print("not started: bucket {} shard {} -> {}\n", m.bucket, m.from, m.to);
+      for (const auto& m : report.not_started)
+        fmt::print("not started: bucket {} shard {} -> {}\n", m.bucket, m.from, m.to);
     }
     if (!report.Ok()) {
-      throw shardkit::MoveError(fmt::format("the rebalance stopped: {} of {} moves failed, {} not started (shardctl "
-                                            "moves --live shows what to resume or abort)",
-                                            report.failures.size(), plan.moves.size(), report.not_started.size()));
+      throw shardkit::MoveError(
+          fmt::format("the rebalance stopped: {} of {} moves failed, {} not started (shardctl "
+                      "moves --live shows what to resume or abort)",
+                      report.failures.size(), plan.moves.size(), report.not_started.size()));
     }
   });
 }

@@ -9,14 +9,15 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/schema/migrate.hpp"
 #include "shardkit/routing/ownership.hpp"
 #include "shardkit/routing/resolver.hpp"
+#include "shardkit/schema/migrate.hpp"
 
 void AddShardsEnrollCommand(CLI::App& shards, CliContext& context) {
   auto* enroll = shards.add_subcommand(
-      "enroll", "make every shard own (and fence) the buckets the catalog's directory gives it, and register it in "
-                "the catalog; idempotent");
+      "enroll",
+      "make every shard own (and fence) the buckets the catalog's directory gives it, and register it in "
+      "the catalog; idempotent");
   auto replace = std::make_shared<bool>(false);
   auto skip_migrations = std::make_shared<bool>(false);
   enroll->add_flag("--replace", *replace,
@@ -25,9 +26,8 @@ void AddShardsEnrollCommand(CLI::App& shards, CliContext& context) {
   enroll->final_callback([&context, replace, skip_migrations] {
     const auto config = context.LoadConfig();
     if (!config.catalog_dsn) {
-      throw shardkit::ConfigError("catalog.dsn",
-                                  fmt::format("{} has no [catalog] dsn: the directory to enroll by lives there",
-                                              config.origin));
+      throw shardkit::ConfigError(
+          "catalog.dsn", fmt::format("{} has no [catalog] dsn: the directory to enroll by lives there", config.origin));
     }
     if (!*skip_migrations) {
       // A shard receives buckets only at the current schema version.
@@ -50,9 +50,10 @@ void AddShardsEnrollCommand(CLI::App& shards, CliContext& context) {
 }
 
 void AddOwnershipCommand(CLI::App& app, CliContext& context) {
-  auto* ownership = app.add_subcommand(
-      "ownership", "what each shard owns, receives or gave away, against the catalog's directory; exit 1 on a "
-                   "mismatch that no live move explains");
+  auto* ownership =
+      app.add_subcommand("ownership",
+                         "what each shard owns, receives or gave away, against the catalog's directory; exit 1 on a "
+                         "mismatch that no live move explains");
   ownership->final_callback([&context] {
     const auto config = context.LoadConfig();
     const shardkit::BucketDirectory directory = shardkit::LoadCatalogDirectory(config);
@@ -67,7 +68,8 @@ void AddOwnershipCommand(CLI::App& app, CliContext& context) {
         pqxx::connection c{shardkit::WithConnectTimeout(shard.dsn, config.pool.connect_timeout)};
         own = shardkit::ReadOwnership(c);
       } catch (const std::exception& e) {
-        problems.push_back(fmt::format("shard {} ({}) is unreachable: {}", s, shard.name, shardkit::RedactDsn(e.what())));
+        problems.push_back(
+            fmt::format("shard {} ({}) is unreachable: {}", s, shard.name, shardkit::RedactDsn(e.what())));
         continue;
       }
       const shardkit::BucketSet wanted = shardkit::BucketSet::Of(directory, s);
@@ -83,9 +85,10 @@ void AddOwnershipCommand(CLI::App& app, CliContext& context) {
                                        owned.Ranges(), wanted.Ranges()));
       }
       if (const shardkit::BucketSet stray(own.fast_path.Bits() & ~owned.Bits()); !stray.Empty()) {
-        problems.push_back(fmt::format("shard {} ({}): the fence's fast path admits buckets {} it does not own; run "
-                                       "SELECT shardkit_fence_sync() on it",
-                                       s, shard.name, stray.Ranges()));
+        problems.push_back(
+            fmt::format("shard {} ({}): the fence's fast path admits buckets {} it does not own; run "
+                        "SELECT shardkit_fence_sync() on it",
+                        s, shard.name, stray.Ranges()));
       }
       nlohmann::json buckets = nlohmann::json::array();
       for (const auto& b : own.buckets) {

@@ -43,13 +43,16 @@ std::vector<std::int64_t> ClusterKeys(const CliContext& context, int limit) {
   std::sort(keys.begin(), keys.end());
   if (static_cast<int>(keys.size()) > limit) keys.resize(static_cast<std::size_t>(limit));
   if (keys.empty()) {
-    throw shardkit::Error("placement-sim --from-cluster: the shards hold no customers; load the lab data "
-                          "(lab/run load) or leave out --from-cluster");
+    throw shardkit::Error(
+        "placement-sim --from-cluster: the shards hold no customers; load the lab data "
+        "(lab/run load) or leave out --from-cluster");
   }
   return keys;
 }
 
-std::string Ratio(double r) { return std::isinf(r) ? "inf (a node gets nothing)" : fmt::format("{:.2f}", r); }
+std::string Ratio(double r) {
+  return std::isinf(r) ? "inf (a node gets nothing)" : fmt::format("{:.2f}", r);
+}
 
 }  // namespace
 
@@ -82,7 +85,10 @@ void AddPlacementCommand(CLI::App& app, CliContext& context) {
     }
     const auto rows = shardkit::SimulatePlacement(o);
     if (context.json) {
-      nlohmann::json out = {{"nodes", o.nodes}, {"add", o.add}, {"keys", o.keys.size()}, {"source", source},
+      nlohmann::json out = {{"nodes", o.nodes},
+                            {"add", o.add},
+                            {"keys", o.keys.size()},
+                            {"source", source},
                             {"strategies", nlohmann::json::array()}};
       for (const auto& r : rows) {
         auto finite = [](double v) { return std::isinf(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
@@ -101,8 +107,8 @@ void AddPlacementCommand(CLI::App& app, CliContext& context) {
     fmt::print("placing {} on {} nodes, then on {} ({} added)\n\n", source, o.nodes, o.nodes + o.add, o.add);
     std::size_t width = 8;
     for (const auto& r : rows) width = std::max(width, r.Label().size());
-    fmt::print("  {:<{}}  {:>10}  {:>10}  {:>14}  {:>14}\n", "strategy", width, "keys moved", "theory", "max/min before",
-               "max/min after");
+    fmt::print("  {:<{}}  {:>10}  {:>10}  {:>14}  {:>14}\n", "strategy", width, "keys moved", "theory",
+               "max/min before", "max/min after");
     for (const auto& r : rows) {
       fmt::print("  {:<{}}  {:>9.1f}%  {:>9.1f}%  {:>14}  {:>14}\n", r.Label(), width, r.moved_fraction * 100,
                  r.expected_moved * 100, Ratio(r.max_min_before), Ratio(r.max_min_after));
@@ -113,10 +119,11 @@ void AddPlacementCommand(CLI::App& app, CliContext& context) {
     fmt::print("\nmodulo moves almost everyone; a ring with one point per node is lumpy, with {} it evens out;\n",
                args->vnodes);
     if (table != rows.end()) {
-      fmt::print("the bucket directory moves only the {} of {} buckets the new node{} take{} (the fewest possible),\n"
-                 "and its table says where everything is.\n",
-                 static_cast<int>(std::lround(table->expected_moved * shardkit::kBucketCount)), shardkit::kBucketCount,
-                 o.add == 1 ? "" : "s", o.add == 1 ? "s" : "");
+      fmt::print(
+          "the bucket directory moves only the {} of {} buckets the new node{} take{} (the fewest possible),\n"
+          "and its table says where everything is.\n",
+          static_cast<int>(std::lround(table->expected_moved * shardkit::kBucketCount)), shardkit::kBucketCount,
+          o.add == 1 ? "" : "s", o.add == 1 ? "s" : "");
     }
   });
 }

@@ -23,9 +23,9 @@ shardkit::CustomerId ParseCustomerId(const std::string& text) {
   const auto* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, id);
   if (ec != std::errc{} || ptr != end) {
-    throw CLI::ValidationError("customer_id",
-                               fmt::format("'{}' is not a customer id (expected an integer from {} to {})", text,
-                                           INT32_MIN, INT32_MAX));
+    throw CLI::ValidationError(
+        "customer_id",
+        fmt::format("'{}' is not a customer id (expected an integer from {} to {})", text, INT32_MIN, INT32_MAX));
   }
   return shardkit::CustomerId{id};
 }
@@ -56,8 +56,7 @@ void AddRouteCommands(CLI::App& app, CliContext& context) {
   auto ids = std::make_shared<std::vector<std::string>>();
   auto shards = std::make_shared<int>(0);
   route->add_option("customer_id", *ids, "one or more customer ids")->required();
-  route->add_option("--shards", *shards,
-                    "route with an even split over N shards instead of the configured directory")
+  route->add_option("--shards", *shards, "route with an even split over N shards instead of the configured directory")
       ->check(CLI::Range(1, shardkit::kBucketCount));
   route->final_callback([&context, ids, shards] {
     std::vector<shardkit::CustomerId> customers;
@@ -68,8 +67,8 @@ void AddRouteCommands(CLI::App& app, CliContext& context) {
       const shardkit::BucketId bucket = shardkit::BucketOf(id);
       const shardkit::ShardId shard = directory.ShardFor(id);
       if (context.json) {
-        out.push_back({{"customer_id", id}, {"bucket", bucket}, {"shard", shard},
-                       {"directory_version", directory.Version()}});
+        out.push_back(
+            {{"customer_id", id}, {"bucket", bucket}, {"shard", shard}, {"directory_version", directory.Version()}});
       } else {
         fmt::print("customer {}: bucket {}, shard {}\n", id, bucket, shard);
       }
@@ -100,11 +99,15 @@ void AddRouteCommands(CLI::App& app, CliContext& context) {
     if (context.json) {
       nlohmann::json rows = nlohmann::json::array();
       for (const auto& row : orders) {
-        rows.push_back({{"order_id", row[0].as<std::int64_t>()}, {"ordered_at", row[1].c_str()},
-                        {"total", row[2].c_str()}});
+        rows.push_back(
+            {{"order_id", row[0].as<std::int64_t>()}, {"ordered_at", row[1].c_str()}, {"total", row[2].c_str()}});
       }
-      fmt::print("{}\n", nlohmann::json{{"customer_id", id}, {"bucket", bucket}, {"shard", shard},
-                                        {"orders", orders.size()}, {"elapsed_ms", ms}, {"rows", rows}}
+      fmt::print("{}\n", nlohmann::json{{"customer_id", id},
+                                        {"bucket", bucket},
+                                        {"shard", shard},
+                                        {"orders", orders.size()},
+                                        {"elapsed_ms", ms},
+                                        {"rows", rows}}
                              .dump(2));
       return;
     }

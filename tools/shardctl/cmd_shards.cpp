@@ -78,10 +78,15 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
                                  {"server_version", probe.server_version},
                                  {"error", probe.error},
                                  {"pool",
-                                  {{"max_size", stats.max_size}, {"in_use", stats.in_use}, {"idle", stats.idle},
-                                   {"acquired", stats.acquired}, {"waited", stats.waited},
-                                   {"timeouts", stats.timeouts}, {"rejected", stats.rejected},
-                                   {"connects", stats.connects}, {"connect_failures", stats.connect_failures},
+                                  {{"max_size", stats.max_size},
+                                   {"in_use", stats.in_use},
+                                   {"idle", stats.idle},
+                                   {"acquired", stats.acquired},
+                                   {"waited", stats.waited},
+                                   {"timeouts", stats.timeouts},
+                                   {"rejected", stats.rejected},
+                                   {"connects", stats.connects},
+                                   {"connect_failures", stats.connect_failures},
                                    {"broken", stats.broken},
                                    {"discarded_in_transaction", stats.discarded_in_transaction},
                                    {"discarded_changed_session", stats.discarded_changed_session}}}});
@@ -94,10 +99,11 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
       } else {
         fmt::print("  reachable  NO ({:.1f} ms): {}\n", probe.ms, probe.error);
       }
-      fmt::print("  pool       max {} | in use {} | idle {} | acquired {} | waited {} | timeouts {} | "
-                 "connects {} | connect failures {} | broken {}\n",
-                 stats.max_size, stats.in_use, stats.idle, stats.acquired, stats.waited, stats.timeouts,
-                 stats.connects, stats.connect_failures, stats.broken);
+      fmt::print(
+          "  pool       max {} | in use {} | idle {} | acquired {} | waited {} | timeouts {} | "
+          "connects {} | connect failures {} | broken {}\n",
+          stats.max_size, stats.in_use, stats.idle, stats.acquired, stats.waited, stats.timeouts, stats.connects,
+          stats.connect_failures, stats.broken);
     }
     if (context.json) fmt::print("{}\n", out.dump(2));
     if (!all_reachable) throw shardkit::Error("one or more shards are unreachable (see above)");

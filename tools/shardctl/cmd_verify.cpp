@@ -90,9 +90,10 @@ nlohmann::json ReportJson(const shardkit::VerifyReport& report, const std::strin
 
 void AddVerifyCommand(CLI::App& app, CliContext& context) {
   auto* verify = app.add_subcommand(
-      "verify", "check the cluster against its directory: rows on the shard their bucket maps to, bucket = "
-                "bucket_of(customer_id), no orphans, reference tables identical, one migration version; exit 1 on "
-                "any finding");
+      "verify",
+      "check the cluster against its directory: rows on the shard their bucket maps to, bucket = "
+      "bucket_of(customer_id), no orphans, reference tables identical, one migration version; exit 1 on "
+      "any finding");
   auto reference_tables = std::make_shared<std::vector<std::string>>();
   auto no_migrations = std::make_shared<bool>(false);
   verify->add_option("--reference-table", *reference_tables,
@@ -139,13 +140,15 @@ void AddVerifyCommand(CLI::App& app, CliContext& context) {
         fmt::print("{}  {:.2f} s\n", line, static_cast<double>(s.elapsed.count()) / 1e6);
       }
       if (report.Ok()) {
-        fmt::print("verify: clean: every row on the shard its bucket maps to, buckets right, {} identical on every "
-                   "shard{}{} ({:.2f} s)\n",
-                   refs.empty() ? "no reference tables" : refs,
-                   report.schema_version ? fmt::format(", every server at schema version {:03}", *report.schema_version)
-                                         : std::string(),
-                   config.reference_dsn && !options.mirrored_tables.empty() ? ", bucket counts equal the reference server's" : "",
-                   static_cast<double>(report.elapsed.count()) / 1e6);
+        fmt::print(
+            "verify: clean: every row on the shard its bucket maps to, buckets right, {} identical on every "
+            "shard{}{} ({:.2f} s)\n",
+            refs.empty() ? "no reference tables" : refs,
+            report.schema_version ? fmt::format(", every server at schema version {:03}", *report.schema_version)
+                                  : std::string(),
+            config.reference_dsn && !options.mirrored_tables.empty() ? ", bucket counts equal the reference server's"
+                                                                     : "",
+            static_cast<double>(report.elapsed.count()) / 1e6);
       } else {
         fmt::print("findings:\n");
         for (const auto& f : report.findings) fmt::print("  [{}] {}\n", shardkit::FindingName(f.kind), f.detail);
@@ -153,6 +156,7 @@ void AddVerifyCommand(CLI::App& app, CliContext& context) {
                    static_cast<double>(report.elapsed.count()) / 1e6);
       }
     }
-    if (!report.Ok()) throw shardkit::Error(fmt::format("verify found {} problem(s) (see above)", report.findings.size()));
+    if (!report.Ok())
+      throw shardkit::Error(fmt::format("verify found {} problem(s) (see above)", report.findings.size()));
   });
 }

@@ -14,9 +14,9 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/routing/resolver.hpp"
 #include "shardkit/workers/job_queue.hpp"
 #include "shardkit/workers/partition_lease.hpp"
-#include "shardkit/routing/resolver.hpp"
 
 namespace {
 
@@ -42,13 +42,16 @@ std::string Ranges(const std::vector<int>& values) {
   return text.empty() ? "-" : text;
 }
 
-std::string Seconds(double s) { return fmt::format("{:.1f} s", s); }
+std::string Seconds(double s) {
+  return fmt::format("{:.1f} s", s);
+}
 
 }  // namespace
 
 void AddWorkersCommand(CLI::App& app, CliContext& context) {
-  auto* workers = app.add_subcommand("workers", "show worker groups: live workers, their partitions and leases, "
-                                                "per-partition backlog and throughput");
+  auto* workers = app.add_subcommand("workers",
+                                     "show worker groups: live workers, their partitions and leases, "
+                                     "per-partition backlog and throughput");
   auto group = std::make_shared<std::string>();
   auto window = std::make_shared<int>(60);
   workers->add_option("--group", *group, "only this worker group (a job queue's name)");
@@ -67,16 +70,16 @@ void AddWorkersCommand(CLI::App& app, CliContext& context) {
                                              shardkit::RedactDsn(e.what())));
     }
     if (groups.empty() && !group->empty()) {
-      throw shardkit::Error(fmt::format("no worker group '{}' in the catalog (groups appear when their first "
-                                        "worker joins)",
-                                        *group));
+      throw shardkit::Error(
+          fmt::format("no worker group '{}' in the catalog (groups appear when their first "
+                      "worker joins)",
+                      *group));
     }
     auto resolver = shardkit::BucketShardResolver::FromConfig(config);
     nlohmann::json out = nlohmann::json::array();
     if (groups.empty() && !context.json) fmt::print("no worker groups in the catalog yet\n");
     for (const auto& g : groups) {
-      const auto backlog =
-          shardkit::ReadBacklog(*resolver, g.group, g.partition_count, std::chrono::seconds(*window));
+      const auto backlog = shardkit::ReadBacklog(*resolver, g.group, g.partition_count, std::chrono::seconds(*window));
       std::map<std::string, std::vector<int>> held;
       std::map<std::string, std::int64_t> pending_of, done_of;
       for (const auto& p : g.partitions) {
@@ -89,9 +92,9 @@ void AddWorkersCommand(CLI::App& app, CliContext& context) {
       int live = 0;
       for (const auto& w : g.workers) live += w.live ? 1 : 0;
       if (context.json) {
-        nlohmann::json j = {{"group", g.group}, {"partition_count", g.partition_count}, {"live_workers", live},
-                            {"window_s", *window}, {"workers", nlohmann::json::array()},
-                            {"partitions", nlohmann::json::array()}};
+        nlohmann::json j = {
+            {"group", g.group},    {"partition_count", g.partition_count}, {"live_workers", live},
+            {"window_s", *window}, {"workers", nlohmann::json::array()},   {"partitions", nlohmann::json::array()}};
         for (const auto& w : g.workers) {
           j["workers"].push_back({{"owner", w.owner},
                                   {"live", w.live},
@@ -130,19 +133,19 @@ void AddWorkersCommand(CLI::App& app, CliContext& context) {
       for (const auto& p : g.partitions) {
         if (!p.owner || p.expired) unowned.push_back(p.partition);
       }
-      if (!unowned.empty()) fmt::print("  {:<28} {:>9} {:>11} {:>5} {:>8} {:>8}  {}\n", "(unowned)", "", "",
-                                       unowned.size(), "", "", Ranges(unowned));
+      if (!unowned.empty())
+        fmt::print("  {:<28} {:>9} {:>11} {:>5} {:>8} {:>8}  {}\n", "(unowned)", "", "", unowned.size(), "", "",
+                   Ranges(unowned));
       fmt::print("\n  per partition (done/s over the last {} s):\n", *window);
-      fmt::print("  {:>9}  {:<28} {:>7} {:>9} {:>10} {:>8} {:>7} {:>5} {:>7} {:>14}\n", "partition", "owner",
-                 "version", "lease age", "lease left", "pending", "running", "dead", "done/s", "oldest pending");
+      fmt::print("  {:>9}  {:<28} {:>7} {:>9} {:>10} {:>8} {:>7} {:>5} {:>7} {:>14}\n", "partition", "owner", "version",
+                 "lease age", "lease left", "pending", "running", "dead", "done/s", "oldest pending");
       for (const auto& p : g.partitions) {
         const auto& b = backlog[static_cast<std::size_t>(p.partition)];
         fmt::print("  {:>9}  {:<28} {:>7} {:>9} {:>10} {:>8} {:>7} {:>5} {:>7.1f} {:>14}\n", p.partition,
                    p.owner && !p.expired ? *p.owner : "-", p.version,
                    p.lease_age_s && p.owner ? Seconds(*p.lease_age_s) : "-",
                    p.owner && !p.expired ? Seconds(p.lease_remaining_s) : "-", b.pending, b.running, b.dead,
-                   static_cast<double>(b.done_recently) / *window,
-                   b.pending > 0 ? Seconds(b.oldest_pending_s) : "-");
+                   static_cast<double>(b.done_recently) / *window, b.pending > 0 ? Seconds(b.oldest_pending_s) : "-");
       }
       fmt::print("\n");
     }

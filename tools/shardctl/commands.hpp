@@ -28,13 +28,13 @@ struct CliContext {
   [[nodiscard]] shardkit::MigrationSet LoadMigrations(std::string& where) const;
 };
 
-void AddRouteCommands(CLI::App& app, CliContext& context);   // route, my-orders
-void AddShardsCommand(CLI::App& app, CliContext& context);   // shards
-void AddIdCommands(CLI::App& app);                           // id uuidv7|snowflake|decode
-void AddMigrateCommands(CLI::App& app, CliContext& context);  // migrate, migrate status
-void AddVerifyCommand(CLI::App& app, CliContext& context);    // verify
-void AddMoveCommands(CLI::App& app, CliContext& context);     // move, move resume|abort|show, moves, rebalance
+void AddRouteCommands(CLI::App& app, CliContext& context);           // route, my-orders
+void AddShardsCommand(CLI::App& app, CliContext& context);           // shards
+void AddIdCommands(CLI::App& app);                                   // id uuidv7|snowflake|decode
+void AddMigrateCommands(CLI::App& app, CliContext& context);         // migrate, migrate status
+void AddVerifyCommand(CLI::App& app, CliContext& context);           // verify
+void AddMoveCommands(CLI::App& app, CliContext& context);            // move, move resume|abort|show, moves, rebalance
 void AddShardsEnrollCommand(CLI::App& shards, CliContext& context);  // shards enroll
-void AddOwnershipCommand(CLI::App& app, CliContext& context);  // ownership
-void AddPlacementCommand(CLI::App& app, CliContext& context);  // placement-sim
-void AddWorkersCommand(CLI::App& app, CliContext& context);    // workers
+void AddOwnershipCommand(CLI::App& app, CliContext& context);        // ownership
+void AddPlacementCommand(CLI::App& app, CliContext& context);        // placement-sim
+void AddWorkersCommand(CLI::App& app, CliContext& context);          // workers

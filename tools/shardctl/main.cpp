@@ -20,8 +20,8 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/schema/migrate.hpp"
 #include "shardkit/routing/resolver.hpp"
+#include "shardkit/schema/migrate.hpp"
 
 shardkit::ClusterConfig CliContext::LoadConfig() const {
   return shardkit::LoadConfig(shardkit::ResolveConfigPath(config_path));
@@ -39,8 +39,9 @@ shardkit::MigrationSet CliContext::LoadMigrations(std::string& where) const {
 }
 
 int main(int argc, char** argv) {
-  CLI::App app{"shardctl: route customers, inspect shards, migrate and verify them, move buckets and rebalance, and "
-               "generate global IDs for a shardkit cluster"};
+  CLI::App app{
+      "shardctl: route customers, inspect shards, migrate and verify them, move buckets and rebalance, and "
+      "generate global IDs for a shardkit cluster"};
   app.require_subcommand(1);
   app.fallthrough();  // global options after the subcommand too: shardctl verify --json
   CliContext context;

@@ -188,7 +188,9 @@ BookstoreService::BookstoreService(shardkit::ClusterConfig config, ServiceOption
   ids_ = std::make_unique<OrderIds>(LeaseDatabaseDsn(config_), options_.lease_owner);
 }
 
-BookstoreService::~BookstoreService() { Shutdown(); }
+BookstoreService::~BookstoreService() {
+  Shutdown();
+}
 
 void BookstoreService::SetConnectionSource(std::function<HttpConnectionCounts()> source) {
   connections_ = std::move(source);
@@ -252,9 +254,10 @@ HttpResponse BookstoreService::Dispatch(const HttpRequest& request, std::string&
   auto require = [&](http::verb allowed, const char* name) {
     route = name;
     if (method != allowed) {
-      throw ApiError(405, fmt::format("{} does not take {}; use {}", name,
-                                      std::string_view(request.method_string().data(), request.method_string().size()),
-                                      std::string_view(http::to_string(allowed).data(), http::to_string(allowed).size())),
+      throw ApiError(405,
+                     fmt::format("{} does not take {}; use {}", name,
+                                 std::string_view(request.method_string().data(), request.method_string().size()),
+                                 std::string_view(http::to_string(allowed).data(), http::to_string(allowed).size())),
                      {{"allow", std::string(http::to_string(allowed))}});
     }
   };
@@ -293,8 +296,8 @@ HttpResponse BookstoreService::CustomerOrders(const Target& target, const std::s
   target.AllowOnly({"limit"});
   const auto id = ParseInt<std::int32_t>(id_text);
   if (!id) {
-    throw ApiError(400, fmt::format("'{}' is not a customer id (an integer from {} to {})", id_text, INT32_MIN,
-                                    INT32_MAX));
+    throw ApiError(400,
+                   fmt::format("'{}' is not a customer id (an integer from {} to {})", id_text, INT32_MIN, INT32_MAX));
   }
   const int limit = target.Int("limit", 20, 1, 500);
   const auto deadline = Clock::now() + options_.request_timeout;
@@ -333,15 +336,14 @@ HttpResponse BookstoreService::CustomerOrders(const Target& target, const std::s
                         {"items", json::array()}});
     }
     if (!ids.empty()) {
-      for (const auto& item : tx.exec_params(
-               "SELECT order_id, line_no, book_id, quantity, unit_price::text FROM order_items "
-               "WHERE customer_id = $1 AND order_id = ANY($2::bigint[]) ORDER BY order_id, line_no",
-               route.customer, ArrayLiteral(ids))) {
-        orders[position.at(item[0].as<std::int64_t>())]["items"].push_back(
-            {{"line_no", item[1].as<int>()},
-             {"book_id", item[2].as<std::int64_t>()},
-             {"quantity", item[3].as<int>()},
-             {"unit_price", item[4].as<std::string>()}});
+      for (const auto& item :
+           tx.exec_params("SELECT order_id, line_no, book_id, quantity, unit_price::text FROM order_items "
+                          "WHERE customer_id = $1 AND order_id = ANY($2::bigint[]) ORDER BY order_id, line_no",
+                          route.customer, ArrayLiteral(ids))) {
+        orders[position.at(item[0].as<std::int64_t>())]["items"].push_back({{"line_no", item[1].as<int>()},
+                                                                            {"book_id", item[2].as<std::int64_t>()},
+                                                                            {"quantity", item[3].as<int>()},
+                                                                            {"unit_price", item[4].as<std::string>()}});
       }
     }
     tx.commit();
@@ -356,9 +358,9 @@ HttpResponse BookstoreService::CustomerOrders(const Target& target, const std::s
 
 HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Target& target) {
   target.AllowOnly({});
-  if (const auto type = request[http::field::content_type];
-      !type.empty() && type.substr(0, 16) != "application/json") {
-    throw ApiError(415, fmt::format("the body must be application/json, not {}", std::string_view(type.data(), type.size())));
+  if (const auto type = request[http::field::content_type]; !type.empty() && type.substr(0, 16) != "application/json") {
+    throw ApiError(
+        415, fmt::format("the body must be application/json, not {}", std::string_view(type.data(), type.size())));
   }
   json body;
   try {
@@ -366,7 +368,8 @@ HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Targe
   } catch (const json::parse_error& e) {
     throw ApiError(400, fmt::format("the body is not JSON: {}", e.what()));
   }
-  if (!body.is_object()) throw ApiError(400, "the body must be a JSON object: {\"customer_id\": ..., \"items\": [...]}");
+  if (!body.is_object())
+    throw ApiError(400, "the body must be a JSON object: {\"customer_id\": ..., \"items\": [...]}");
   for (const auto& [key, value] : body.items()) {
     if (key != "customer_id" && key != "items") {
       throw ApiError(400, fmt::format("unknown field '{}' (an order has customer_id and items)", key));
@@ -380,7 +383,8 @@ HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Targe
   const CustomerId customer{static_cast<std::int32_t>(customer_field.get<std::int64_t>())};
   const auto& items_field = body.contains("items") ? body["items"] : json();
   if (!items_field.is_array() || items_field.empty() || items_field.size() > kMaxItems) {
-    throw ApiError(400, fmt::format("items must be an array of 1 to {} {{\"book_id\", \"quantity\"}} objects", kMaxItems),
+    throw ApiError(400,
+                   fmt::format("items must be an array of 1 to {} {{\"book_id\", \"quantity\"}} objects", kMaxItems),
                    {{"field", "items"}});
   }
   std::vector<std::int64_t> books;
@@ -420,57 +424,62 @@ HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Targe
   routing.deadline = deadline;
   routing.label = "place order";
   OnShard(at.shard, shard_name, [&] {
-    cluster_->Transactions().Run(customer, [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& attempt) {
-      at = attempt;
-      shard_name = ShardName(at.shard);
-      lines = json::array();
-      if (tx.exec_params("SELECT 1 FROM customers WHERE customer_id = $1 FOR KEY SHARE", customer).empty()) {
-        throw ApiError(422, fmt::format("customer {} does not exist (bucket {}, shard {} ({})); nothing was stored",
-                                        customer, at.bucket, at.shard, shard_name),
-                       {{"field", "customer_id"}});
-      }
-      ordered_at = tx.exec_params1(
-                         "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, status, total) "
-                         "VALUES ($1, $2, $3, now(), 'placed', 0) RETURNING to_json(ordered_at) #>> '{}'",
-                         customer, ToInt(at.bucket), order_id)[0]
-                       .as<std::string>();
-      // Prices come from the shard's copy of books (a reference table).
-      const pqxx::result inserted = tx.exec_params(
-          "INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, unit_price) "
-          "SELECT $1, $2, $3, item.line_no, b.book_id, item.quantity, b.price "
-          "FROM unnest($4::bigint[], $5::integer[]) WITH ORDINALITY AS item(book_id, quantity, line_no) "
-          "JOIN books b ON b.book_id = item.book_id "
-          "RETURNING line_no, book_id, quantity, unit_price::text",
-          customer, ToInt(at.bucket), order_id, ArrayLiteral(books), ArrayLiteral(quantities));
-      if (inserted.size() != books.size()) {
-        std::set<std::int64_t> known;
-        for (const auto& row : inserted) known.insert(row[1].as<std::int64_t>());
-        json unknown = json::array();
-        std::string list;
-        for (const std::int64_t b : std::set<std::int64_t>(books.begin(), books.end())) {
-          if (known.contains(b)) continue;
-          unknown.push_back(b);
-          list += (list.empty() ? "" : ", ") + std::to_string(b);
-        }
-        // Throwing rolls the order back with its items.
-        throw ApiError(422, fmt::format("no such book: {}; nothing was stored", list), {{"unknown_books", unknown}});
-      }
-      total = tx.exec_params1(
-                    "UPDATE orders SET total = (SELECT sum(quantity * unit_price) FROM order_items "
-                    "  WHERE customer_id = $1 AND order_id = $2) "
-                    "WHERE customer_id = $1 AND order_id = $2 RETURNING total::text",
-                    customer, order_id)[0]
-                  .as<std::string>();
-      std::vector<std::pair<int, json>> sorted;
-      for (const auto& row : inserted) {
-        sorted.emplace_back(row[0].as<int>(), json{{"line_no", row[0].as<int>()},
-                                                   {"book_id", row[1].as<std::int64_t>()},
-                                                   {"quantity", row[2].as<int>()},
-                                                   {"unit_price", row[3].as<std::string>()}});
-      }
-      std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-      for (auto& [line, item] : sorted) lines.push_back(std::move(item));
-    }, routing);
+    cluster_->Transactions().Run(
+        customer,
+        [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& attempt) {
+          at = attempt;
+          shard_name = ShardName(at.shard);
+          lines = json::array();
+          if (tx.exec_params("SELECT 1 FROM customers WHERE customer_id = $1 FOR KEY SHARE", customer).empty()) {
+            throw ApiError(422,
+                           fmt::format("customer {} does not exist (bucket {}, shard {} ({})); nothing was stored",
+                                       customer, at.bucket, at.shard, shard_name),
+                           {{"field", "customer_id"}});
+          }
+          ordered_at = tx.exec_params1(
+                             "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, status, total) "
+                             "VALUES ($1, $2, $3, now(), 'placed', 0) RETURNING to_json(ordered_at) #>> '{}'",
+                             customer, ToInt(at.bucket), order_id)[0]
+                           .as<std::string>();
+          // Prices come from the shard's copy of books (a reference table).
+          const pqxx::result inserted = tx.exec_params(
+              "INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, unit_price) "
+              "SELECT $1, $2, $3, item.line_no, b.book_id, item.quantity, b.price "
+              "FROM unnest($4::bigint[], $5::integer[]) WITH ORDINALITY AS item(book_id, quantity, line_no) "
+              "JOIN books b ON b.book_id = item.book_id "
+              "RETURNING line_no, book_id, quantity, unit_price::text",
+              customer, ToInt(at.bucket), order_id, ArrayLiteral(books), ArrayLiteral(quantities));
+          if (inserted.size() != books.size()) {
+            std::set<std::int64_t> known;
+            for (const auto& row : inserted) known.insert(row[1].as<std::int64_t>());
+            json unknown = json::array();
+            std::string list;
+            for (const std::int64_t b : std::set<std::int64_t>(books.begin(), books.end())) {
+              if (known.contains(b)) continue;
+              unknown.push_back(b);
+              list += (list.empty() ? "" : ", ") + std::to_string(b);
+            }
+            // Throwing rolls the order back with its items.
+            throw ApiError(422, fmt::format("no such book: {}; nothing was stored", list),
+                           {{"unknown_books", unknown}});
+          }
+          total = tx.exec_params1(
+                        "UPDATE orders SET total = (SELECT sum(quantity * unit_price) FROM order_items "
+                        "  WHERE customer_id = $1 AND order_id = $2) "
+                        "WHERE customer_id = $1 AND order_id = $2 RETURNING total::text",
+                        customer, order_id)[0]
+                      .as<std::string>();
+          std::vector<std::pair<int, json>> sorted;
+          for (const auto& row : inserted) {
+            sorted.emplace_back(row[0].as<int>(), json{{"line_no", row[0].as<int>()},
+                                                       {"book_id", row[1].as<std::int64_t>()},
+                                                       {"quantity", row[2].as<int>()},
+                                                       {"unit_price", row[3].as<std::string>()}});
+          }
+          std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+          for (auto& [line, item] : sorted) lines.push_back(std::move(item));
+        },
+        routing);
   });
   HttpResponse response = Json(201, {{"order_id", std::to_string(order_id)},
                                      {"customer_id", ToInt(customer)},
@@ -516,8 +525,8 @@ HttpResponse BookstoreService::TopBooks(const Target& target) {
     one.deadline = deadline;
     one.shards = std::vector<ShardId>{ShardId{0}};
     one.label = "top-books titles";
-    const auto books = cluster_->Scatters().Run("SELECT book_id, title, category FROM books WHERE book_id = ANY($1::bigint[])",
-                                     {ArrayLiteral(ids)}, one);
+    const auto books = cluster_->Scatters().Run(
+        "SELECT book_id, title, category FROM books WHERE book_id = ANY($1::bigint[])", {ArrayLiteral(ids)}, one);
     for (const auto& shard : books.shards) {
       for (const auto& row : shard.rows) {
         titles[row[0].as<std::int64_t>()] = {row[1].as<std::string>(), row[2].as<std::string>()};
@@ -581,9 +590,8 @@ HttpResponse BookstoreService::CategoryAvg(const Target& target) {
   const auto avg = *merged.ColumnIndex("avg_amount");
   json rows = json::array();
   for (const auto& row : merged.rows) {
-    rows.push_back({{"category", row[category].AsText()},
-                    {"orders", row[orders].AsInt()},
-                    {"avg_amount", row[avg].ToString()}});
+    rows.push_back(
+        {{"category", row[category].AsText()}, {"orders", row[orders].AsInt()}, {"avg_amount", row[avg].ToString()}});
   }
   return Json(200, {{"days", days},
                     {"since", since},
@@ -633,7 +641,8 @@ HttpResponse BookstoreService::Health(const Target& target) {
   json body = {{"status", unreachable.empty() && ids_ok ? "ok" : "unavailable"},
                {"directory_version", cluster_->Resolver().Directory()->Version()},
                {"shards", std::move(shards)},
-               {"order_ids", {{"worker_id", ids_->WorkerId()}, {"lease_valid", ids_ok}, {"lease_database", ids_->RedactedDsn()}}}};
+               {"order_ids",
+                {{"worker_id", ids_->WorkerId()}, {"lease_valid", ids_ok}, {"lease_database", ids_->RedactedDsn()}}}};
   if (!unreachable.empty() || !ids_ok) {
     body["error"] = !unreachable.empty() ? fmt::format("unreachable: {}", unreachable)
                                          : "the worker-id lease for order ids is not valid";
@@ -679,7 +688,8 @@ HttpResponse BookstoreService::Metrics(const Target& target) {
   }
   pool_counter("shardkit_pool_acquired_total", "Leases handed out.", [](const auto& p) { return p.acquired; });
   pool_counter("shardkit_pool_waited_total", "Leases that had to wait.", [](const auto& p) { return p.waited; });
-  pool_counter("shardkit_pool_timeouts_total", "Acquires that hit their deadline.", [](const auto& p) { return p.timeouts; });
+  pool_counter("shardkit_pool_timeouts_total", "Acquires that hit their deadline.",
+               [](const auto& p) { return p.timeouts; });
   pool_counter("shardkit_pool_rejected_total", "Acquires refused: waiter bound reached.",
                [](const auto& p) { return p.rejected; });
   pool_counter("shardkit_pool_connects_total", "Connections opened.", [](const auto& p) { return p.connects; });
@@ -706,14 +716,16 @@ HttpResponse BookstoreService::Metrics(const Target& target) {
   out.Family("shardkit_scatter_calls_total", "counter", "Scatter calls, by fan-out.");
   out.Sample("shardkit_scatter_calls_total", {{"fanout", "cross_shard"}}, static_cast<double>(scatter.scatters));
   out.Sample("shardkit_scatter_calls_total", {{"fanout", "single_shard"}}, static_cast<double>(scatter.single_shard));
-  scatter_counter("shardkit_scatter_shard_requests_total", "Statements sent to shards by scatters.", scatter.shard_requests);
+  scatter_counter("shardkit_scatter_shard_requests_total", "Statements sent to shards by scatters.",
+                  scatter.shard_requests);
   scatter_counter("shardkit_scatter_failed_total", "Scatters that failed.", scatter.failed);
   scatter_counter("shardkit_scatter_partial_total", "Scatters answered with shards missing.", scatter.partial);
   scatter_counter("shardkit_scatter_shard_failures_total", "Shards that failed or missed a deadline.",
                   scatter.shard_failures);
   scatter_counter("shardkit_scatter_rows_total", "Rows received by scatters.", scatter.rows);
   scatter_counter("shardkit_scatter_bytes_total", "Payload bytes received by scatters.", scatter.bytes);
-  out.Family("shardkit_scatter_slowest_shard_seconds_total", "counter", "Sum over scatters of the slowest shard's time.");
+  out.Family("shardkit_scatter_slowest_shard_seconds_total", "counter",
+             "Sum over scatters of the slowest shard's time.");
   out.Sample("shardkit_scatter_slowest_shard_seconds_total", static_cast<double>(scatter.total_slowest.count()) / 1e6);
   out.Family("shardkit_scatter_max_fanout", "gauge", "Largest fan-out of any scatter.");
   out.Sample("shardkit_scatter_max_fanout", static_cast<double>(scatter.max_fanout));

@@ -5,7 +5,9 @@
 namespace bookstore {
 namespace {
 
-bool StartsWith(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
+bool StartsWith(std::string_view text, std::string_view prefix) {
+  return text.substr(0, prefix.size()) == prefix;
+}
 
 ErrorAnswer Answer(int status, const std::string& message) {
   ErrorAnswer answer;
@@ -19,14 +21,14 @@ ErrorAnswer Answer(int status, const std::string& message) {
 
 std::optional<int> StatusForSqlState(std::string_view sqlstate) {
   if (sqlstate.size() != 5) return std::nullopt;
-  if (StartsWith(sqlstate, "08")) return 503;                                   // connection exception
+  if (StartsWith(sqlstate, "08")) return 503;                                         // connection exception
   if (sqlstate == "57P01" || sqlstate == "57P02" || sqlstate == "57P03") return 503;  // shutting down, starting up
-  if (StartsWith(sqlstate, "53")) return 503;                                   // insufficient resources
-  if (sqlstate == "40001" || sqlstate == "40P01") return 503;                   // serialization failure, deadlock
-  if (sqlstate == "25006") return 503;                                          // read-only transaction
-  if (sqlstate == "57014") return 504;                                          // cancelled: the deadline
-  if (sqlstate == "23505") return 409;                                          // unique violation
-  if (StartsWith(sqlstate, "23") || StartsWith(sqlstate, "22")) return 422;     // integrity, data
+  if (StartsWith(sqlstate, "53")) return 503;                                         // insufficient resources
+  if (sqlstate == "40001" || sqlstate == "40P01") return 503;                         // serialization failure, deadlock
+  if (sqlstate == "25006") return 503;                                                // read-only transaction
+  if (sqlstate == "57014") return 504;                                                // cancelled: the deadline
+  if (sqlstate == "23505") return 409;                                                // unique violation
+  if (StartsWith(sqlstate, "23") || StartsWith(sqlstate, "22")) return 422;           // integrity, data
   return 500;
 }
 
@@ -63,7 +65,8 @@ ErrorAnswer AnswerFor(const std::exception& error, const std::function<std::stri
     for (const auto& f : scatter->failures()) {
       const int s = StatusForSqlState(f.sqlstate).value_or(f.sqlstate.empty() ? 503 : 500);
       if (s == 503 || status == 0 || (status != 503 && s == 504)) status = s;
-      nlohmann::json one = {{"shard", shardkit::ToInt(f.shard)}, {"shard_name", shard_name(f.shard)}, {"cause", f.cause}};
+      nlohmann::json one = {
+          {"shard", shardkit::ToInt(f.shard)}, {"shard_name", shard_name(f.shard)}, {"cause", f.cause}};
       if (!f.sqlstate.empty()) one["sqlstate"] = f.sqlstate;
       failed.push_back(std::move(one));
     }

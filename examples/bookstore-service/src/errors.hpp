@@ -37,8 +37,8 @@ class ApiError : public std::runtime_error {
 
 struct ErrorAnswer {
   int status = 500;
-  nlohmann::json body;                      // {"error": "...", "status": 503, "shard": 1, ...}
-  std::optional<int> retry_after_seconds;   // for 503
+  nlohmann::json body;                     // {"error": "...", "status": 503, "shard": 1, ...}
+  std::optional<int> retry_after_seconds;  // for 503
 };
 
 // The status a shard failure with this SQLSTATE deserves; nullopt: no

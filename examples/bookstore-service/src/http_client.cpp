@@ -84,7 +84,7 @@ struct HttpClient::Impl {
     }
     stream.reset();
     if (may_retry && (ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
-                           ec == asio::error::broken_pipe || ec == asio::error::eof)) {
+                      ec == asio::error::broken_pipe || ec == asio::error::eof)) {
       may_retry = false;
       return false;  // retry once on a fresh connection
     }

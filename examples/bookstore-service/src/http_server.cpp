@@ -1,5 +1,6 @@
 #include "http_server.hpp"
 
+#include <array>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -11,7 +12,6 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
-#include <array>
 #include <csignal>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -75,9 +75,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Refuses the connection (over max_connections): 503, then close.
   void Refuse() {
-    Write(JsonError(http::status::service_unavailable,
-                    "too many connections: the service serves " + std::to_string(server_.options.max_connections) +
-                        " at once; retry shortly"),
+    Write(JsonError(http::status::service_unavailable, "too many connections: the service serves " +
+                                                           std::to_string(server_.options.max_connections) +
+                                                           " at once; retry shortly"),
           false);
   }
 
@@ -365,6 +365,8 @@ HttpConnectionCounts HttpServer::Connections() const {
   return counts;
 }
 
-bool HttpServer::Draining() const noexcept { return impl_->draining.load(); }
+bool HttpServer::Draining() const noexcept {
+  return impl_->draining.load();
+}
 
 }  // namespace bookstore

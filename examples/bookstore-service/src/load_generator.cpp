@@ -48,15 +48,19 @@ LatencySummary Summarize(std::vector<std::int64_t> micros, const std::vector<int
   return s;
 }
 
-double ToMs(std::int64_t micros) { return static_cast<double>(micros) / 1000.0; }
-std::string Ms(std::int64_t micros) { return fmt::format("{:.1f}", ToMs(micros)); }
+double ToMs(std::int64_t micros) {
+  return static_cast<double>(micros) / 1000.0;
+}
+std::string Ms(std::int64_t micros) {
+  return fmt::format("{:.1f}", ToMs(micros));
+}
 
 nlohmann::json LatencyJson(const LatencySummary& s) {
   nlohmann::json statuses = nlohmann::json::object();
   for (const auto& [status, count] : s.statuses) statuses[std::to_string(status)] = count;
-  return {{"count", s.count},          {"errors", s.errors},         {"statuses", statuses},
-          {"p50_ms", ToMs(s.p50_us)},   {"p90_ms", ToMs(s.p90_us)},   {"p99_ms", ToMs(s.p99_us)},
-          {"max_ms", ToMs(s.max_us)},   {"mean_ms", s.mean_us / 1000.0}};
+  return {{"count", s.count},         {"errors", s.errors},           {"statuses", statuses},
+          {"p50_ms", ToMs(s.p50_us)}, {"p90_ms", ToMs(s.p90_us)},     {"p99_ms", ToMs(s.p99_us)},
+          {"max_ms", ToMs(s.max_us)}, {"mean_ms", s.mean_us / 1000.0}};
 }
 
 }  // namespace
@@ -81,12 +85,13 @@ std::string LoadSummary::Text() const {
   std::string text = fmt::format("{} requests in {:.2f} s ({:.0f}/s), {} errors{}\n", requests,
                                  static_cast<double>(elapsed.count()) / 1e6, RequestsPerSecond(), errors,
                                  stopped_by_time ? " (stopped by the time bound)" : "");
-  text += fmt::format("{:<28} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}  statuses\n", "endpoint", "count", "errors",
-                      "p50 ms", "p90 ms", "p99 ms", "max ms");
+  text += fmt::format("{:<28} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}  statuses\n", "endpoint", "count", "errors", "p50 ms",
+                      "p90 ms", "p99 ms", "max ms");
   const auto row = [&text](const std::string& name, const LatencySummary& s) {
     std::string statuses;
     for (const auto& [status, count] : s.statuses) {
-      statuses += fmt::format("{}{}:{}", statuses.empty() ? "" : " ", status == 0 ? "none" : std::to_string(status), count);
+      statuses +=
+          fmt::format("{}{}:{}", statuses.empty() ? "" : " ", status == 0 ? "none" : std::to_string(status), count);
     }
     text += fmt::format("{:<28} {:>7} {:>7} {:>9} {:>9} {:>9} {:>9}  {}\n", name, s.count, s.errors, Ms(s.p50_us),
                         Ms(s.p90_us), Ms(s.p99_us), Ms(s.max_us), statuses);
@@ -117,21 +122,23 @@ LoadSummary RunLoad(const LoadOptions& options) {
   if (options.max_duration < std::chrono::milliseconds(1) || options.max_duration > std::chrono::minutes(10)) {
     throw std::invalid_argument("max_duration must be from 1 ms to 10 minutes");
   }
-  if (options.concurrency < 1 || options.concurrency > 64) throw std::invalid_argument("concurrency must be from 1 to 64");
+  if (options.concurrency < 1 || options.concurrency > 64)
+    throw std::invalid_argument("concurrency must be from 1 to 64");
   if (options.first_customer > options.last_customer || options.first_book > options.last_book ||
       options.first_book < 1) {
     throw std::invalid_argument("empty customer or book range");
   }
-  const int weight_total = options.mix.customer_orders + options.mix.post_order + options.mix.top_books +
-                           options.mix.category_avg;
+  const int weight_total =
+      options.mix.customer_orders + options.mix.post_order + options.mix.top_books + options.mix.category_avg;
   if (options.mix.customer_orders < 0 || options.mix.post_order < 0 || options.mix.top_books < 0 ||
       options.mix.category_avg < 0 || weight_total <= 0) {
     throw std::invalid_argument("the mix needs non-negative weights, at least one positive");
   }
   if (!IsLoopbackHost(options.host)) {
-    throw std::invalid_argument(fmt::format("{} is not a loopback address: the load generator only drives a service "
-                                            "on this machine (127.0.0.1, ::1, localhost)",
-                                            options.host));
+    throw std::invalid_argument(
+        fmt::format("{} is not a loopback address: the load generator only drives a service "
+                    "on this machine (127.0.0.1, ::1, localhost)",
+                    options.host));
   }
 
   std::atomic<std::uint64_t> issued{0};

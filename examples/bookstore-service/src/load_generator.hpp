@@ -21,7 +21,7 @@
 
 namespace bookstore {
 
-struct LoadMix {  // relative weights
+struct LoadMix {             // relative weights
   int customer_orders = 70;  // GET /customers/{id}/orders
   int post_order = 20;       // POST /orders
   int top_books = 5;         // GET /reports/top-books
@@ -31,12 +31,12 @@ struct LoadMix {  // relative weights
 struct LoadOptions {
   std::string host = "127.0.0.1";  // loopback only
   unsigned short port = 8080;
-  std::uint64_t max_requests = 1000;              // 1 .. 1,000,000
+  std::uint64_t max_requests = 1000;               // 1 .. 1,000,000
   std::chrono::milliseconds max_duration{10'000};  // 1 ms .. 10 min
-  int concurrency = 4;                            // client threads, 1 .. 64
-  std::int32_t first_customer = 1;                // customers drawn from [first, last]
+  int concurrency = 4;                             // client threads, 1 .. 64
+  std::int32_t first_customer = 1;                 // customers drawn from [first, last]
   std::int32_t last_customer = 1000;
-  std::int64_t first_book = 1;                    // books ordered, from [first, last]
+  std::int64_t first_book = 1;  // books ordered, from [first, last]
   std::int64_t last_book = 500;
   LoadMix mix;
   std::uint64_t seed = 1;

@@ -42,8 +42,12 @@ int main(int argc, char** argv) {
   app.add_option("--requests", options.max_requests, "at most this many requests")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
-  app.add_option("--duration-s", duration_s, "at most this many seconds")->check(CLI::Range(0.001, 600.0))->capture_default_str();
-  app.add_option("--concurrency", options.concurrency, "client threads")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--duration-s", duration_s, "at most this many seconds")
+      ->check(CLI::Range(0.001, 600.0))
+      ->capture_default_str();
+  app.add_option("--concurrency", options.concurrency, "client threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app.add_option("--customers", customers, "customer ids to use, A-B")->capture_default_str();
   app.add_option("--books", books, "book ids to order, A-B")->capture_default_str();
   app.add_option("--mix", mix, "weights: customer orders, post order, top books, category avg")

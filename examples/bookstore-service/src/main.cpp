@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   int max_connections = 256;
   int request_timeout_ms = 5000;
   int drain_timeout_ms = 10000;
-  app.add_option("--config", config_path, "shardkit configuration file (default: $SHARDKIT_CONFIG, else ./shardkit.toml)");
+  app.add_option("--config", config_path,
+                 "shardkit configuration file (default: $SHARDKIT_CONFIG, else ./shardkit.toml)");
   app.add_option("--listen", listen, "address:port to serve on; port 0 picks a free one")->capture_default_str();
   app.add_option("--workers", workers, "threads running requests")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--max-connections", max_connections, "open connections served at once")
@@ -73,9 +74,8 @@ int main(int argc, char** argv) {
     server_options.port = static_cast<unsigned short>(port);
     server_options.workers = workers;
     server_options.max_connections = max_connections;
-    bookstore::HttpServer server(server_options, [&service](const bookstore::HttpRequest& request) {
-      return service.Handle(request);
-    });
+    bookstore::HttpServer server(server_options,
+                                 [&service](const bookstore::HttpRequest& request) { return service.Handle(request); });
     service.SetConnectionSource([&server] { return server.Connections(); });
     const auto endpoint = server.Listen();
     server.OnSignal([&server, drain_timeout_ms](int signal_number) {
@@ -84,10 +84,11 @@ int main(int argc, char** argv) {
       server.Shutdown(std::chrono::milliseconds(drain_timeout_ms));
     });
     const auto& config = service.Config();
-    std::printf("bookstore-service: listening on http://%s:%u (%zu shards, directory version %lld, order ids from "
-                "worker %d, config %s)\n",
-                endpoint.address().to_string().c_str(), static_cast<unsigned>(endpoint.port()), config.shards.size(),
-                static_cast<long long>(config.directory.Version()), service.WorkerId(), path.c_str());
+    std::printf(
+        "bookstore-service: listening on http://%s:%u (%zu shards, directory version %lld, order ids from "
+        "worker %d, config %s)\n",
+        endpoint.address().to_string().c_str(), static_cast<unsigned>(endpoint.port()), config.shards.size(),
+        static_cast<long long>(config.directory.Version()), service.WorkerId(), path.c_str());
     server.Run();
     const auto connections = server.Connections();
     std::printf("bookstore-service: HTTP drained (%llu connections served)\n",

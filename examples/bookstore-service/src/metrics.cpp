@@ -1,7 +1,7 @@
 #include "metrics.hpp"
 
-#include <cmath>
 #include <fmt/format.h>
+#include <cmath>
 
 namespace bookstore {
 namespace {
@@ -52,7 +52,8 @@ void PrometheusText::Sample(std::string_view name, const Labels& labels, double 
   text_ += '\n';
 }
 
-void HttpMetrics::Record(std::string_view route, std::string_view method, int status, std::chrono::nanoseconds elapsed) {
+void HttpMetrics::Record(std::string_view route, std::string_view method, int status,
+                         std::chrono::nanoseconds elapsed) {
   const double seconds = std::chrono::duration<double>(elapsed).count();
   std::lock_guard lock(mutex_);
   ++requests_[{std::string(route), std::string(method), status}];
@@ -69,8 +70,8 @@ void HttpMetrics::Write(PrometheusText& out) const {
   out.Family("bookstore_http_requests_total", "counter", "HTTP requests answered, by route, method and status.");
   for (const auto& [key, count] : requests_) {
     const auto& [route, method, status] = key;
-    out.Sample("bookstore_http_requests_total", {{"route", route}, {"method", method}, {"code", std::to_string(status)}},
-               static_cast<double>(count));
+    out.Sample("bookstore_http_requests_total",
+               {{"route", route}, {"method", method}, {"code", std::to_string(status)}}, static_cast<double>(count));
   }
   out.Family("bookstore_http_request_duration_seconds", "histogram",
              "Time from a complete request to its response, by route.");

@@ -6,8 +6,9 @@ namespace bookstore {
 
 std::string LeaseDatabaseDsn(const shardkit::ClusterConfig& config) {
   if (!config.catalog_dsn) {
-    throw shardkit::ConfigError("catalog.dsn", config.origin + " has no [catalog] database, where the service leases "
-                                                "the worker ids of its order ids (table shardkit_worker_ids)");
+    throw shardkit::ConfigError("catalog.dsn", config.origin +
+                                                   " has no [catalog] database, where the service leases "
+                                                   "the worker ids of its order ids (table shardkit_worker_ids)");
   }
   // Connecting may not take longer than the pools allow.
   return shardkit::WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
@@ -17,7 +18,9 @@ OrderIds::OrderIds(std::string lease_dsn, std::string owner) : dsn_(std::move(le
   current_ = Claim();
 }
 
-OrderIds::~OrderIds() { Release(); }
+OrderIds::~OrderIds() {
+  Release();
+}
 
 OrderIds::Generation OrderIds::Claim() const {
   shardkit::WorkerLeaseOptions options;
@@ -74,7 +77,9 @@ bool OrderIds::Valid() const {
   return !released_ && current_.lease->Valid();
 }
 
-std::string OrderIds::RedactedDsn() const { return shardkit::RedactDsn(dsn_); }
+std::string OrderIds::RedactedDsn() const {
+  return shardkit::RedactDsn(dsn_);
+}
 
 int OrderIds::Release() {
   std::lock_guard lock(mutex_);

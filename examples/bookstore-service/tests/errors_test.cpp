@@ -9,7 +9,9 @@
 namespace bookstore {
 namespace {
 
-std::string Name(shardkit::ShardId shard) { return "shard" + std::to_string(shardkit::ToInt(shard)); }
+std::string Name(shardkit::ShardId shard) {
+  return "shard" + std::to_string(shardkit::ToInt(shard));
+}
 
 TEST(StatusForSqlState, MapsClassesAndCodes) {
   EXPECT_EQ(StatusForSqlState("08006"), 503);
@@ -55,10 +57,9 @@ TEST(AnswerFor, ShardErrorsNameTheShardAndUseTheirSqlState) {
 
 TEST(AnswerFor, ScatterErrorsTakeTheWorstFailure) {
   using Failure = shardkit::ScatterError::Failure;
-  const auto down = AnswerFor(
-      shardkit::ScatterError("failed", {Failure{shardkit::ShardId{0}, "bad sql", "42601"},
-                                        Failure{shardkit::ShardId{1}, "unreachable", "08006"}}),
-      Name);
+  const auto down = AnswerFor(shardkit::ScatterError("failed", {Failure{shardkit::ShardId{0}, "bad sql", "42601"},
+                                                                Failure{shardkit::ShardId{1}, "unreachable", "08006"}}),
+                              Name);
   EXPECT_EQ(down.status, 503);
   EXPECT_EQ(down.body["failed_shards"].size(), 2U);
   EXPECT_EQ(down.body["failed_shards"][1]["sqlstate"], "08006");
@@ -66,11 +67,13 @@ TEST(AnswerFor, ScatterErrorsTakeTheWorstFailure) {
                                                                 Failure{shardkit::ShardId{1}, "cut", "57014"}}),
                               Name);
   EXPECT_EQ(slow.status, 504);
-  const auto bug = AnswerFor(shardkit::ScatterError("failed", {Failure{shardkit::ShardId{1}, "bad sql", "42601"}}), Name);
+  const auto bug =
+      AnswerFor(shardkit::ScatterError("failed", {Failure{shardkit::ShardId{1}, "bad sql", "42601"}}), Name);
   EXPECT_EQ(bug.status, 500);
   EXPECT_EQ(bug.body["shard"], 1);
   // No SQLSTATE: no worker or connection before the deadline.
-  EXPECT_EQ(AnswerFor(shardkit::ScatterError("failed", {Failure{shardkit::ShardId{1}, "no answer"}}), Name).status, 503);
+  EXPECT_EQ(AnswerFor(shardkit::ScatterError("failed", {Failure{shardkit::ShardId{1}, "no answer"}}), Name).status,
+            503);
 }
 
 TEST(AnswerFor, RefusedRequestsKeepTheirStatusAndDetail) {

@@ -6,21 +6,21 @@
 #include <signal.h>
 
 #include <atomic>
-#include <fstream>
-#include <sstream>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 #include <regex>
 #include <set>
-#include <shardkit/resharding/move.hpp>
 #include <shardkit/ids/snowflake.hpp>
+#include <shardkit/resharding/move.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -162,10 +162,10 @@ TEST_F(BookstoreServiceTest, PostOrderStoresTheOrderAndItsItemsOnTheOwningShard)
   auto client = Client();
   const int customer = bookstore_->CustomerOn(1, 3);
   const int other = 0;
-  const auto reply = client.Post("/orders", json{{"customer_id", customer},
-                                                 {"items", {{{"book_id", 7}, {"quantity", 2}},
-                                                            {{"book_id", 12}, {"quantity", 1}}}}}
-                                                .dump());
+  const auto reply =
+      client.Post("/orders", json{{"customer_id", customer},
+                                  {"items", {{{"book_id", 7}, {"quantity", 2}}, {{"book_id", 12}, {"quantity", 1}}}}}
+                                 .dump());
   ASSERT_EQ(reply.status, 201) << reply.body;
   const json body = Body(reply);
   EXPECT_EQ(body["shard"], 1);
@@ -176,10 +176,11 @@ TEST_F(BookstoreServiceTest, PostOrderStoresTheOrderAndItsItemsOnTheOwningShard)
   const auto parts = shardkit::DecodeSnowflake(order_id, kOrderIdEpochUnixMs);
   const json health = Body(client.Get("/health"));
   EXPECT_EQ(parts.worker_id, health["order_ids"]["worker_id"].get<int>());
-  EXPECT_EQ(CountOn(bookstore_->CatalogDsn(),
-                    "SELECT count(*) FROM shardkit_worker_ids WHERE id_space = 'bookstore-lab-orders' AND worker_id = " +
-                        std::to_string(parts.worker_id) + " AND owner LIKE 'bookstore-service %'"),
-            1);
+  EXPECT_EQ(
+      CountOn(bookstore_->CatalogDsn(),
+              "SELECT count(*) FROM shardkit_worker_ids WHERE id_space = 'bookstore-lab-orders' AND worker_id = " +
+                  std::to_string(parts.worker_id) + " AND owner LIKE 'bookstore-service %'"),
+      1);
 
   // Stored on the customer's shard, order and items, with the total the
   // items add up to; nowhere else.
@@ -196,8 +197,9 @@ TEST_F(BookstoreServiceTest, PostOrderStoresTheOrderAndItsItemsOnTheOwningShard)
   EXPECT_EQ(order[0].as<std::string>(), order[1].as<std::string>());
   EXPECT_EQ(order[2].as<int>(), 2);
   EXPECT_EQ(order[3].as<std::string>(), body["total"]);
-  EXPECT_EQ(CountOn(bookstore_->ShardDsn(other), "SELECT count(*) FROM orders WHERE order_id = " + std::to_string(order_id)),
-            0);
+  EXPECT_EQ(
+      CountOn(bookstore_->ShardDsn(other), "SELECT count(*) FROM orders WHERE order_id = " + std::to_string(order_id)),
+      0);
   bookstore_->MirrorToReference(customer, order_id);
 
   // And the customer's orders show it first.
@@ -214,10 +216,10 @@ TEST_F(BookstoreServiceTest, PostOrderWithAnUnknownBookStoresNothing) {
   const auto before = CountOn(bookstore_->ShardDsn(0), count_sql);
   // The order row is inserted first, then the items: the unknown book is
   // found only then, and the whole transaction rolls back.
-  const auto reply = client.Post("/orders", json{{"customer_id", customer},
-                                                 {"items", {{{"book_id", 3}, {"quantity", 1}},
-                                                            {{"book_id", 999999}, {"quantity", 1}}}}}
-                                                .dump());
+  const auto reply = client.Post(
+      "/orders", json{{"customer_id", customer},
+                      {"items", {{{"book_id", 3}, {"quantity", 1}}, {{"book_id", 999999}, {"quantity", 1}}}}}
+                     .dump());
   ASSERT_EQ(reply.status, 422) << reply.body;
   const json body = Body(reply);
   EXPECT_EQ(body["unknown_books"], json::array({999999}));
@@ -226,7 +228,8 @@ TEST_F(BookstoreServiceTest, PostOrderWithAnUnknownBookStoresNothing) {
   // A customer that does not exist: 422 as well, nothing stored.
   const auto ghost = client.Post("/orders", R"({"customer_id": 77777, "items": [{"book_id": 1, "quantity": 1}]})");
   EXPECT_EQ(ghost.status, 422) << ghost.body;
-  EXPECT_EQ(CountOn(bookstore_->ShardDsn(shardkit::ToInt(bookstore_->Config().directory.ShardFor(shardkit::CustomerId{77777}))),
+  EXPECT_EQ(CountOn(bookstore_->ShardDsn(
+                        shardkit::ToInt(bookstore_->Config().directory.ShardFor(shardkit::CustomerId{77777}))),
                     "SELECT count(*) FROM orders WHERE customer_id = 77777"),
             0);
 }
@@ -379,7 +382,8 @@ TEST_F(BookstoreServiceTest, MetricsAreValidPrometheusText) {
   const auto reply = client.Get("/metrics");
   ASSERT_EQ(reply.status, 200);
   EXPECT_EQ(reply.Header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
-  static const std::regex kSample(R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? -?([0-9.e+-]+|\+Inf|NaN)$)");
+  static const std::regex kSample(
+      R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? -?([0-9.e+-]+|\+Inf|NaN)$)");
   static const std::regex kComment(R"(^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$)");
   std::istringstream in(reply.body);
   int samples = 0;
@@ -391,7 +395,8 @@ TEST_F(BookstoreServiceTest, MetricsAreValidPrometheusText) {
   for (int shard = 0; shard < bookstore_->ShardCount(); ++shard) {
     const std::string labels = "{shard=\"" + std::to_string(shard) + "\",name=\"shard" + std::to_string(shard) + "\"}";
     EXPECT_GE(MetricValue(reply.body, "shardkit_pool_acquired_total" + labels).value_or(-1), 1) << labels;
-    EXPECT_EQ(MetricValue(reply.body, "shardkit_directory_buckets" + labels).value_or(-1), 64 / bookstore_->ShardCount());
+    EXPECT_EQ(MetricValue(reply.body, "shardkit_directory_buckets" + labels).value_or(-1),
+              64 / bookstore_->ShardCount());
   }
   EXPECT_EQ(MetricValue(reply.body, "shardkit_directory_version").value_or(-1), 1);
   EXPECT_GE(MetricValue(reply.body, "shardkit_scatter_calls_total{fanout=\"cross_shard\"}").value_or(-1), 3);
@@ -402,7 +407,8 @@ TEST_F(BookstoreServiceTest, MetricsAreValidPrometheusText) {
   EXPECT_EQ(MetricValue(reply.body, "bookstore_order_ids_lease_valid").value_or(-1), 1);
   // Counters count: one more request of a route shows.
   const auto before =
-      MetricValue(reply.body, "bookstore_http_request_duration_seconds_count{route=\"/reports/top-books\"}").value_or(-1);
+      MetricValue(reply.body, "bookstore_http_request_duration_seconds_count{route=\"/reports/top-books\"}")
+          .value_or(-1);
   (void)client.Get("/reports/top-books");
   const auto after = MetricValue(client.Get("/metrics").body,
                                  "bookstore_http_request_duration_seconds_count{route=\"/reports/top-books\"}");
@@ -470,7 +476,8 @@ TEST(BookstoreServiceFailures, AnUnreachableShardAnswers503NamingIt) {
   SCOPED_TRACE("customer " + std::to_string(on_down));
   check_503(client.Get("/customers/" + std::to_string(on_down) + "/orders"));
   EXPECT_EQ(Body(client.Get("/customers/" + std::to_string(on_down) + "/orders"))["sqlstate"], "08006");
-  check_503(client.Post("/orders", json{{"customer_id", on_down}, {"items", {{{"book_id", 1}, {"quantity", 1}}}}}.dump()));
+  check_503(
+      client.Post("/orders", json{{"customer_id", on_down}, {"items", {{{"book_id", 1}, {"quantity", 1}}}}}.dump()));
   const auto top = client.Get("/reports/top-books");
   check_503(top);
   EXPECT_EQ(Body(top)["failed_shards"][0]["sqlstate"], "08006");
@@ -492,8 +499,10 @@ TEST(BookstoreServiceFailures, ShutdownFinishesRequestsInProgressAndReleasesTheL
   const auto port = service.Port();
   HttpClient client("127.0.0.1", port);
   const int worker = Body(client.Get("/health"))["order_ids"]["worker_id"].get<int>();
-  const std::string lease_sql = "SELECT count(*) FROM shardkit_worker_ids WHERE id_space = 'bookstore-lab-orders' "
-                                "AND worker_id = " + std::to_string(worker) + " AND owner IS NOT NULL";
+  const std::string lease_sql =
+      "SELECT count(*) FROM shardkit_worker_ids WHERE id_space = 'bookstore-lab-orders' "
+      "AND worker_id = " +
+      std::to_string(worker) + " AND owner IS NOT NULL";
   EXPECT_EQ(CountOn(bookstore.CatalogDsn(), lease_sql), 1);
 
   // A request that has begun to arrive: headers not yet complete.
@@ -540,8 +549,10 @@ TEST(BookstoreServiceFailures, ShutdownFinishesRequestsInProgressAndReleasesTheL
   for (int s = 0; s < bookstore.ShardCount(); ++s) {
     EXPECT_TRUE(WaitFor([&] {
       return CountOn(bookstore.ShardDsn(s),
-                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()") == 0;
-    })) << "shard " << s;
+                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> "
+                     "pg_backend_pid()") == 0;
+    })) << "shard "
+        << s;
   }
 }
 
@@ -594,8 +605,8 @@ TEST(BookstoreLoad, ABoundedLoadIsAnsweredAndSummarised) {
   EXPECT_EQ(stored, summary["endpoints"]["POST /orders"]["statuses"]["201"].get<std::int64_t>());
 
   // Bounded in time as well, and loopback only.
-  Process timed({BOOKSTORE_LOAD_PATH, "--port", std::to_string(service.Port()), "--requests", "1000000",
-                 "--duration-s", "0.5", "--mix", "1,0,0,0", "--customers", "1-299", "--json"});
+  Process timed({BOOKSTORE_LOAD_PATH, "--port", std::to_string(service.Port()), "--requests", "1000000", "--duration-s",
+                 "0.5", "--mix", "1,0,0,0", "--customers", "1-299", "--json"});
   ASSERT_TRUE(timed.WaitForExit(60s).has_value());
   EXPECT_TRUE(json::parse(timed.Output())["stopped_by_time"].get<bool>()) << timed.Output();
   Process remote({BOOKSTORE_LOAD_PATH, "--host", "192.0.2.1", "--port", "80", "--requests", "1"});

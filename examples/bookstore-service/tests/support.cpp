@@ -18,8 +18,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include <shardkit/routing/directory.hpp>
 #include <shardkit/errors.hpp>
+#include <shardkit/routing/directory.hpp>
 #include <shardkit/routing/ownership.hpp>
 #include <shardkit/schema/migrate.hpp>
 
@@ -63,27 +63,32 @@ struct SeedStatement {
 };
 constexpr SeedStatement kSeed[] = {
     {"INSERT INTO books (book_id, title, category, price) "
-    "SELECT b, 'Book ' || b, (ARRAY['art','crime','fantasy','history','science','travel'])[1 + b % 6], "
-    "       (4 + (b * 37) % 40) + 0.99 "
-    "FROM generate_series(1, 60) AS b "
-    "WHERE $1::text IS NOT NULL", 1},
+     "SELECT b, 'Book ' || b, (ARRAY['art','crime','fantasy','history','science','travel'])[1 + b % 6], "
+     "       (4 + (b * 37) % 40) + 0.99 "
+     "FROM generate_series(1, 60) AS b "
+     "WHERE $1::text IS NOT NULL",
+     1},
     {"INSERT INTO customers (customer_id, bucket, name, email) "
-    "SELECT c, bucket_of(c), 'Customer ' || c, 'customer' || c || '@example.com' "
-    "FROM generate_series(1, 300) AS c WHERE bucket_of(c) = ANY($1::smallint[])", 1},
+     "SELECT c, bucket_of(c), 'Customer ' || c, 'customer' || c || '@example.com' "
+     "FROM generate_series(1, 300) AS c WHERE bucket_of(c) = ANY($1::smallint[])",
+     1},
     // Customers 1..299 (300 has no orders); order o was placed o % 60 days
     // and 12 hours before the anchor.
     {"INSERT INTO orders (customer_id, bucket, order_id, ordered_at, status, total) "
-    "SELECT c, bucket_of(c), o, $2::timestamptz - make_interval(days => o % 60) - interval '12 hours', 'placed', 0 "
-    "FROM generate_series(1, 1200) AS o, LATERAL (SELECT 1 + (o * 7) % 299 AS c) AS pick "
-    "WHERE bucket_of(c) = ANY($1::smallint[])", 2},
+     "SELECT c, bucket_of(c), o, $2::timestamptz - make_interval(days => o % 60) - interval '12 hours', 'placed', 0 "
+     "FROM generate_series(1, 1200) AS o, LATERAL (SELECT 1 + (o * 7) % 299 AS c) AS pick "
+     "WHERE bucket_of(c) = ANY($1::smallint[])",
+     2},
     {"INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, unit_price) "
-    "SELECT o.customer_id, o.bucket, o.order_id, l, bk.book_id, 1 + (o.order_id + l) % 4, bk.price "
-    "FROM orders o CROSS JOIN LATERAL generate_series(1, 1 + (o.order_id % 3)::int) AS l "
-    "JOIN books bk ON bk.book_id = 1 + ((o.order_id * o.order_id + l * 31) % 60) "
-    "WHERE $1::text IS NOT NULL", 1},
+     "SELECT o.customer_id, o.bucket, o.order_id, l, bk.book_id, 1 + (o.order_id + l) % 4, bk.price "
+     "FROM orders o CROSS JOIN LATERAL generate_series(1, 1 + (o.order_id % 3)::int) AS l "
+     "JOIN books bk ON bk.book_id = 1 + ((o.order_id * o.order_id + l * 31) % 60) "
+     "WHERE $1::text IS NOT NULL",
+     1},
     {"UPDATE orders o SET total = s.total FROM ("
-    "  SELECT customer_id, order_id, sum(quantity * unit_price) AS total FROM order_items GROUP BY 1, 2) s "
-    "WHERE s.customer_id = o.customer_id AND s.order_id = o.order_id AND $1::text IS NOT NULL", 1},
+     "  SELECT customer_id, order_id, sum(quantity * unit_price) AS total FROM order_items GROUP BY 1, 2) s "
+     "WHERE s.customer_id = o.customer_id AND s.order_id = o.order_id AND $1::text IS NOT NULL",
+     1},
 };
 
 }  // namespace
@@ -91,8 +96,9 @@ constexpr SeedStatement kSeed[] = {
 shardkit::ClusterConfig LoadClusterConfig() {
   const char* path = std::getenv("SHARDKIT_CONFIG");
   if (path == nullptr || *path == '\0') {
-    throw std::runtime_error("SHARDKIT_CONFIG is not set: start the local cluster (lab/cluster start) and "
-                             "export SHARDKIT_CONFIG=$PWD/.cluster/shardkit.toml (scripts/test does)");
+    throw std::runtime_error(
+        "SHARDKIT_CONFIG is not set: start the local cluster (lab/cluster start) and "
+        "export SHARDKIT_CONFIG=$PWD/.cluster/shardkit.toml (scripts/test does)");
   }
   auto config = shardkit::LoadConfig(path);
   if (!config.reference_dsn) throw std::runtime_error(std::string(path) + " has no [reference] server");
@@ -259,17 +265,19 @@ void ScratchBookstore::MirrorToReference(int customer_id, std::int64_t order_id)
   const auto order = read.exec_params1(
       "SELECT bucket, ordered_at::text, status, total::text FROM orders WHERE customer_id = $1 AND order_id = $2",
       customer_id, order_id);
-  write.exec_params("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, status, total) "
-                    "VALUES ($1, $2, $3, $4::timestamptz, $5, $6::numeric)",
-                    customer_id, order[0].as<int>(), order_id, order[1].as<std::string>(), order[2].as<std::string>(),
-                    order[3].as<std::string>());
+  write.exec_params(
+      "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, status, total) "
+      "VALUES ($1, $2, $3, $4::timestamptz, $5, $6::numeric)",
+      customer_id, order[0].as<int>(), order_id, order[1].as<std::string>(), order[2].as<std::string>(),
+      order[3].as<std::string>());
   for (const auto& item : read.exec_params("SELECT line_no, book_id, quantity, unit_price::text FROM order_items "
                                            "WHERE customer_id = $1 AND order_id = $2",
                                            customer_id, order_id)) {
-    write.exec_params("INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, unit_price) "
-                      "VALUES ($1, $2, $3, $4, $5, $6, $7::numeric)",
-                      customer_id, order[0].as<int>(), order_id, item[0].as<int>(), item[1].as<std::int64_t>(),
-                      item[2].as<int>(), item[3].as<std::string>());
+    write.exec_params(
+        "INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, unit_price) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7::numeric)",
+        customer_id, order[0].as<int>(), order_id, item[0].as<int>(), item[1].as<std::int64_t>(), item[2].as<int>(),
+        item[3].as<std::string>());
   }
   write.commit();
 }
@@ -328,7 +336,9 @@ std::string Process::Output() const {
   return output_;
 }
 
-void Process::Signal(int signal_number) const { ::kill(pid_, signal_number); }
+void Process::Signal(int signal_number) const {
+  ::kill(pid_, signal_number);
+}
 
 std::optional<int> Process::WaitForExit(std::chrono::milliseconds timeout) {
   if (status_) return status_;

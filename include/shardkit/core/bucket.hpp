@@ -23,16 +23,34 @@ enum class CustomerId : std::int32_t {};
 enum class BucketId : int {};
 enum class ShardId : int {};
 
-[[nodiscard]] constexpr std::int32_t ToInt(CustomerId id) noexcept { return static_cast<std::int32_t>(id); }
-[[nodiscard]] constexpr int ToInt(BucketId id) noexcept { return static_cast<int>(id); }
-[[nodiscard]] constexpr int ToInt(ShardId id) noexcept { return static_cast<int>(id); }
+[[nodiscard]] constexpr std::int32_t ToInt(CustomerId id) noexcept {
+  return static_cast<std::int32_t>(id);
+}
+[[nodiscard]] constexpr int ToInt(BucketId id) noexcept {
+  return static_cast<int>(id);
+}
+[[nodiscard]] constexpr int ToInt(ShardId id) noexcept {
+  return static_cast<int>(id);
+}
 // Found by fmt (argument-dependent lookup): fmt::format("{}", shard) prints 1.
-[[nodiscard]] constexpr std::int32_t format_as(CustomerId id) noexcept { return ToInt(id); }
-[[nodiscard]] constexpr int format_as(BucketId id) noexcept { return ToInt(id); }
-[[nodiscard]] constexpr int format_as(ShardId id) noexcept { return ToInt(id); }
-inline std::ostream& operator<<(std::ostream& out, CustomerId id) { return out << ToInt(id); }
-inline std::ostream& operator<<(std::ostream& out, BucketId id) { return out << ToInt(id); }
-inline std::ostream& operator<<(std::ostream& out, ShardId id) { return out << ToInt(id); }
+[[nodiscard]] constexpr std::int32_t format_as(CustomerId id) noexcept {
+  return ToInt(id);
+}
+[[nodiscard]] constexpr int format_as(BucketId id) noexcept {
+  return ToInt(id);
+}
+[[nodiscard]] constexpr int format_as(ShardId id) noexcept {
+  return ToInt(id);
+}
+inline std::ostream& operator<<(std::ostream& out, CustomerId id) {
+  return out << ToInt(id);
+}
+inline std::ostream& operator<<(std::ostream& out, BucketId id) {
+  return out << ToInt(id);
+}
+inline std::ostream& operator<<(std::ostream& out, ShardId id) {
+  return out << ToInt(id);
+}
 
 inline constexpr int kBucketCount = 64;
 
@@ -62,8 +80,12 @@ class IdRange {
   int first_;
   int last_;
 };
-[[nodiscard]] constexpr IdRange<BucketId> AllBuckets() noexcept { return {0, kBucketCount}; }
-[[nodiscard]] constexpr IdRange<ShardId> FirstShards(int count) noexcept { return {0, count}; }
+[[nodiscard]] constexpr IdRange<BucketId> AllBuckets() noexcept {
+  return {0, kBucketCount};
+}
+[[nodiscard]] constexpr IdRange<ShardId> FirstShards(int count) noexcept {
+  return {0, count};
+}
 inline constexpr std::uint32_t kKnuthMultiplier = 2654435761U;
 
 // (uint32(id) * 2654435761 mod 2^32) >> 26. The multiply must stay 32-bit:

@@ -53,9 +53,7 @@ class Value {
   // cpp_int's move wherever these are inlined.
   [[nodiscard]] static Value Numeric(Decimal v);
   [[nodiscard]] static Value Numeric(std::string_view text);
-  [[nodiscard]] static Value Text(std::string v) {
-    return Value(Storage(std::in_place_index<5>, std::move(v)));
-  }
+  [[nodiscard]] static Value Text(std::string v) { return Value(Storage(std::in_place_index<5>, std::move(v))); }
 
   [[nodiscard]] Kind kind() const noexcept {
     return storage_.index() == kRealIndex ? Kind::kDouble : static_cast<Kind>(storage_.index());
@@ -98,8 +96,8 @@ class Value {
 // What shardkit knows about a PostgreSQL type.
 struct PgTypeInfo {
   TypeOid oid = 0;
-  std::string name;                        // as format_type() prints it: "bigint", "numeric"
-  Value::Kind kind = Value::Kind::kText;   // how its values are held
+  std::string name;                       // as format_type() prints it: "bigint", "numeric"
+  Value::Kind kind = Value::Kind::kText;  // how its values are held
   // Two values are equal for the server exactly when their ComparisonForms
   // are equal: shardkit may use it as a group key (GROUP BY, DISTINCT).
   bool groupable = false;

@@ -42,9 +42,7 @@ class ManualIdClock final : public IdClock {
  public:
   explicit ManualIdClock(std::int64_t start_unix_ms) noexcept : now_ns_(start_unix_ms * 1'000'000) {}
 
-  [[nodiscard]] std::int64_t NowUnixNanos() noexcept override {
-    return now_ns_.load(std::memory_order_acquire);
-  }
+  [[nodiscard]] std::int64_t NowUnixNanos() noexcept override { return now_ns_.load(std::memory_order_acquire); }
   void WaitUntil(std::int64_t unix_nanos) override;
 
   void SetUnixNanos(std::int64_t unix_nanos) noexcept { now_ns_.store(unix_nanos, std::memory_order_release); }

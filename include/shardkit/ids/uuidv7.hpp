@@ -101,8 +101,7 @@ class Uuid {
   UuidBytes bytes_{};
 };
 
-constexpr Uuid Uuid::FromUuidv7Fields(std::uint64_t unix_ts_ms, std::uint16_t rand_a,
-                                      std::uint64_t rand_b) noexcept {
+constexpr Uuid Uuid::FromUuidv7Fields(std::uint64_t unix_ts_ms, std::uint16_t rand_a, std::uint64_t rand_b) noexcept {
   const std::uint64_t high = ((unix_ts_ms & 0xFFFF'FFFF'FFFFULL) << 16) | 0x7000U | (rand_a & 0x0FFFU);
   const std::uint64_t low = 0x8000'0000'0000'0000ULL | (rand_b & 0x3FFF'FFFF'FFFF'FFFFULL);
   // Network byte order: two byte swaps (bswap) on little-endian machines.

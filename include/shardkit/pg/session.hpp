@@ -71,12 +71,12 @@ struct PinnedSetting {
 [[nodiscard]] std::vector<PinnedSetting> PinnedSettings(const SessionChoices& choices);
 
 struct SessionFacts {
-  int server_version = 0;        // e.g. 150004
-  std::string collate;           // pg_database.datcollate
-  std::string ctype;             // pg_database.datctype
-  std::string locale_provider;   // "libc", "icu" (datlocprovider, PostgreSQL 15+; "libc" before)
-  std::string icu_locale;        // daticulocale, empty unless ICU
-  std::string server_encoding;   // e.g. "UTF8"
+  int server_version = 0;       // e.g. 150004
+  std::string collate;          // pg_database.datcollate
+  std::string ctype;            // pg_database.datctype
+  std::string locale_provider;  // "libc", "icu" (datlocprovider, PostgreSQL 15+; "libc" before)
+  std::string icu_locale;       // daticulocale, empty unless ICU
+  std::string server_encoding;  // e.g. "UTF8"
   // Each pinned setting's name (PinnedSettings order) and current_setting().
   std::vector<std::pair<std::string, std::string>> settings;
 

@@ -36,8 +36,8 @@ struct pg_cancel;  // libpq's PGcancel
 namespace shardkit {
 
 struct PoolOptions {
-  int max_size = 8;          // connections open at most (idle + in use + connecting)
-  int max_waiters = 64;      // callers allowed to queue; beyond that Acquire fails at once
+  int max_size = 8;      // connections open at most (idle + in use + connecting)
+  int max_waiters = 64;  // callers allowed to queue; beyond that Acquire fails at once
   // Opening one connection takes at most this long (the caller's deadline
   // may cut it shorter): TCP connect, TLS, authentication.
   std::chrono::milliseconds connect_timeout{2000};
@@ -62,19 +62,19 @@ struct PoolOptions {
 
 // A plain snapshot of counters; cheap to read at any time.
 struct PoolStats {
-  std::uint64_t acquired = 0;          // leases handed out
-  std::uint64_t waited = 0;            // of those, how many had to wait for another caller's connection
-  std::uint64_t timeouts = 0;          // Acquire calls that hit their deadline (connecting included)
-  std::uint64_t rejected = 0;          // Acquire calls refused: waiter bound reached
-  std::uint64_t connects = 0;          // connections opened
-  std::uint64_t connect_failures = 0;  // connection attempts that failed or ran out of time
-  std::uint64_t broken = 0;            // connections dropped because they were broken or closed by the server
+  std::uint64_t acquired = 0;                  // leases handed out
+  std::uint64_t waited = 0;                    // of those, how many had to wait for another caller's connection
+  std::uint64_t timeouts = 0;                  // Acquire calls that hit their deadline (connecting included)
+  std::uint64_t rejected = 0;                  // Acquire calls refused: waiter bound reached
+  std::uint64_t connects = 0;                  // connections opened
+  std::uint64_t connect_failures = 0;          // connection attempts that failed or ran out of time
+  std::uint64_t broken = 0;                    // connections dropped because they were broken or closed by the server
   std::uint64_t discarded_in_transaction = 0;  // dropped because left mid-transaction
   // Dropped because the holder changed a pinned setting that the server
   // reports (DateStyle, IntervalStyle, TimeZone, standard_conforming_strings,
   // client_encoding) with SET and gave it back without RESET.
   std::uint64_t discarded_changed_session = 0;
-  std::uint64_t checked = 0;           // idle connections polled before use (idle longer than alive_bypass_window)
+  std::uint64_t checked = 0;  // idle connections polled before use (idle longer than alive_bypass_window)
   int in_use = 0;
   int idle = 0;
   int connecting = 0;

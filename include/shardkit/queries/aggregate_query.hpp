@@ -55,7 +55,7 @@ class AggregateQuery {
   // COUNT/SUM/AVG(DISTINCT it) merge exactly.
   AggregateQuery& ShardKey(std::string column);
 
-  AggregateQuery& GroupBy(std::string column);                          // quoted column
+  AggregateQuery& GroupBy(std::string column);  // quoted column
   AggregateQuery& GroupByExpr(std::string sql_expression, std::string name);
 
   // One aggregate call as SQL text: count(*), count(x), count(DISTINCT
@@ -87,11 +87,11 @@ class AggregateQuery {
   struct Item {
     bool is_key = false;
     std::string name;
-    std::string expression;                  // key expression or aggregate argument
+    std::string expression;  // key expression or aggregate argument
     MergeColumn::Role role = MergeColumn::Role::kGroupKey;
     bool count_star = false;
     bool distinct = false;
-    std::string filter;                      // " FILTER (WHERE ...)" or empty
+    std::string filter;  // " FILTER (WHERE ...)" or empty
     bool hidden = false;
   };
   explicit AggregateQuery(std::string from) : from_(std::move(from)) {}

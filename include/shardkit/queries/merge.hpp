@@ -89,7 +89,7 @@ enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe, kIsNull, kIsNotNull };
 // How one merged column is computed from the shards' partial columns.
 struct MergeColumn {
   enum class Role { kGroupKey, kCount, kSum, kMin, kMax, kAvg };
-  std::string name;           // the merged column's name
+  std::string name;  // the merged column's name
   Role role = Role::kGroupKey;
   std::string partial;        // per-shard column name (kAvg: the partial SUM)
   std::string partial_count;  // kAvg only: the partial COUNT of the same argument
@@ -172,10 +172,10 @@ class MergePlan {
 };
 
 struct MergedResult : ResultSet {
-  std::size_t shards = 0;    // shard answers merged
-  std::size_t rows_in = 0;   // partial rows received from all shards
-  std::size_t groups = 0;    // groups after merging, before HAVING / OFFSET / LIMIT
-  std::size_t rows_out = 0;  // rows returned
+  std::size_t shards = 0;              // shard answers merged
+  std::size_t rows_in = 0;             // partial rows received from all shards
+  std::size_t groups = 0;              // groups after merging, before HAVING / OFFSET / LIMIT
+  std::size_t rows_out = 0;            // rows returned
   std::optional<std::string> warning;  // shards missing (scatter merges with allow_missing_shards)
 };
 
@@ -184,7 +184,7 @@ struct MergedResult : ResultSet {
 struct PartialRows {
   ShardId shard{};
   std::vector<std::string> column_names;
-  std::vector<TypeOid> column_types;  // type OIDs: 20 bigint, 1700 numeric, 25 text...
+  std::vector<TypeOid> column_types;                          // type OIDs: 20 bigint, 1700 numeric, 25 text...
   std::vector<std::vector<std::optional<std::string>>> rows;  // nullopt is NULL
 };
 

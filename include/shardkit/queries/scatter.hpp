@@ -84,14 +84,14 @@ struct ShardResult {
 };
 
 struct ScatterResult {
-  std::vector<ShardResult> shards;                 // one per shard that answered, in shard order
-  std::vector<ScatterError::Failure> failures;     // only with allow_partial, in shard order
-  std::optional<std::string> warning;              // set when failures is not empty
-  std::chrono::microseconds elapsed{0};            // wall time of the whole scatter
-  std::optional<ShardId> slowest_shard;            // of the shards that answered
+  std::vector<ShardResult> shards;              // one per shard that answered, in shard order
+  std::vector<ScatterError::Failure> failures;  // only with allow_partial, in shard order
+  std::optional<std::string> warning;           // set when failures is not empty
+  std::chrono::microseconds elapsed{0};         // wall time of the whole scatter
+  std::optional<ShardId> slowest_shard;         // of the shards that answered
   std::chrono::microseconds slowest_elapsed{0};
-  std::int64_t directory_version = 0;              // the directory snapshot the buckets were assigned by
-  int directory_retries = 0;                       // reruns after a shard said that directory was stale
+  std::int64_t directory_version = 0;  // the directory snapshot the buckets were assigned by
+  int directory_retries = 0;           // reruns after a shard said that directory was stale
   [[nodiscard]] std::size_t TotalRows() const noexcept;
   [[nodiscard]] std::size_t TotalBytes() const noexcept;
 };
@@ -103,11 +103,11 @@ struct ScatterStats {
   std::uint64_t single_shard = 0;    // calls that touched exactly one shard (not cross-shard)
   std::uint64_t shard_requests = 0;  // sum of fan-out over all calls
   std::uint64_t max_fanout = 0;
-  std::uint64_t failed = 0;          // calls that threw ScatterError
-  std::uint64_t partial = 0;         // calls answered with missing shards
-  std::uint64_t shard_failures = 0;  // shards that failed or missed the deadline, over all calls
-  std::uint64_t rows = 0;            // rows received
-  std::uint64_t bytes = 0;           // payload bytes received
+  std::uint64_t failed = 0;                    // calls that threw ScatterError
+  std::uint64_t partial = 0;                   // calls answered with missing shards
+  std::uint64_t shard_failures = 0;            // shards that failed or missed the deadline, over all calls
+  std::uint64_t rows = 0;                      // rows received
+  std::uint64_t bytes = 0;                     // payload bytes received
   std::chrono::microseconds total_slowest{0};  // sum of slowest-shard times
   std::chrono::microseconds max_slowest{0};
 };

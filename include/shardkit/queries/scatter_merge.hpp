@@ -15,9 +15,9 @@
 // fail on a healthy setup; the check costs no round trip.
 #pragma once
 
+#include "shardkit/pg/session.hpp"
 #include "shardkit/queries/merge.hpp"
 #include "shardkit/queries/scatter.hpp"
-#include "shardkit/pg/session.hpp"
 
 namespace pqxx {
 class connection_base;
@@ -37,13 +37,11 @@ struct MergeOptions {
 // options.allow_missing_shards. Throws ShardError naming the shard when its
 // facts fail the check above (shards without facts, as in a hand-built
 // ScatterResult, are not checked).
-[[nodiscard]] MergedResult Merge(const MergePlan& plan, const ScatterResult& scatter,
-                                 const MergeOptions& options = {});
+[[nodiscard]] MergedResult Merge(const MergePlan& plan, const ScatterResult& scatter, const MergeOptions& options = {});
 
 // Runs plan.ShardSql() on the shards (options.shards, default all) and merges.
-[[nodiscard]] MergedResult ScatterMerge(ScatterGather& scatter, const MergePlan& plan,
-                                        const SqlParams& params = {}, const ScatterOptions& options = {},
-                                        const MergeOptions& merge_options = {});
+[[nodiscard]] MergedResult ScatterMerge(ScatterGather& scatter, const MergePlan& plan, const SqlParams& params = {},
+                                        const ScatterOptions& options = {}, const MergeOptions& merge_options = {});
 
 // The check on one shard's facts; throws ShardError naming the shard and the
 // fix. (The TimeZone is compared across shards by the callers above.)

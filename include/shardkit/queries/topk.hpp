@@ -146,8 +146,8 @@ struct TopKReply {
   // shard (nullopt: the shard has no group), so a negative partial anywhere is
   // seen even if it is not in the top k.
   std::vector<std::optional<Measure>> min_partial;
-  std::size_t bytes = 0;     // payload bytes received, when the source knows
-  int shards_asked = 0;      // shards that were sent a request
+  std::size_t bytes = 0;              // payload bytes received, when the source knows
+  int shards_asked = 0;               // shards that were sent a request
   std::vector<std::string> warnings;  // e.g. a shard missing (allow_partial)
   // Only from LocalTopK, when the source can tell (else empty): per shard,
   // its number of groups and a histogram of its positive partials, as
@@ -194,9 +194,9 @@ enum class TopKMethod {
 [[nodiscard]] const char* TopKMethodName(TopKMethod method) noexcept;
 
 struct TopKPhaseStats {
-  std::string name;          // "1 local top-k", "2 threshold", "3 exact partials", ...
-  std::size_t rows = 0;      // rows received from all shards
-  std::size_t bytes = 0;     // payload bytes, if the source reports them
+  std::string name;       // "1 local top-k", "2 threshold", "3 exact partials", ...
+  std::size_t rows = 0;   // rows received from all shards
+  std::size_t bytes = 0;  // payload bytes, if the source reports them
   int shards_asked = 0;
   std::chrono::microseconds elapsed{0};  // wall time of the round trip incl. decoding
 };
@@ -204,7 +204,7 @@ struct TopKPhaseStats {
 template <class Measure>
 struct TopKResult {
   TopKMethod method = TopKMethod::kTput;
-  std::vector<TopKEntry<Measure>> items;     // ranked, at most k
+  std::vector<TopKEntry<Measure>> items;  // ranked, at most k
   std::vector<TopKPhaseStats> phases;
   std::size_t total_rows = 0;
   std::size_t total_bytes = 0;
@@ -212,12 +212,12 @@ struct TopKResult {
   // TPUT's inner figures, for reports and tuning.
   std::optional<Measure> tau1;
   std::optional<Measure> tau2;
-  std::size_t seen_after_phase2 = 0;   // distinct keys known after phase 2
-  std::size_t candidates = 0;          // keys surviving the upper-bound prune
-  std::size_t fetched_keys = 0;        // (shard, key) partials asked in phase 3
+  std::size_t seen_after_phase2 = 0;  // distinct keys known after phase 2
+  std::size_t candidates = 0;         // keys surviving the upper-bound prune
+  std::size_t fetched_keys = 0;       // (shard, key) partials asked in phase 3
   // kAuto: what phase 1 showed and what was chosen (method is then kTput or
   // kAllPartials), e.g. "31,209 groups; about 3,100 at or above tau1/m -> TPUT".
-  std::optional<std::int64_t> groups;                // over all shards
+  std::optional<std::int64_t> groups;  // over all shards
   std::optional<std::int64_t> estimated_phase2_rows;
   std::string choice;
   // Something the caller should know: a shard missing, data that changed
@@ -253,38 +253,38 @@ enum class TopKKeyType {
 // by the application (never user input): values belong in params, which
 // where may use as $1..$n. shardkit appends its own parameters after them.
 struct TopKQuery {
-  std::string from;      // FROM clause body: a (quoted) table name or joins
-  std::string key;       // grouping expression, e.g. "i.book_id"
+  std::string from;  // FROM clause body: a (quoted) table name or joins
+  std::string key;   // grouping expression, e.g. "i.book_id"
   TopKKeyType key_type = TopKKeyType::kBigint;
-  std::string measure;   // summed expression, e.g. "i.quantity" (see TopKBySum's Measure)
-  std::string where;     // optional filter (without WHERE)
-  SqlParams params;      // $1..$n of where
+  std::string measure;  // summed expression, e.g. "i.quantity" (see TopKBySum's Measure)
+  std::string where;    // optional filter (without WHERE)
+  SqlParams params;     // $1..$n of where
   std::size_t k = 10;
   std::string label = "top-k";  // for scatter statistics and messages
 };
 
 // The statements SqlTopKSource sends, for logs and documentation.
 struct TopKStatements {
-  std::string local_top_k;     // $n+1 = k
-  std::string local_top_k_min; // the same plus the shard's smallest partial
-  std::string at_least;        // $n+1 = m, $n+2 = tau1, $n+3 = excluded keys, $n+4 = exclude NULL key
-  std::string partials;        // $n+1 = keys, $n+2 = include the NULL key
+  std::string local_top_k;      // $n+1 = k
+  std::string local_top_k_min;  // the same plus the shard's smallest partial
+  std::string at_least;         // $n+1 = m, $n+2 = tau1, $n+3 = excluded keys, $n+4 = exclude NULL key
+  std::string partials;         // $n+1 = keys, $n+2 = include the NULL key
   std::string all_partials;
   // In a session (one snapshot per shard): phase 1 aggregates once into a
   // temporary table and reads its top k from it in the same round trip;
   // phases 2 and 3 and the rest of the partials read the table.
-  std::string snapshot_setup;        // the session's temporary table (ON COMMIT DROP)
+  std::string snapshot_setup;               // the session's temporary table (ON COMMIT DROP)
   std::string snapshot_setup_non_negative;  // the same, refusing a negative partial (SQLSTATE 23514)
-  std::string snapshot_fill;         // the one aggregation into it; $1..$n = params
+  std::string snapshot_fill;                // the one aggregation into it; $1..$n = params
   // The top k ({} = k): TPUT's phase 1, which needs no statistics.
   std::string snapshot_top_k;
   // One statistics row first (k and s NULL; the smallest partial, the group
   // count and a histogram of the positive partials), then the top k ({} =
   // k): kAuto's phase 1.
   std::string snapshot_top_k_stats;
-  std::string snapshot_at_least;     // $1 = m, $2 = tau1, $3 = excluded keys, $4 = exclude NULL key
-  std::string snapshot_partials;     // $1 = keys, $2 = include the NULL key
-  std::string snapshot_rest;         // $1 = excluded keys, $2 = exclude NULL key
+  std::string snapshot_at_least;  // $1 = m, $2 = tau1, $3 = excluded keys, $4 = exclude NULL key
+  std::string snapshot_partials;  // $1 = keys, $2 = include the NULL key
+  std::string snapshot_rest;      // $1 = excluded keys, $2 = exclude NULL key
 };
 // integer_sums: the session's table keeps the partials as bigint (cheap
 // to sort) instead of numeric; a partial that is not an integer or does not
@@ -363,8 +363,7 @@ using DecimalSqlTopKSource = BasicSqlTopKSource<Decimal>;
 //   TopKBySum<Decimal>(scatter, q)   // numeric measure, exact decimal totals
 template <class Measure = std::int64_t>
 [[nodiscard]] TopKResult<Measure> TopKBySum(ScatterGather& scatter, const TopKQuery& query,
-                                            TopKMethod method = TopKMethod::kTput,
-                                            const ScatterOptions& options = {}) {
+                                            TopKMethod method = TopKMethod::kTput, const ScatterOptions& options = {}) {
   BasicSqlTopKSource<Measure> source(scatter, query, options);
   return RunTopK(source, query.k, method);
 }

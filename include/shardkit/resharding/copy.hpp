@@ -119,8 +119,8 @@ class CopyWriter {
   CopyWriter& Field(const char* text) { return text == nullptr ? Null() : Field(std::string_view(text)); }
   CopyWriter& Field(bool value);
   template <class Int>
-    requires(std::is_integral_v<Int> && !std::is_same_v<Int, bool> && !std::is_same_v<Int, char>)
-  CopyWriter& Field(Int value) {
+  requires(std::is_integral_v<Int> && !std::is_same_v<Int, bool> &&
+           !std::is_same_v<Int, char>) CopyWriter& Field(Int value) {
     if constexpr (std::is_signed_v<Int>) {
       if (binary_) return BinaryInteger(static_cast<std::int64_t>(value), false);
     } else {
@@ -200,7 +200,7 @@ class CopyWriter {
   bool binary_ = false;
   std::vector<unsigned> column_types_;  // binary: type oid per column
   std::vector<std::string> column_names_;
-  std::size_t column_ = 0;               // binary: next column of the row
+  std::size_t column_ = 0;  // binary: next column of the row
   std::string buffer_;
   std::size_t flush_at_ = 0;
   bool at_row_start_ = true;

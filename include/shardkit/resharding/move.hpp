@@ -66,8 +66,8 @@
 #include <string_view>
 #include <vector>
 
-#include "shardkit/core/bucket.hpp"
 #include "shardkit/config.hpp"
+#include "shardkit/core/bucket.hpp"
 
 namespace shardkit {
 
@@ -102,9 +102,9 @@ struct MoveRecord {
   std::string token;  // names the slot, publication and subscription
   std::optional<std::int64_t> plan_id;
   std::string requested_by;
-  std::string created_at;   // ISO 8601, UTC
+  std::string created_at;  // ISO 8601, UTC
   std::string updated_at;
-  std::string finished_at;  // empty while live
+  std::string finished_at;                        // empty while live
   std::optional<std::int64_t> directory_version;  // the flip's
   std::int64_t rows_copied = 0;
   std::optional<double> copy_ms;
@@ -126,7 +126,7 @@ struct MoveProgress {
   ShardId source{};
   ShardId target{};
   MoveState state = MoveState::kPlanned;
-  std::string step;               // what happens now: "copying", "catching up", "frozen", ...
+  std::string step;  // what happens now: "copying", "catching up", "frozen", ...
   std::int64_t rows_copied = 0;
   std::optional<std::int64_t> lag_bytes;  // source WAL not yet confirmed by the target
   std::optional<double> stall_ms;

@@ -129,12 +129,12 @@ struct PlacementSimOptions {
 
 struct PlacementSimRow {
   PlacementStrategy strategy;
-  int vnodes = 0;                  // ring only
-  double moved_fraction = 0;       // keys whose node changed when the nodes were added
-  double expected_moved = 0;       // what theory says for this strategy
-  double max_min_before = 0;       // most loaded / least loaded node, before
-  double max_min_after = 0;        // and after (infinity if a node gets no key)
-  std::vector<std::int64_t> load_after;  // keys per node, after
+  int vnodes = 0;                           // ring only
+  double moved_fraction = 0;                // keys whose node changed when the nodes were added
+  double expected_moved = 0;                // what theory says for this strategy
+  double max_min_before = 0;                // most loaded / least loaded node, before
+  double max_min_after = 0;                 // and after (infinity if a node gets no key)
+  std::vector<std::int64_t> load_after;     // keys per node, after
   [[nodiscard]] std::string Label() const;  // "ring (160 vnodes)"
 };
 

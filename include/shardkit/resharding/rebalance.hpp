@@ -30,10 +30,10 @@
 #include <optional>
 #include <vector>
 
-#include "shardkit/core/bucket.hpp"
 #include "shardkit/config.hpp"
-#include "shardkit/routing/directory.hpp"
+#include "shardkit/core/bucket.hpp"
 #include "shardkit/resharding/move.hpp"
+#include "shardkit/routing/directory.hpp"
 
 namespace shardkit {
 
@@ -47,8 +47,8 @@ struct PlannedMove {
 struct RebalancePlan {
   BucketDirectory before = BucketDirectory::EvenSplit(1);
   BucketDirectory after = BucketDirectory::EvenSplit(1);  // version: before + number of moves
-  std::vector<ShardId> shards;     // the shards that hold the buckets afterwards
-  std::vector<PlannedMove> moves;  // in the order they run
+  std::vector<ShardId> shards;                            // the shards that hold the buckets afterwards
+  std::vector<PlannedMove> moves;                         // in the order they run
   [[nodiscard]] std::int64_t TotalRows() const noexcept;
 };
 
@@ -67,16 +67,16 @@ struct RebalanceProgress {
 
 struct RebalanceOptions {
   int parallel = 1;
-  MoveOptions move;  // on_progress is replaced; after_step is kept
+  MoveOptions move;                                           // on_progress is replaced; after_step is kept
   std::function<void(const RebalanceProgress&)> on_progress;  // serialised
 };
 
 struct RebalanceReport {
   std::int64_t plan_id = 0;
-  std::vector<MoveRecord> moves;       // finished moves, in the order they finished
-  std::vector<std::string> failures;   // one line per failed move
+  std::vector<MoveRecord> moves;      // finished moves, in the order they finished
+  std::vector<std::string> failures;  // one line per failed move
   std::vector<PlannedMove> not_started;
-  std::vector<std::int64_t> resumed;   // live moves found at the start, resumed (or rolled back, if aborting)
+  std::vector<std::int64_t> resumed;  // live moves found at the start, resumed (or rolled back, if aborting)
   std::chrono::microseconds elapsed{0};
   [[nodiscard]] bool Ok() const noexcept { return failures.empty() && not_started.empty(); }
 };

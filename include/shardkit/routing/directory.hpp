@@ -25,7 +25,7 @@
 namespace pqxx {
 class connection_base;
 class transaction_base;
-}
+}  // namespace pqxx
 
 namespace shardkit {
 
@@ -36,12 +36,11 @@ class BucketDirectory {
 
   // Validates: every shard index in [0, shard_count), shard_count >= 1,
   // version >= 1. Throws DirectoryError naming the bucket or shard.
-  static BucketDirectory FromAssignments(const Assignments& bucket_to_shard, int shard_count,
-                                         std::int64_t version);
+  static BucketDirectory FromAssignments(const Assignments& bucket_to_shard, int shard_count, std::int64_t version);
   // From (bucket, shard) rows, e.g. the shard_directory table: every bucket
   // must appear exactly once.
-  static BucketDirectory FromRows(std::span<const std::pair<BucketId, ShardId>> rows,
-                                  int shard_count, std::int64_t version);
+  static BucketDirectory FromRows(std::span<const std::pair<BucketId, ShardId>> rows, int shard_count,
+                                  std::int64_t version);
   // Contiguous ranges of equal size: with 2 shards, 0-31 -> 0 and 32-63 -> 1.
   static BucketDirectory EvenSplit(int shard_count, std::int64_t version = 1);
 
@@ -133,7 +132,8 @@ class DirectoryHolder {
   [[nodiscard]] Placement PlacementOf(CustomerId customer_id) const noexcept {
     const BucketId bucket = BucketOf(customer_id);
     const std::uint64_t word = Word(bucket);
-    return Placement{bucket, ShardId{static_cast<int>(word & kShardMask)}, static_cast<std::int64_t>(word >> kShardBits)};
+    return Placement{bucket, ShardId{static_cast<int>(word & kShardMask)},
+                     static_cast<std::int64_t>(word >> kShardBits)};
   }
   // The version of the latest publish (one atomic load).
   [[nodiscard]] std::int64_t Version() const noexcept { return version_.load(std::memory_order_acquire); }

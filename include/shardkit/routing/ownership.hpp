@@ -112,7 +112,7 @@ struct BucketOwnership {
 
 // One shard's view of itself.
 struct ShardOwnership {
-  std::optional<ShardId> enrolled_as;  // nullopt: not enrolled (no fence)
+  std::optional<ShardId> enrolled_as;    // nullopt: not enrolled (no fence)
   std::vector<BucketOwnership> buckets;  // in bucket order
   // The buckets the fence admits without reading the table (sql/014): owned
   // ones marked by the last SyncFence; never a bucket not owned.
@@ -163,7 +163,7 @@ struct FenceRefusal {
   std::optional<ShardId> new_owner;  // where the bucket went (or is going)
   std::string state;                 // owned, incoming, retired, cleaning, absent, changed
   std::optional<std::int64_t> move_id;
-  std::string message;               // the server's message, first line
+  std::string message;  // the server's message, first line
 };
 [[nodiscard]] std::optional<FenceRefusal> ParseFenceRefusal(const std::exception& error);
 

@@ -17,10 +17,10 @@
 #include <memory>
 #include <vector>
 
-#include "shardkit/core/bucket.hpp"
 #include "shardkit/config.hpp"
-#include "shardkit/routing/directory.hpp"
+#include "shardkit/core/bucket.hpp"
 #include "shardkit/pool/pool.hpp"
+#include "shardkit/routing/directory.hpp"
 
 namespace shardkit {
 
@@ -65,9 +65,7 @@ class BucketShardResolver {
   [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(pools_.size()); }
   [[nodiscard]] const std::string& ShardName(ShardId shard) const;
 
-  [[nodiscard]] std::shared_ptr<const BucketDirectory> Directory() const {
-    return directory_.Current();
-  }
+  [[nodiscard]] std::shared_ptr<const BucketDirectory> Directory() const { return directory_.Current(); }
   // Atomically replaces the directory (higher version, same shard count).
   void PublishDirectory(BucketDirectory next) { directory_.Publish(std::move(next)); }
 

@@ -48,13 +48,13 @@ enum class ServerRole { kShard, kReference, kCatalog };
 
 // One file of the migration set.
 struct Migration {
-  int version = 0;                 // NNN of NNN_name.sql
-  std::string name;                // "bookstore_schema"
-  std::string file_name;           // "002_bookstore_schema.sql"
-  std::string sql;                 // the file's text
-  std::string checksum;            // SHA-256 (hex) of the text, CRLF read as LF
+  int version = 0;                  // NNN of NNN_name.sql
+  std::string name;                 // "bookstore_schema"
+  std::string file_name;            // "002_bookstore_schema.sql"
+  std::string sql;                  // the file's text
+  std::string checksum;             // SHA-256 (hex) of the text, CRLF read as LF
   std::vector<ServerRole> targets;  // from the header, in the order shard, reference, catalog
-  bool transactional = true;       // false: `transaction = none`
+  bool transactional = true;        // false: `transaction = none`
   // The statements run one by one when not transactional; otherwise one
   // step, the whole file.
   std::vector<std::string> steps;
@@ -147,7 +147,7 @@ struct InvalidIndex {
 
 // One cell of the server x version matrix.
 enum class MigrationState {
-  kNotTargeted,       // the file does not apply to this server's roles
+  kNotTargeted,  // the file does not apply to this server's roles
   kApplied,
   kPending,           // not applied yet
   kFailed,            // the last attempt failed (steps_done says how far a non-transactional one got)
@@ -231,7 +231,7 @@ struct MigrationReport {
     std::chrono::microseconds elapsed{0};
     std::string error;  // when !ok
   };
-  std::vector<Step> applied;          // attempts, in order per server
+  std::vector<Step> applied;             // attempts, in order per server
   std::vector<std::string> left_behind;  // servers unreachable or lost during the run, with why
   // Per server, the versions a dry run would apply (also filled by a real run).
   std::vector<std::pair<std::string, std::vector<int>>> plan;

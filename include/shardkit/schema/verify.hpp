@@ -62,28 +62,28 @@ struct VerifyOptions {
 };
 
 enum class FindingKind {
-  kUnreachable,      // a server did not answer
-  kDirectory,        // the directory cannot be read or does not fit the shards
-  kSchemaVersion,    // a server is not at the same migration version as the others
-  kMissingTable,     // a sharded or reference table is missing on a server
-  kTableDefinition,  // a table's columns differ from the reference server's (or the first shard's)
-  kWrongBucket,      // bucket <> bucket_of(customer_id)
-  kMisplacedRows,    // rows of a bucket the shard does not own, that its owner lacks
-  kOrphanBucket,     // rows of a bucket the shard does not own, copies of the owner's
-  kReferenceDiffers, // a reference table differs from the reference copy
-  kCountDiffers,     // a bucket's rows on its owner differ in number from the reference server's
-  kMoveInProgress,   // a bucket in a move (live, or a stopped mover's): names the move and what to run
+  kUnreachable,       // a server did not answer
+  kDirectory,         // the directory cannot be read or does not fit the shards
+  kSchemaVersion,     // a server is not at the same migration version as the others
+  kMissingTable,      // a sharded or reference table is missing on a server
+  kTableDefinition,   // a table's columns differ from the reference server's (or the first shard's)
+  kWrongBucket,       // bucket <> bucket_of(customer_id)
+  kMisplacedRows,     // rows of a bucket the shard does not own, that its owner lacks
+  kOrphanBucket,      // rows of a bucket the shard does not own, copies of the owner's
+  kReferenceDiffers,  // a reference table differs from the reference copy
+  kCountDiffers,      // a bucket's rows on its owner differ in number from the reference server's
+  kMoveInProgress,    // a bucket in a move (live, or a stopped mover's): names the move and what to run
 };
 [[nodiscard]] std::string_view FindingName(FindingKind kind) noexcept;  // "misplaced rows", ...
 
 struct VerifyFinding {
   FindingKind kind = FindingKind::kUnreachable;
-  std::string server;            // "shard1", "reference", "catalog"
-  std::string table;             // empty if not about a table
+  std::string server;  // "shard1", "reference", "catalog"
+  std::string table;   // empty if not about a table
   std::optional<BucketId> bucket;
-  std::int64_t rows = 0;         // rows concerned, where counted
-  std::string sample_key;        // "(customer_id, order_id) = (4242, 17)"
-  std::string detail;            // one sentence naming all of the above
+  std::int64_t rows = 0;   // rows concerned, where counted
+  std::string sample_key;  // "(customer_id, order_id) = (4242, 17)"
+  std::string detail;      // one sentence naming all of the above
 };
 
 struct TableCounts {

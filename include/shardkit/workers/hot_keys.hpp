@@ -52,8 +52,8 @@
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
-#include "shardkit/resharding/placement.hpp"
 #include "shardkit/core/thread_annotations.hpp"
+#include "shardkit/resharding/placement.hpp"
 
 namespace pqxx {
 class connection_base;

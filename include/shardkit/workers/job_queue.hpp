@@ -117,8 +117,8 @@ struct Job {
   std::string payload;
   std::optional<std::int64_t> stream_key;
   std::int64_t seq = 0;
-  int attempts = 0;          // including this one
-  std::int64_t fence = 0;    // the partition lease version it was taken under
+  int attempts = 0;        // including this one
+  std::int64_t fence = 0;  // the partition lease version it was taken under
   ShardId shard{};
   std::chrono::system_clock::time_point created;  // the shard server's clock
 };
@@ -176,16 +176,16 @@ struct JobHandler {
 struct JobWorkerOptions {
   int batch_size = 32;  // per shard and round
   int max_attempts = 10;
-  std::chrono::milliseconds retry_backoff{1000};      // doubled per attempt
+  std::chrono::milliseconds retry_backoff{1000};  // doubled per attempt
   std::chrono::milliseconds max_retry_backoff{60'000};
-  std::chrono::milliseconds idle_poll_min{10};         // backoff while there is nothing to do
+  std::chrono::milliseconds idle_poll_min{10};  // backoff while there is nothing to do
   std::chrono::milliseconds idle_poll_max{500};
   // Jobs left running under an older fence are adopted when a partition is
   // claimed, and swept up again this often (a shard that was unreachable,
   // a customer salted since).
   std::chrono::milliseconds sweep_interval{5000};
   std::chrono::milliseconds hot_keys_refresh{2000};
-  std::chrono::milliseconds acquire_timeout{2000};   // a shard connection from its pool
+  std::chrono::milliseconds acquire_timeout{2000};  // a shard connection from its pool
 };
 
 // Per-partition counters of one worker (the worker-sharding case: measure per partition,
@@ -194,10 +194,10 @@ struct PartitionMetrics {
   int partition = 0;
   std::uint64_t taken = 0;
   std::uint64_t completed = 0;
-  std::uint64_t refused = 0;     // fenced completion updated 0 rows: a newer owner exists
-  std::uint64_t failed = 0;      // process threw; retried later
-  std::uint64_t abandoned = 0;   // the partition was lost before the job ran
-  std::uint64_t adopted = 0;     // jobs of a previous owner put back to pending
+  std::uint64_t refused = 0;                   // fenced completion updated 0 rows: a newer owner exists
+  std::uint64_t failed = 0;                    // process threw; retried later
+  std::uint64_t abandoned = 0;                 // the partition was lost before the job ran
+  std::uint64_t adopted = 0;                   // jobs of a previous owner put back to pending
   std::chrono::microseconds busy{0};           // time spent processing and completing
   std::chrono::microseconds max_latency{0};    // created -> done
   std::chrono::microseconds total_latency{0};  // over completed
@@ -256,8 +256,8 @@ struct PartitionBacklog {
   std::int64_t pending = 0;
   std::int64_t running = 0;
   std::int64_t dead = 0;
-  std::int64_t done_recently = 0;   // done within the window
-  double oldest_pending_s = 0;      // age of the oldest pending job
+  std::int64_t done_recently = 0;  // done within the window
+  double oldest_pending_s = 0;     // age of the oldest pending job
 };
 // Throws JobError naming the shard that cannot be read.
 [[nodiscard]] std::vector<PartitionBacklog> ReadBacklog(BucketShardResolver& resolver, const std::string& queue,

@@ -103,26 +103,26 @@ struct PartitionGrant {
 
 struct HeldPartition {
   int partition = 0;
-  std::int64_t version = 0;                          // claim_version: the fencing token
-  std::chrono::steady_clock::time_point deadline;   // local: work stops here unless renewed
+  std::int64_t version = 0;                        // claim_version: the fencing token
+  std::chrono::steady_clock::time_point deadline;  // local: work stops here unless renewed
   std::chrono::steady_clock::time_point claimed;
-  bool draining = false;                             // being handed over: no new work
-  int in_flight = 0;                                 // jobs taken and not finished
+  bool draining = false;  // being handed over: no new work
+  int in_flight = 0;      // jobs taken and not finished
 };
 
 struct PartitionLeaseStats {
   int live_workers = 0;
-  int rank = 0;         // position by join order among the live workers
-  int share = 0;        // partitions this worker should hold
+  int rank = 0;   // position by join order among the live workers
+  int share = 0;  // partitions this worker should hold
   int held = 0;
   int draining = 0;
   std::uint64_t ticks = 0;
   std::uint64_t tick_failures = 0;
-  std::uint64_t claimed = 0;        // partitions claimed, in total
-  std::uint64_t released = 0;       // partitions handed over (and released by Leave)
-  std::uint64_t lost = 0;           // partitions found taken over at renewal, or expired locally
-  std::chrono::microseconds last_tick{0};       // catalog round trip of the last tick
-  std::chrono::microseconds last_claim{0};      // of the last tick that claimed something
+  std::uint64_t claimed = 0;                // partitions claimed, in total
+  std::uint64_t released = 0;               // partitions handed over (and released by Leave)
+  std::uint64_t lost = 0;                   // partitions found taken over at renewal, or expired locally
+  std::chrono::microseconds last_tick{0};   // catalog round trip of the last tick
+  std::chrono::microseconds last_claim{0};  // of the last tick that claimed something
   // Of the partitions this worker claimed after a graceful release: the time
   // between the release and the claim (the handoff pause), the largest seen.
   std::optional<std::chrono::microseconds> last_handoff_gap;
@@ -221,7 +221,7 @@ struct PartitionLeaseRow {
   std::optional<std::string> owner;  // nullopt: free or released
   std::int64_t version = 0;
   bool expired = false;
-  double lease_remaining_s = 0;      // negative once expired
+  double lease_remaining_s = 0;       // negative once expired
   std::optional<double> lease_age_s;  // since claimed
   std::optional<double> released_ago_s;
 };

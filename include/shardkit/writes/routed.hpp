@@ -80,12 +80,12 @@ struct RoutedContext {
 
 // What one Run() did (optional out-parameter of Run()).
 struct RoutedOutcome {
-  ShardId shard{};           // where it committed
+  ShardId shard{};  // where it committed
   int attempts = 0;
-  int refused_not_owned = 0;  // SK001 refusals followed
-  int refused_frozen = 0;     // SK002
+  int refused_not_owned = 0;     // SK001 refusals followed
+  int refused_frozen = 0;        // SK002
   int refused_not_readable = 0;  // SK003
-  int retried_other = 0;      // serialization failures, deadlocks, connections lost before COMMIT
+  int retried_other = 0;         // serialization failures, deadlocks, connections lost before COMMIT
   std::chrono::microseconds elapsed{0};
 };
 
@@ -116,7 +116,8 @@ class RoutedTransactions {
   auto Run(CustomerId customer, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
     using Result = std::invoke_result_t<Fn&, pqxx::transaction_base&, const RoutedContext&>;
     if constexpr (std::is_void_v<Result>) {
-      RunErased(customer, [&](pqxx::transaction_base& tx, const RoutedContext& at) { fn(tx, at); }, options, outcome);
+      RunErased(
+          customer, [&](pqxx::transaction_base& tx, const RoutedContext& at) { fn(tx, at); }, options, outcome);
     } else {
       std::optional<Result> result;
       RunErased(

@@ -131,8 +131,8 @@ const std::vector<std::pair<std::string, std::string>>& TableSums() {
 
 using Sums = std::map<std::string, std::array<std::int64_t, 3>>;
 
-Sums SumsOf(const std::string& dsn, bool all_buckets) {
-  pqxx::connection c{dsn};
+Sums SumsOf(const Dsn& dsn, bool all_buckets) {
+  pqxx::connection c{dsn.Reveal()};
   pqxx::work tx{c};
   if (all_buckets) tx.exec("SET LOCAL shardkit.buckets = 'all'");
   Sums out;
@@ -263,7 +263,7 @@ DemoResult RunRebalance(Lab& lab, const RebalanceDemoOptions& options) {
   for (int w = 0; w < options.writers; ++w) {
     threads.emplace_back([&, w] {
       std::mt19937_64 random(static_cast<std::uint64_t>(w) * 7919 + 1);
-      pqxx::connection reference{lab.ReferenceDsn()};
+      pqxx::connection reference{lab.ReferenceDsn().Reveal()};
       const auto period = std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double>(1.0 / std::max(1.0, options.orders_per_second_per_writer)));
       auto next = Clock::now();
@@ -441,9 +441,10 @@ DemoResult RunRebalance(Lab& lab, const RebalanceDemoOptions& options) {
   std::int64_t unknown_committed = 0;
   std::vector<DemoOrder> checked = acknowledged;
   {
-    pqxx::connection reference{lab.ReferenceDsn()};
+    pqxx::connection reference{lab.ReferenceDsn().Reveal()};
     for (const auto& o : unknown) {
-      pqxx::connection c{config.shards[static_cast<std::size_t>(ToInt(final_directory.ShardFor(o.customer)))].dsn};
+      const ShardConfig& shard = config.shards[static_cast<std::size_t>(ToInt(final_directory.ShardFor(o.customer)))];
+      pqxx::connection c{shard.dsn.Reveal()};
       pqxx::read_transaction tx{c};
       if (tx.exec_params1("SELECT count(*) FROM orders WHERE customer_id = $1 AND order_id = $2", o.customer,
                           o.order_id)[0]
@@ -465,7 +466,7 @@ DemoResult RunRebalance(Lab& lab, const RebalanceDemoOptions& options) {
     for (std::size_t i = 0; i < order_ids.size(); ++i) array += fmt::format("{}{}", i ? "," : "", order_ids[i]);
     array += "}";
     for (int s = 0; s < lab.ShardCount(); ++s) {
-      pqxx::connection c{config.shards[static_cast<std::size_t>(s)].dsn};
+      pqxx::connection c{config.shards[static_cast<std::size_t>(s)].dsn.Reveal()};
       pqxx::work tx{c};
       tx.exec("SET LOCAL shardkit.buckets = 'all'");  // every row the shard holds
       for (const auto& row : tx.exec_params(

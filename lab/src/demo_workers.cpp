@@ -146,8 +146,8 @@ bool WaitUntil(const std::function<bool()>& done, Clock::duration timeout, Clock
   return true;
 }
 
-PartitionGroupView Group(const std::string& catalog_dsn, const std::string& queue) {
-  pqxx::connection c{catalog_dsn};
+PartitionGroupView Group(const Dsn& catalog_dsn, const std::string& queue) {
+  pqxx::connection c{catalog_dsn.Reveal()};
   auto groups = ReadPartitionGroups(c, queue);
   return groups.empty() ? PartitionGroupView{} : groups.front();
 }
@@ -313,7 +313,7 @@ std::string DescribePhase(const PhaseStats& s) {
 
 // The demo's own rows, from an earlier run too: its orders and their
 // tracking (shards and reference), its jobs and notifications, its leases.
-void CleanUp(Lab& lab, const std::string& catalog_dsn, const std::string& queue, bool keep_jobs) {
+void CleanUp(Lab& lab, const Dsn& catalog_dsn, const std::string& queue, bool keep_jobs) {
   const std::string orders =
       "DELETE FROM orders o USING order_tracking t WHERE o.customer_id = t.customer_id AND o.order_id = t.order_id";
   for (const ShardId s : FirstShards(lab.ShardCount())) {
@@ -334,7 +334,7 @@ void CleanUp(Lab& lab, const std::string& catalog_dsn, const std::string& queue,
     tx.commit();
   }
   if (!keep_jobs) {
-    pqxx::connection c{catalog_dsn};
+    pqxx::connection c{catalog_dsn.Reveal()};
     pqxx::work tx{c};
     tx.exec_params("DELETE FROM shardkit_partition_groups WHERE worker_group = $1", queue);
     tx.exec_params("DELETE FROM shardkit_hot_keys WHERE queue = $1", queue);
@@ -390,7 +390,7 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
   r.name = "workers";
   const WorkerSettings& ws = options.settings;
   const std::string queue_name = ws.queue;
-  const std::string catalog = CatalogDsn(lab.Config());
+  const Dsn catalog = CatalogDsn(lab.Config());
   const std::string executable = options.executable.empty() ? DefaultExecutable() : options.executable;
   CleanUp(lab, catalog, queue_name, false);
 

@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "pg/pipelined_statement.hpp"
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/routing/ownership.hpp"
 #include "shardkit/pool/pool.hpp"

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "pg/raw_pg.hpp"
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/ownership.hpp"
@@ -251,13 +252,13 @@ bool CanAbort(MoveState state) noexcept {
 // ------------------------------------------------------------------ Impl
 
 struct BucketMover::Impl {
-  Impl(ClusterConfig c, std::string catalog, MoveOptions o)
+  Impl(ClusterConfig c, Dsn catalog, MoveOptions o)
       : config(std::move(c)), catalog_dsn(std::move(catalog)), options(std::move(o)) {
     if (options.requested_by.empty()) options.requested_by = DefaultRequester();
   }
 
   ClusterConfig config;
-  std::string catalog_dsn;
+  Dsn catalog_dsn;
   MoveOptions options;
 
   [[nodiscard]] int ShardCount() const { return static_cast<int>(config.shards.size()); }
@@ -268,17 +269,17 @@ struct BucketMover::Impl {
   [[nodiscard]] std::string ShardLabel(ShardId s) const { return fmt::format("shard {} ({})", s, Shard(s).name); }
 
   std::unique_ptr<pqxx::connection> ConnectCatalog() const {
-    const std::string dsn = WithConnectTimeout(catalog_dsn, options.connect_timeout);
+    const Dsn dsn = WithConnectTimeout(catalog_dsn, options.connect_timeout);
     try {
-      return std::make_unique<pqxx::connection>(dsn);
+      return std::make_unique<pqxx::connection>(dsn.Reveal());
     } catch (const std::exception& e) {
-      throw CatalogError(fmt::format("the catalog ({}) is unreachable: {}", RedactDsn(dsn), FirstLine(e.what())));
+      throw CatalogError(fmt::format("the catalog ({}) is unreachable: {}", dsn, FirstLine(e.what())));
     }
   }
   std::unique_ptr<pqxx::connection> ConnectAdmin(ShardId s) const {
-    const std::string dsn = WithConnectTimeout(Shard(s).AdminDsn(), options.connect_timeout);
+    const Dsn dsn = WithConnectTimeout(Shard(s).AdminDsn(), options.connect_timeout);
     try {
-      auto c = std::make_unique<pqxx::connection>(dsn);
+      auto c = std::make_unique<pqxx::connection>(dsn.Reveal());
       // The mover's commits (the markers above all) are flushed at once:
       // a walsender sends only flushed WAL, so under synchronous_commit =
       // off a marker would wait for the WAL writer (wal_writer_delay, 200 ms
@@ -287,7 +288,7 @@ struct BucketMover::Impl {
       tx.exec("SET synchronous_commit = local");
       return c;
     } catch (const std::exception& e) {
-      throw ShardUnavailable(s, fmt::format("{} is unreachable ({}): {}", ShardLabel(s), RedactDsn(dsn),
+      throw ShardUnavailable(s, fmt::format("{} is unreachable ({}): {}", ShardLabel(s), dsn,
                                             FirstLine(e.what())));
     }
   }
@@ -747,8 +748,8 @@ void MoveRun::Copy() {
     }
   }
   const auto copy_start = Clock::now();
-  const std::string source_dsn = WithConnectTimeout(impl.Shard(record.source).AdminDsn(), impl.options.connect_timeout);
-  const std::string target_dsn = WithConnectTimeout(impl.Shard(record.target).AdminDsn(), impl.options.connect_timeout);
+  const Dsn source_dsn = WithConnectTimeout(impl.Shard(record.source).AdminDsn(), impl.options.connect_timeout);
+  const Dsn target_dsn = WithConnectTimeout(impl.Shard(record.target).AdminDsn(), impl.options.connect_timeout);
   detail::RawConnection replication(detail::WithConnectionOption(source_dsn, "replication", "database"),
                                     impl.ShardLabel(record.source) + " (replication)");
   detail::RawConnection::Rows slot;
@@ -815,7 +816,7 @@ void MoveRun::Subscribe() {
   if (!ObjectExists(c, "SELECT 1 FROM pg_subscription WHERE subname = $1 AND subdbid = "
                        "(SELECT oid FROM pg_database WHERE datname = current_database())")) {
     pqxx::nontransaction tx{c};
-    const std::string source_dsn = impl.Shard(record.source).AdminDsn();
+    const std::string& source_dsn = impl.Shard(record.source).AdminDsn().Reveal();  // the subscription connects with it
     tx.exec(fmt::format("CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} WITH (create_slot = false, slot_name = {}, "
                         "copy_data = false, enabled = true)",
                         tx.quote_name(record.token), tx.quote(source_dsn), tx.quote_name(record.token),
@@ -1463,7 +1464,7 @@ BucketMover::BucketMover(ClusterConfig config, MoveOptions options) {
                                                  "directory there",
                                                  config.origin));
   }
-  std::string catalog = *config.catalog_dsn;
+  Dsn catalog = *config.catalog_dsn;
   impl_ = std::make_unique<Impl>(std::move(config), std::move(catalog), std::move(options));
 }
 
@@ -1520,7 +1521,7 @@ std::vector<std::string> LeftoverReplicationObjects(const ClusterConfig& config)
   for (std::size_t i = 0; i < config.shards.size(); ++i) {
     const auto& shard = config.shards[i];
     try {
-      pqxx::connection c{WithConnectTimeout(shard.AdminDsn(), std::chrono::milliseconds(5000))};
+      pqxx::connection c{WithConnectTimeout(shard.AdminDsn(), std::chrono::milliseconds(5000)).Reveal()};
       pqxx::read_transaction tx{c};
       for (const auto& row : tx.exec(
                "SELECT 'slot ' || slot_name FROM pg_replication_slots WHERE slot_name LIKE 'shardkit\\_move\\_%' "

@@ -12,7 +12,7 @@
 #include <pqxx/pqxx>
 #include <thread>
 
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/resolver.hpp"
@@ -53,7 +53,7 @@ class Receiver final : public pqxx::notification_receiver {
 }  // namespace
 
 struct DirectoryWatcher::Impl {
-  Impl(BucketShardResolver& r, std::string dsn, DirectoryWatcherOptions o)
+  Impl(BucketShardResolver& r, const Dsn& dsn, DirectoryWatcherOptions o)
       : resolver(r), catalog_dsn(WithConnectTimeout(dsn, o.connect_timeout)), options(std::move(o)) {
     if (::pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
       throw Error("DirectoryWatcher: cannot create its wake-up pipe");
@@ -81,7 +81,7 @@ struct DirectoryWatcher::Impl {
   std::int64_t ResolverVersion() const { return resolver.Directory()->Version(); }
 
   BucketShardResolver& resolver;
-  const std::string catalog_dsn;
+  const Dsn catalog_dsn;
   const DirectoryWatcherOptions options;
 
   int wake_pipe[2] = {-1, -1};
@@ -152,14 +152,14 @@ void DirectoryWatcher::Impl::Loop() {
   while (!stop) {
     if (!connection) {
       try {
-        connection = std::make_unique<pqxx::connection>(catalog_dsn);
+        connection = std::make_unique<pqxx::connection>(catalog_dsn.Reveal());
         receiver = std::make_unique<Receiver>(*connection, notified);  // LISTEN
         pause = std::chrono::milliseconds(50);
         next_check = Clock::now();  // a notification may have been missed
       } catch (const std::exception& e) {
         receiver.reset();
         connection.reset();
-        RecordError(fmt::format("directory watcher: cannot reach the catalog ({}): {}", RedactDsn(catalog_dsn),
+        RecordError(fmt::format("directory watcher: cannot reach the catalog ({}): {}", catalog_dsn,
                                 RedactDsn(FirstLine(e.what()))));
         next_check = Clock::now() + pause;
         pause = std::min(pause * 2, std::max(options.check_interval, std::chrono::milliseconds(50)));
@@ -203,7 +203,7 @@ void DirectoryWatcher::Impl::Loop() {
   }
 }
 
-DirectoryWatcher::DirectoryWatcher(BucketShardResolver& resolver, std::string catalog_dsn,
+DirectoryWatcher::DirectoryWatcher(BucketShardResolver& resolver, Dsn catalog_dsn,
                                    DirectoryWatcherOptions options)
     : impl_(std::make_unique<Impl>(resolver, std::move(catalog_dsn), std::move(options))) {}
 
@@ -223,7 +223,7 @@ std::int64_t DirectoryWatcher::RefreshNow() {
   for (int attempt = 0;; ++attempt) {
     try {
       if (!impl_->refresh_connection) {
-        impl_->refresh_connection = std::make_unique<pqxx::connection>(impl_->catalog_dsn);
+        impl_->refresh_connection = std::make_unique<pqxx::connection>(impl_->catalog_dsn.Reveal());
       }
       const std::int64_t version = impl_->CheckWith(*impl_->refresh_connection);
       impl_->completed = number;
@@ -231,7 +231,7 @@ std::int64_t DirectoryWatcher::RefreshNow() {
     } catch (const pqxx::broken_connection& e) {
       impl_->refresh_connection.reset();
       if (attempt == 0) continue;  // a connection that went stale while idle: once more
-      const std::string message = fmt::format("the catalog ({}) is unreachable: {}", RedactDsn(impl_->catalog_dsn),
+      const std::string message = fmt::format("the catalog ({}) is unreachable: {}", impl_->catalog_dsn,
                                               RedactDsn(FirstLine(e.what())));
       impl_->RecordError(message);
       throw CatalogError(message + "; check [catalog] dsn and that server");
@@ -239,7 +239,7 @@ std::int64_t DirectoryWatcher::RefreshNow() {
       throw;
     } catch (const pqxx::failure& e) {
       const std::string message = fmt::format("reading the directory from the catalog ({}) failed: {}",
-                                              RedactDsn(impl_->catalog_dsn), RedactDsn(FirstLine(e.what())));
+                                              impl_->catalog_dsn, RedactDsn(FirstLine(e.what())));
       impl_->RecordError(message);
       throw CatalogError(message);
     }

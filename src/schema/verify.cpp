@@ -95,7 +95,7 @@ struct LiveMove {
 
 struct Server {
   std::string name;
-  std::string dsn;
+  Dsn dsn;
   std::optional<ShardId> shard;
   std::unique_ptr<pqxx::connection> connection;
   std::string error;
@@ -126,7 +126,7 @@ void ScanServer(Server& s, const std::vector<std::string>& reference_tables,
                 const std::vector<std::string>& mirrored_tables, std::chrono::milliseconds connect_timeout) {
   const auto start = Clock::now();
   try {
-    s.connection = std::make_unique<pqxx::connection>(WithConnectTimeout(s.dsn, connect_timeout));
+    s.connection = std::make_unique<pqxx::connection>(WithConnectTimeout(s.dsn, connect_timeout).Reveal());
     {
       // Every row, whatever bucket it belongs to: an enrolled shard shows
       // only the buckets it owns unless asked for all (ownership.hpp).
@@ -265,7 +265,7 @@ std::vector<LiveMove> LiveMoves(const ClusterConfig& config, std::chrono::millis
   std::vector<LiveMove> moves;
   if (!config.catalog_dsn) return moves;
   try {
-    pqxx::connection c{WithConnectTimeout(*config.catalog_dsn, connect_timeout)};
+    pqxx::connection c{WithConnectTimeout(*config.catalog_dsn, connect_timeout).Reveal()};
     pqxx::read_transaction tx{c, "verify moves"};
     if (tx.exec1("SELECT to_regclass('shardkit_moves') IS NULL")[0].as<bool>()) return moves;
     for (const auto& row : tx.exec(

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "pg/pg_array.hpp"
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/resolver.hpp"

@@ -6,7 +6,7 @@
 #include <random>
 #include <thread>
 
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/ownership.hpp"

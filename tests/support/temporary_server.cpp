@@ -68,8 +68,8 @@ void TemporaryServer::Stop() {
                              directory_.string())));
 }
 
-std::string TemporaryServer::Dsn() const {
-  return fmt::format("host=127.0.0.1 port={} dbname=postgres user=postgres", port_);
+shardkit::Dsn TemporaryServer::Dsn() const {
+  return shardkit::Dsn(fmt::format("host=127.0.0.1 port={} dbname=postgres user=postgres", port_));
 }
 
 void TemporaryServer::Run(const std::string& command) const {

@@ -4,7 +4,7 @@
 
 namespace bookstore {
 
-std::string LeaseDatabaseDsn(const shardkit::ClusterConfig& config) {
+shardkit::Dsn LeaseDatabaseDsn(const shardkit::ClusterConfig& config) {
   if (!config.catalog_dsn) {
     throw shardkit::ConfigError("catalog.dsn", config.origin + " has no [catalog] database, where the service leases "
                                                 "the worker ids of its order ids (table shardkit_worker_ids)");
@@ -13,7 +13,8 @@ std::string LeaseDatabaseDsn(const shardkit::ClusterConfig& config) {
   return shardkit::WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
 }
 
-OrderIds::OrderIds(std::string lease_dsn, std::string owner) : dsn_(std::move(lease_dsn)), owner_(std::move(owner)) {
+OrderIds::OrderIds(shardkit::Dsn lease_dsn, std::string owner)
+    : dsn_(std::move(lease_dsn)), owner_(std::move(owner)) {
   current_ = Claim();
 }
 
@@ -74,7 +75,7 @@ bool OrderIds::Valid() const {
   return !released_ && current_.lease->Valid();
 }
 
-std::string OrderIds::RedactedDsn() const { return shardkit::RedactDsn(dsn_); }
+std::string OrderIds::RedactedDsn() const { return dsn_.Redacted(); }
 
 int OrderIds::Release() {
   std::lock_guard lock(mutex_);

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/dsn.hpp"
 
 namespace pqxx {
 class connection_base;
@@ -148,14 +149,14 @@ class PartitionLeases {
   // and runs the first Tick.
   // Throws ConfigError for bad options or a partition count that differs
   // from the group's, LeaseError if the catalog cannot be reached.
-  [[nodiscard]] static std::shared_ptr<PartitionLeases> Join(const std::string& catalog_dsn,
+  [[nodiscard]] static std::shared_ptr<PartitionLeases> Join(const Dsn& catalog_dsn,
                                                              PartitionLeaseOptions options = {});
 
   class PrivateTag {
     explicit PrivateTag() = default;
     friend class PartitionLeases;
   };
-  PartitionLeases(PrivateTag, std::string dsn, PartitionLeaseOptions options);
+  PartitionLeases(PrivateTag, Dsn dsn, PartitionLeaseOptions options);
   ~PartitionLeases();  // Leave() with a short deadline, best effort
   PartitionLeases(const PartitionLeases&) = delete;
   PartitionLeases& operator=(const PartitionLeases&) = delete;
@@ -195,7 +196,7 @@ class PartitionLeases {
   [[nodiscard]] Clock::duration NextInterval() const;  // under state_mutex_
   [[nodiscard]] std::string Describe() const;
 
-  const std::string dsn_;
+  const Dsn dsn_;
   PartitionLeaseOptions options_;
 
   std::mutex catalog_mutex_;  // the connection; one Tick at a time

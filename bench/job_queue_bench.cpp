@@ -196,7 +196,7 @@ void BM_HandoffPause(benchmark::State& state) {
     const auto elapsed = Clock::now() - started;
     state.SetIterationTime(std::chrono::duration<double>(elapsed).count());
     total_ms += std::chrono::duration<double, std::milli>(elapsed).count();
-    pqxx::connection c{cluster.CatalogDsn()};
+    pqxx::connection c{cluster.CatalogDsn().Reveal()};
     pqxx::nontransaction tx{c};
     for (const auto& row :
          tx.exec_params("SELECT extract(epoch FROM claimed_at - released_at) * 1000 FROM shardkit_partition_leases "

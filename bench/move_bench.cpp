@@ -86,7 +86,7 @@ void BM_MoveOneBucket(benchmark::State& state) {
                                          shardkit::test::ScratchOptions().Shards(3).Directory(TwoOfThree())};
   const BucketId bucket{5};  // on shard 0
   {
-    pqxx::connection c{cluster.ShardDsn(0)};
+    pqxx::connection c{cluster.ShardDsn(0).Reveal()};
     pqxx::work tx{c};
     tx.exec(FillBucketSql(bucket, static_cast<int>(state.range(0))));
     tx.commit();
@@ -140,7 +140,7 @@ void BM_MoveUnderLoad(benchmark::State& state) {
                                          shardkit::test::ScratchOptions().Shards(3).Directory(TwoOfThree())};
   const int moves = static_cast<int>(state.range(0));
   {
-    pqxx::connection c{cluster.ShardDsn(0)};
+    pqxx::connection c{cluster.ShardDsn(0).Reveal()};
     for (int b = 0; b < moves; ++b) {
       pqxx::work tx{c};
       tx.exec(FillBucketSql(BucketId{b}, 2000));
@@ -279,8 +279,8 @@ pid_t BackendPid(pqxx::connection& c) {
 void BM_FenceOverhead(benchmark::State& state) {
   shardkit::test::ScratchCluster fenced{"move_bench_fenced", shardkit::test::ScratchOptions().Shards(1)};
   shardkit::test::ScratchCluster bare{"move_bench_bare", shardkit::test::ScratchOptions().Shards(1).Unenrolled()};
-  pqxx::connection f{fenced.ShardDsn(0)};
-  pqxx::connection u{bare.ShardDsn(0)};
+  pqxx::connection f{fenced.ShardDsn(0).Reveal()};
+  pqxx::connection u{bare.ShardDsn(0).Reveal()};
   std::int64_t order = 1;
   bool pinned = true;
   auto measure = [&](int server_cpu, int iterations) {

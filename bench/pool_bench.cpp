@@ -58,8 +58,8 @@ BENCHMARK(BM_PoolAcquireRelease)->Threads(1)->Threads(4)->Threads(8)->UseRealTim
 
 void BM_MyOrdersRawLibpqxx(benchmark::State& state) {
   auto& cluster = Cluster();
-  pqxx::connection connection{
-      cluster.ShardDsn(shardkit::ToInt(shardkit::BucketDirectory::EvenSplit(2).ShardFor(kCustomer)))};
+  const shardkit::ShardId shard = shardkit::BucketDirectory::EvenSplit(2).ShardFor(kCustomer);
+  pqxx::connection connection{cluster.ShardDsn(shardkit::ToInt(shard)).Reveal()};
   for (auto _ : state) {
     pqxx::read_transaction tx{connection};
     auto rows = tx.exec_params(kMyOrders, kCustomer);

@@ -47,8 +47,9 @@ BENCHMARK(BM_DirectoryShardFor);
 void BM_ResolverShardFor(benchmark::State& state) {
   const auto ids = Ids();
   std::vector<std::unique_ptr<shardkit::ConnectionPool>> pools;
-  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{0}, "host=127.0.0.1 port=1"));
-  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{1}, "host=127.0.0.1 port=1"));
+  const shardkit::Dsn nowhere{"host=127.0.0.1 port=1"};
+  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{0}, nowhere));
+  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{1}, nowhere));
   shardkit::BucketShardResolver resolver{shardkit::BucketDirectory::EvenSplit(2), std::move(pools)};
   std::size_t i = 0;
   for (auto _ : state) {
@@ -63,8 +64,9 @@ BENCHMARK(BM_ResolverShardFor)->Threads(1)->Threads(2);
 void BM_ResolverResolve(benchmark::State& state) {
   const auto ids = Ids();
   std::vector<std::unique_ptr<shardkit::ConnectionPool>> pools;
-  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{0}, "host=127.0.0.1 port=1"));
-  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{1}, "host=127.0.0.1 port=1"));
+  const shardkit::Dsn nowhere{"host=127.0.0.1 port=1"};
+  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{0}, nowhere));
+  pools.push_back(std::make_unique<shardkit::ConnectionPool>(shardkit::ShardId{1}, nowhere));
   shardkit::BucketShardResolver resolver{shardkit::BucketDirectory::EvenSplit(2), std::move(pools)};
   std::size_t i = 0;
   for (auto _ : state) {

@@ -67,11 +67,12 @@ std::string Timestamp(I64 unix_seconds) {
                      hms.minutes().count(), hms.seconds().count());
 }
 
-std::string WithDatabase(const std::string& dsn, const std::string& database) {
-  if (dsn.starts_with("postgres://") || dsn.starts_with("postgresql://")) {
-    return dsn + (dsn.find('?') == std::string::npos ? "?" : "&") + "dbname=" + database;
+Dsn WithDatabase(const Dsn& dsn, const std::string& database) {
+  const std::string& text = dsn.Reveal();
+  if (text.starts_with("postgres://") || text.starts_with("postgresql://")) {
+    return Dsn(text + (text.find('?') == std::string::npos ? "?" : "&") + "dbname=" + database);
   }
-  return dsn + " dbname=" + database;  // libpq: the last keyword wins
+  return Dsn(text + " dbname=" + database);  // libpq: the last keyword wins
 }
 
 struct OrderRow {
@@ -216,18 +217,18 @@ class Cluster {
   }
   [[nodiscard]] BucketShardResolver& Resolver() { return *resolver_; }
   [[nodiscard]] Scenario& Shape(const std::string& shape) { return scenarios_.at(shape); }
-  [[nodiscard]] const std::string& ReferenceDsn() const { return *config_.reference_dsn; }
+  [[nodiscard]] const Dsn& ReferenceDsn() const { return *config_.reference_dsn; }
   [[nodiscard]] int ShardCount() const { return static_cast<int>(config_.shards.size()); }
 
  private:
-  static std::vector<std::string*> Dsns(ClusterConfig& c) {
-    std::vector<std::string*> out;
+  static std::vector<Dsn*> Dsns(ClusterConfig& c) {
+    std::vector<Dsn*> out;
     for (auto& s : c.shards) out.push_back(&s.dsn);
     out.push_back(&*c.reference_dsn);
     return out;
   }
-  static void Exec(const std::string& dsn, const std::string& sql) {
-    pqxx::connection c{dsn};
+  static void Exec(const Dsn& dsn, const std::string& sql) {
+    pqxx::connection c{dsn.Reveal()};
     pqxx::nontransaction tx{c};
     tx.exec(sql);
   }
@@ -240,7 +241,7 @@ class Cluster {
     auto dsns = Dsns(config_);
     for (std::size_t target = 0; target < dsns.size(); ++target) {
       const bool reference = target + 1 == dsns.size();
-      pqxx::connection c{*dsns[target]};
+      pqxx::connection c{dsns[target]->Reveal()};
       {
         pqxx::work tx{c};
         // The Bookstore schema's columns and indexes (sql/002) that matter here.
@@ -285,7 +286,7 @@ class Cluster {
     s.query.params = {Timestamp(kNow - kWindow)};
     s.query.k = kTop;
     s.query.label = "best-sellers " + shape;
-    pqxx::connection ref{ReferenceDsn()};
+    pqxx::connection ref{ReferenceDsn().Reveal()};
     pqxx::nontransaction tx{ref};
     for (const auto& row : tx.exec_params(ReferenceSql(s.query), *s.query.params[0])) {
       s.reference.push_back({row[0].as<I64>(), row[1].as<I64>()});
@@ -304,7 +305,7 @@ class Cluster {
  private:
   ClusterConfig config_;
   std::string database_;
-  std::vector<std::string> created_;
+  std::vector<Dsn> created_;
   std::unique_ptr<BucketShardResolver> resolver_;
   std::unique_ptr<ScatterGather> scatter_;
   std::map<std::string, Scenario> scenarios_;
@@ -449,7 +450,7 @@ void BM_BestSellersReference(benchmark::State& state, const std::string& shape) 
     return;
   }
   Scenario& s = cluster->Shape(shape);
-  pqxx::connection c{cluster->ReferenceDsn()};
+  pqxx::connection c{cluster->ReferenceDsn().Reveal()};
   pqxx::nontransaction tx{c};
   const std::string sql = Cluster::ReferenceSql(s.query);
   double total_ms = 0;

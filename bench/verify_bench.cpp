@@ -46,14 +46,14 @@ BENCHMARK(BM_VerifyCluster)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRe
 // reference, all servers at once, one connection each.
 void BM_CountStarEverywhere(benchmark::State& state) {
   const auto config = shardkit::test::LoadTestConfig();
-  std::vector<std::string> dsns;
+  std::vector<shardkit::Dsn> dsns;
   for (const auto& s : config.shards) dsns.push_back(s.dsn);
   if (config.reference_dsn) dsns.push_back(*config.reference_dsn);
   for (auto _ : state) {
     std::vector<std::thread> threads;
     for (const auto& dsn : dsns) {
       threads.emplace_back([&dsn] {
-        pqxx::connection c{dsn};
+        pqxx::connection c{dsn.Reveal()};
         pqxx::nontransaction tx{c};
         tx.exec("SET jit = off");
         for (const char* table : {"customers", "orders", "order_items"}) {

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -12,158 +11,15 @@
 #include <toml.hpp>
 #include <vector>
 
+#include "core/dsn_redaction.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit {
 namespace {
 
-bool IsUri(std::string_view dsn) {
-  return dsn.starts_with("postgresql://") || dsn.starts_with("postgres://");
-}
-
-// libpq connection keywords whose values are not secret. The value of any
-// other keyword is hidden: password and sslpassword, but also a misspelt
-// "pasword" or a keyword libpq does not know, whose value is as likely a
-// password as anything.
-bool IsPublicKeyword(std::string_view key) {
-  static constexpr std::string_view kPublic[] = {"host",
-                                                 "hostaddr",
-                                                 "port",
-                                                 "user",
-                                                 "connect_timeout",
-                                                 "client_encoding",
-                                                 "options",
-                                                 "application_name",
-                                                 "fallback_application_name",
-                                                 "keepalives",
-                                                 "keepalives_idle",
-                                                 "keepalives_interval",
-                                                 "keepalives_count",
-                                                 "tcp_user_timeout",
-                                                 "replication",
-                                                 "gssencmode",
-                                                 "sslmode",
-                                                 "requiressl",
-                                                 "sslcompression",
-                                                 "sslcert",
-                                                 "sslkey",
-                                                 "sslrootcert",
-                                                 "sslcrl",
-                                                 "sslcrldir",
-                                                 "sslsni",
-                                                 "requirepeer",
-                                                 "ssl_min_protocol_version",
-                                                 "ssl_max_protocol_version",
-                                                 "krbsrvname",
-                                                 "gsslib",
-                                                 "service",
-                                                 "target_session_attrs",
-                                                 "passfile",
-                                                 "load_balance_hosts",
-                                                 "dbname"};
-  return std::find(std::begin(kPublic), std::end(kPublic), key) != std::end(kPublic);
-}
-
-bool IsSpace(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-// [begin, end) of every value to hide in a key=value connection string, in
-// libpq's syntax: spaces may surround '='; a value is single-quoted
-// (backslash escapes) or runs to the next space. Text that does not parse
-// is hidden from there to the end. A dbname holding '=' or a URI is itself
-// a connection string (libpq expands it): hidden whole.
-std::vector<std::pair<std::size_t, std::size_t>> SecretSpansOfKeyValue(std::string_view text) {
-  std::vector<std::pair<std::size_t, std::size_t>> spans;
-  const std::size_t n = text.size();
-  std::size_t i = 0;
-  const auto skip_space = [&] {
-    while (i < n && IsSpace(text[i])) ++i;
-  };
-  while (true) {
-    skip_space();
-    if (i >= n) break;
-    const std::size_t key_begin = i;
-    while (i < n && text[i] != '=' && !IsSpace(text[i])) ++i;
-    const std::string_view key = text.substr(key_begin, i - key_begin);
-    skip_space();
-    if (i >= n || text[i] != '=') {
-      spans.emplace_back(key_begin, n);
-      break;
-    }
-    ++i;
-    skip_space();
-    const std::size_t value_begin = i;
-    if (i < n && text[i] == '\'') {
-      for (++i; i < n && text[i] != '\''; ++i) {
-        if (text[i] == '\\' && i + 1 < n) ++i;
-      }
-      if (i < n) ++i;  // the closing quote
-    } else {
-      for (; i < n && !IsSpace(text[i]); ++i) {
-        if (text[i] == '\\' && i + 1 < n) ++i;
-      }
-    }
-    const std::string_view value = text.substr(value_begin, i - value_begin);
-    const bool nested = key == "dbname" && (value.find('=') != std::string_view::npos || IsUri(value));
-    if ((!IsPublicKeyword(key) || nested) && i > value_begin) spans.emplace_back(value_begin, i);
-  }
-  return spans;
-}
-
-// The same for a URI: the password of the user info, and the value of every
-// query parameter that is not a public keyword.
-std::vector<std::pair<std::size_t, std::size_t>> SecretSpansOfUri(std::string_view text) {
-  std::vector<std::pair<std::size_t, std::size_t>> spans;
-  const std::size_t start = text.find("://") + 3;
-  const std::size_t query = std::min(text.find('?', start), text.size());
-  if (const std::size_t at = text.rfind('@', query); at != std::string_view::npos && at >= start) {
-    if (const std::size_t colon = text.find(':', start); colon < at) spans.emplace_back(colon + 1, at);
-  }
-  for (std::size_t i = query + 1; i < text.size();) {
-    const std::size_t end = std::min(text.find('&', i), text.size());
-    const std::size_t eq = text.find('=', i);
-    if (eq >= end) {
-      if (end > i) spans.emplace_back(i, end);
-    } else if (!IsPublicKeyword(text.substr(i, eq - i)) && end > eq + 1) {
-      spans.emplace_back(eq + 1, end);
-    }
-    i = end + 1;
-  }
-  return spans;
-}
-
-// A URI without spaces, or text whose first word is keyword= (a message
-// starts otherwise).
-bool StartsAsConnectionString(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size() && IsSpace(text[i])) ++i;
-  if (IsUri(text.substr(i))) return std::none_of(text.begin() + static_cast<std::ptrdiff_t>(i), text.end(), IsSpace);
-  const std::size_t word = i;
-  while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) != 0 || text[i] == '_')) ++i;
-  if (i == word) return false;
-  while (i < text.size() && IsSpace(text[i])) ++i;
-  return i < text.size() && text[i] == '=';
-}
-
-std::vector<std::pair<std::size_t, std::size_t>> SecretSpans(std::string_view dsn) {
-  return IsUri(dsn) ? SecretSpansOfUri(dsn) : SecretSpansOfKeyValue(dsn);
-}
-
-// A parser's message may quote the offending line of the file, connection
-// strings and their passwords included: hide them as RedactDsn does, wherever
-// they stand in the text (an unterminated string runs to the end of the line,
-// so a password may end at a quote, a space or nothing).
-std::string RedactSecrets(std::string text) {
-  static const std::regex kUserInfo(R"((postgres(?:ql)?://[^:/@?\s]*):[^@/?\s]*@)");
-  text = std::regex_replace(text, kUserInfo, "$1:***@");
-  static const std::regex kKeyValue(R"((password\s*=\s*)('(?:[^'\\\n]|\\.)*'?|[^\s&"]+))", std::regex::icase);
-  return std::regex_replace(text, kKeyValue, "$1***");
-}
-
-// Every password written in the file's text, in any of the forms above, so
-// that a message quoting it in some other shape (a key, a value, a line cut
-// elsewhere) is cleaned too. Very short ones are left to RedactSecrets:
+// Every password written in the file's text, in any of the forms RedactDsn
+// knows, so that a message quoting it in some other shape (a key, a value, a
+// line cut elsewhere) is cleaned too. Very short ones are left to RedactSecrets:
 // replacing every "a" in a message would hide the message, not a secret.
 std::vector<std::string> PasswordsIn(std::string_view text) {
   // Connection strings, wherever they start on a line: a URI, or the first
@@ -172,7 +28,7 @@ std::vector<std::string> PasswordsIn(std::string_view text) {
   static const std::regex kKeyValueStart(
       R"((?:^|[\s"'])((?:host|hostaddr|port|dbname|user|password|sslmode|service)\s*=))");
   std::vector<std::string> found;
-  const auto keep = [&found](std::string_view dsn, const std::vector<std::pair<std::size_t, std::size_t>>& spans) {
+  const auto keep = [&found](std::string_view dsn, const detail::TextSpans& spans) {
     for (const auto& [begin, end] : spans) {
       std::string secret(dsn.substr(begin, end - begin));
       while (!secret.empty() && (secret.front() == '\'' || secret.front() == '"')) secret.erase(0, 1);
@@ -186,12 +42,12 @@ std::vector<std::string> PasswordsIn(std::string_view text) {
     const std::string line(text.substr(line_begin, line_end - line_begin));
     for (std::sregex_iterator it(line.begin(), line.end(), kUri), end; it != end; ++it) {
       const std::string uri = it->str();
-      keep(uri, SecretSpansOfUri(uri));
+      keep(uri, detail::SecretSpansOfUri(uri));
     }
     std::smatch start;
     if (std::regex_search(line, start, kKeyValueStart)) {
       const std::string_view rest = std::string_view(line).substr(static_cast<std::size_t>(start.position(1)));
-      keep(rest, SecretSpansOfKeyValue(rest));
+      keep(rest, detail::SecretSpansOfKeyValue(rest));
     }
     line_begin = line_end + 1;
   }
@@ -206,7 +62,7 @@ std::string Scrub(std::string message, const std::vector<std::string>& secrets) 
       message.replace(at, secret.size(), "***");
     }
   }
-  return RedactSecrets(std::move(message));
+  return detail::RedactSecrets(std::move(message));
 }
 
 // Reads an optional integer key of a table, checking its range.
@@ -329,7 +185,7 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
     std::istringstream in{std::string(toml_text)};
     root = toml::parse(in, origin);
   } catch (const std::exception& e) {
-    throw ConfigError(origin, "is not valid TOML: " + RedactSecrets(e.what()));
+    throw ConfigError(origin, "is not valid TOML: " + detail::RedactSecrets(e.what()));
   }
 
   ClusterConfig config;
@@ -358,10 +214,10 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
       RequireKnownKeys(shards[i], path, {"name", "dsn", "admin_dsn"});
       ShardConfig shard;
       shard.name = shards[i].contains("name") ? StringAt(shards[i], path, "name") : fmt::format("shard{}", i);
-      shard.dsn = StringAt(shards[i], path, "dsn");
+      shard.dsn = Dsn(StringAt(shards[i], path, "dsn"));
       if (shard.dsn.empty()) throw ConfigError(path + ".dsn", "is empty");
       if (shards[i].contains("admin_dsn")) {
-        shard.admin_dsn = StringAt(shards[i], path, "admin_dsn");
+        shard.admin_dsn = Dsn(StringAt(shards[i], path, "admin_dsn"));
         if (shard.admin_dsn.empty()) throw ConfigError(path + ".admin_dsn", "is empty (omit it to use dsn)");
       }
       for (std::size_t j = 0; j < config.shards.size(); ++j) {
@@ -424,12 +280,12 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
     config.directory = ParseDirectory(directory, shard_count);
 
     if (root.contains("reference")) {
-      config.reference_dsn = StringAt(root.at("reference"), "reference", "dsn");
+      config.reference_dsn = Dsn(StringAt(root.at("reference"), "reference", "dsn"));
     }
     if (root.contains("catalog")) {
       const toml::value& catalog = root.at("catalog");
       if (!catalog.is_table()) throw ConfigError("catalog", "must be a table with dsn");
-      config.catalog_dsn = StringAt(catalog, "catalog", "dsn");
+      config.catalog_dsn = Dsn(StringAt(catalog, "catalog", "dsn"));
       if (config.catalog_dsn->empty()) throw ConfigError("catalog.dsn", "is empty");
     }
     if (config.directory_source == DirectorySource::kCatalog && !config.catalog_dsn) {
@@ -438,7 +294,7 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
                         "database; add [catalog] dsn = \"...\"");
     }
   } catch (const toml::exception& e) {
-    throw ConfigError(origin, RedactSecrets(e.what()));
+    throw ConfigError(origin, detail::RedactSecrets(e.what()));
   }
   return config;
 }
@@ -478,36 +334,6 @@ std::filesystem::path ResolveConfigPath(const std::optional<std::string>& explic
   if (explicit_path && !explicit_path->empty()) return *explicit_path;
   if (const char* env = std::getenv("SHARDKIT_CONFIG"); env != nullptr && *env != '\0') return env;
   return "shardkit.toml";
-}
-
-std::string RedactDsn(std::string_view dsn) {
-  // A connection string (a URI, or text that starts with keyword=): every
-  // value but those of public keywords is hidden, the rest stays as written.
-  //   host=h password='a b' user=u      -> host=h password=*** user=u
-  //   postgresql://bob:s3cret@h/db?x=1  -> postgresql://bob:***@h/db?x=***
-  // Anything else is a message (libpq's, a server's) that may quote one:
-  // passwords and URI user info in it are hidden.
-  if (!StartsAsConnectionString(dsn)) return RedactSecrets(std::string(dsn));
-  std::string text;
-  std::size_t at = 0;
-  for (const auto& [begin, end] : SecretSpans(dsn)) {
-    text.append(dsn.substr(at, begin - at));
-    text += "***";
-    at = end;
-  }
-  text.append(dsn.substr(at));
-  return text;
-}
-
-std::string WithConnectTimeout(std::string_view dsn, std::chrono::milliseconds timeout) {
-  std::string text(dsn);
-  if (text.find("connect_timeout") != std::string::npos) return text;
-  // libpq takes whole seconds and treats anything below 2 as 2.
-  const auto seconds = std::max<long long>(2, (timeout.count() + 999) / 1000);
-  if (IsUri(text)) {
-    return text + (text.find('?') == std::string::npos ? "?" : "&") + fmt::format("connect_timeout={}", seconds);
-  }
-  return text + fmt::format(" connect_timeout={}", seconds);
 }
 
 }  // namespace shardkit

@@ -38,7 +38,7 @@ class ClusterPg : public ::testing::Test {
     scratch_ = nullptr;
   }
   static pqxx::result OnReference(const std::string& sql) {
-    pqxx::connection c{scratch_->ReferenceDsn()};
+    pqxx::connection c{scratch_->ReferenceDsn().Reveal()};
     pqxx::nontransaction tx{c};
     return tx.exec(sql);
   }

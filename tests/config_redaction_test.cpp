@@ -244,10 +244,14 @@ TEST(ConfigRedaction, NoMessageOfAMutatedFileHoldsThePassword) {
     try {
       const auto config = shardkit::ParseConfig(text, "mutated.toml");
       for (const auto& shard : config.shards) {
-        EXPECT_FALSE(Leaks(shardkit::RedactDsn(shard.dsn))) << shard.name << ": " << shardkit::RedactDsn(shard.dsn);
+        EXPECT_FALSE(Leaks(shard.dsn.Redacted())) << shard.name << ": " << shard.dsn;
+        EXPECT_FALSE(Leaks(shard.AdminDsn().Redacted())) << shard.name << ": " << shard.AdminDsn();
       }
       if (config.reference_dsn) {
-        EXPECT_FALSE(Leaks(shardkit::RedactDsn(*config.reference_dsn)));
+        EXPECT_FALSE(Leaks(config.reference_dsn->Redacted())) << *config.reference_dsn;
+      }
+      if (config.catalog_dsn) {
+        EXPECT_FALSE(Leaks(config.catalog_dsn->Redacted())) << *config.catalog_dsn;
       }
     } catch (const shardkit::ConfigError& e) {
       ++rejected;

@@ -74,7 +74,7 @@ TEST(ShardErrors, AFailedStatementCarriesTheServersSqlState) {
 TEST(ShardErrors, AnUnreachableShardSays08006) {
   test::ScratchCluster cluster{"shard_errors_down_pgtest"};
   ClusterConfig config = cluster.Config();
-  config.shards[1].dsn = "host=127.0.0.1 port=" + std::to_string(ClosedPort()) + " dbname=x user=x";
+  config.shards[1].dsn = Dsn("host=127.0.0.1 port=" + std::to_string(ClosedPort()) + " dbname=x user=x");
   auto resolver = BucketShardResolver::FromConfig(config);
 
   try {

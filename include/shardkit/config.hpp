@@ -1,8 +1,9 @@
 // shardkit/config.hpp — the cluster configuration file (TOML).
 //
 // One file describes the shards (libpq connection strings or URIs, so TLS,
-// .pgpass and PG* environment variables work as with psql), the pool limits,
-// the bucket directory and, optionally, an unsharded reference server:
+// .pgpass and PG* environment variables work as with psql; held as Dsn,
+// core/dsn.hpp, which shows them without passwords), the pool limits, the
+// bucket directory and, optionally, an unsharded reference server:
 //
 //   [pool]
 //   max_size = 8              # connections per shard
@@ -48,6 +49,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/routing/directory.hpp"
 
@@ -55,12 +57,12 @@ namespace shardkit {
 
 struct ShardConfig {
   std::string name;
-  std::string dsn;
+  Dsn dsn;
   // For privileged operations only (a bucket move's replication slot,
   // publication and subscription need a superuser in PostgreSQL 15), so the
   // application's role need not be one. Empty: dsn.
-  std::string admin_dsn{};
-  [[nodiscard]] const std::string& AdminDsn() const noexcept { return admin_dsn.empty() ? dsn : admin_dsn; }
+  Dsn admin_dsn{};
+  [[nodiscard]] const Dsn& AdminDsn() const noexcept { return admin_dsn.empty() ? dsn : admin_dsn; }
 };
 
 // Where the bucket directory comes from: the [directory] table of this file,
@@ -73,9 +75,9 @@ struct ClusterConfig {
   PoolOptions pool;
   DirectorySource directory_source = DirectorySource::kConfig;
   BucketDirectory directory = BucketDirectory::EvenSplit(1);  // from the file (kConfig)
-  std::optional<std::string> reference_dsn;
-  std::optional<std::string> catalog_dsn;  // [catalog] dsn: the control database
-  std::string origin;                      // where it was read from, for messages
+  std::optional<Dsn> reference_dsn;
+  std::optional<Dsn> catalog_dsn;  // [catalog] dsn: the control database
+  std::string origin;              // where it was read from, for messages
 };
 
 // Parses TOML text; throws ConfigError naming the key (and line) at fault.
@@ -84,12 +86,5 @@ struct ClusterConfig {
 [[nodiscard]] ClusterConfig LoadConfig(const std::filesystem::path& path);
 // The explicit path if given, else $SHARDKIT_CONFIG, else ./shardkit.toml.
 [[nodiscard]] std::filesystem::path ResolveConfigPath(const std::optional<std::string>& explicit_path);
-
-// The connection string with any password replaced by "***" (both
-// key=value and URI forms), fit for logs and error messages.
-[[nodiscard]] std::string RedactDsn(std::string_view dsn);
-// Adds connect_timeout (whole seconds, at least 2, as libpq wants) unless the
-// connection string already sets one.
-[[nodiscard]] std::string WithConnectTimeout(std::string_view dsn, std::chrono::milliseconds timeout);
 
 }  // namespace shardkit

@@ -2,7 +2,8 @@
 //
 // Every error names what it is about (a config key, a bucket, a shard) and,
 // where it helps, what to do. Messages never contain passwords: connection
-// strings are shown through RedactDsn() (config.hpp).
+// strings are Dsn values, which show redacted, and text from libpq or a
+// server that may quote one goes through RedactDsn() (core/dsn.hpp).
 //
 //   try { auto lease = pool.Acquire(deadline); ... }
 //   catch (const shardkit::PoolTimeout& e) { log(e.what()); e.shard(); }

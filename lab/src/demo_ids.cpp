@@ -66,7 +66,7 @@ Instances StartInstances(Lab& lab) {
     if (!lab.Config().catalog_dsn) {
       throw ConfigError("catalog.dsn", fmt::format("{} has no [catalog], where the leases are", lab.Config().origin));
     }
-    const std::string catalog = WithConnectTimeout(*lab.Config().catalog_dsn, lab.Config().pool.connect_timeout);
+    const Dsn catalog = WithConnectTimeout(*lab.Config().catalog_dsn, lab.Config().pool.connect_timeout);
     for (int i = 0; i < 2; ++i) {
       WorkerLeaseOptions lease_options;
       lease_options.id_space = "bookstore-lab-orders";

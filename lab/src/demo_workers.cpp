@@ -39,7 +39,7 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
   r.name = "workers";
   const WorkerSettings& ws = options.settings;
   const std::string queue_name = ws.queue;
-  const std::string catalog = CatalogDsn(lab.Config());
+  const Dsn catalog = CatalogDsn(lab.Config());
   const std::string executable = options.executable.empty() ? DefaultExecutable() : options.executable;
   CleanUp(lab, catalog, queue_name, false);
 

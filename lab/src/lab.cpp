@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <pqxx/connection>
 
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit::lab {
@@ -38,7 +39,7 @@ std::string Lab::ShardLabel(ShardId shard) const {
   return fmt::format("shard{}", shard);
 }
 
-std::string Lab::ReferenceDsn() const {
+Dsn Lab::ReferenceDsn() const {
   if (!config_.reference_dsn) {
     throw ConfigError(
         "reference.dsn",
@@ -49,12 +50,12 @@ std::string Lab::ReferenceDsn() const {
 
 pqxx::connection& Lab::Reference() {
   if (!reference_) {
-    const std::string dsn = ReferenceDsn();
+    const Dsn dsn = ReferenceDsn();
     try {
-      reference_ = std::make_unique<pqxx::connection>(dsn);
+      reference_ = std::make_unique<pqxx::connection>(dsn.Reveal());
     } catch (const pqxx::broken_connection& e) {
       throw Error(fmt::format("reference server ({}) is unreachable: {}; start the lab cluster (lab/cluster start)",
-                              RedactDsn(dsn), e.what()));
+                              dsn, e.what()));
     }
   }
   return *reference_;

@@ -65,7 +65,7 @@ class Lab {
   // The unsharded reference server (own connection, opened on first use).
   // Throws shardkit::Error if the config has no [reference].
   [[nodiscard]] pqxx::connection& Reference();
-  [[nodiscard]] std::string ReferenceDsn() const;
+  [[nodiscard]] Dsn ReferenceDsn() const;
 
   // A scatter through the lab's ScatterGather, remembered for the stats demo.
   [[nodiscard]] ScatterResult Run(const std::string& label, const std::string& sql, const SqlParams& params = {});

@@ -18,6 +18,7 @@
 #include <thread>
 #include <tuple>
 
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/resharding/copy.hpp"
 
@@ -646,14 +647,15 @@ CopyComparison CompareWithPsql(Lab& lab, const Dataset& data, const std::filesys
 
   // psql's way, the same statement and rows; the baseline is the same psql
   // session without the \copy (start-up, connection, CREATE).
-  const std::string dsn = lab.ReferenceDsn();
+  const Dsn dsn = lab.ReferenceDsn();
   auto timed = [&](bool with_copy) {
-    std::vector<std::string> args{"psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-c", "BEGIN", "-c", kProbe};
+    std::vector<std::string> args{"psql", "-X",    "-q", "-v",  "ON_ERROR_STOP=1", "-d", dsn.Reveal(),
+                                  "-c",   "BEGIN", "-c", kProbe};
     if (with_copy) args.insert(args.end(), {"-c", fmt::format("\\copy lab_copy_probe FROM '{}'", file.string())});
     args.insert(args.end(), {"-c", "ROLLBACK"});
     const auto start = Clock::now();
     if (const int rc = RunProcess(args); rc != 0) {
-      throw Error(fmt::format("psql exited with status {} against the reference server ({})", rc, RedactDsn(dsn)));
+      throw Error(fmt::format("psql exited with status {} against the reference server ({})", rc, dsn));
     }
     return Micros(Clock::now() - start);
   };

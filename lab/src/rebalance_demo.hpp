@@ -119,7 +119,7 @@ struct OrderIds {
   std::shared_ptr<WorkerLease> lease;
   std::unique_ptr<SnowflakeGenerator> ids;
 };
-[[nodiscard]] OrderIds ClaimOrderIds(const std::string& catalog_dsn);
+[[nodiscard]] OrderIds ClaimOrderIds(const Dsn& catalog_dsn);
 
 // What the writers and readers did, shared by their threads.
 struct LoadResults {

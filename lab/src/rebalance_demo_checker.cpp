@@ -26,8 +26,8 @@ const std::vector<std::pair<std::string, std::string>>& TableSums() {
   return sums;
 }
 
-Sums SumsOf(const std::string& dsn, bool all_buckets) {
-  pqxx::connection c{dsn};
+Sums SumsOf(const Dsn& dsn, bool all_buckets) {
+  pqxx::connection c{dsn.Reveal()};
   pqxx::work tx{c};
   if (all_buckets) tx.exec("SET LOCAL shardkit.buckets = 'all'");
   Sums out;
@@ -43,9 +43,10 @@ Sums SumsOf(const std::string& dsn, bool all_buckets) {
 std::int64_t ResolveUnknown(Lab& lab, const BucketDirectory& final_directory, const std::vector<DemoOrder>& unknown) {
   const ClusterConfig& config = lab.Config();
   std::int64_t unknown_committed = 0;
-  pqxx::connection reference{lab.ReferenceDsn()};
+  pqxx::connection reference{lab.ReferenceDsn().Reveal()};
   for (const auto& o : unknown) {
-    pqxx::connection c{config.shards[static_cast<std::size_t>(ToInt(final_directory.ShardFor(o.customer)))].dsn};
+    pqxx::connection c{
+        config.shards[static_cast<std::size_t>(ToInt(final_directory.ShardFor(o.customer)))].dsn.Reveal()};
     pqxx::read_transaction tx{c};
     if (tx.exec_params1("SELECT count(*) FROM orders WHERE customer_id = $1 AND order_id = $2", o.customer,
                         o.order_id)[0]
@@ -71,7 +72,7 @@ std::map<std::int64_t, std::vector<std::pair<ShardId, int>>> FindOrders(Lab& lab
   for (std::size_t i = 0; i < order_ids.size(); ++i) array += fmt::format("{}{}", i ? "," : "", order_ids[i]);
   array += "}";
   for (int s = 0; s < lab.ShardCount(); ++s) {
-    pqxx::connection c{config.shards[static_cast<std::size_t>(s)].dsn};
+    pqxx::connection c{config.shards[static_cast<std::size_t>(s)].dsn.Reveal()};
     pqxx::work tx{c};
     tx.exec("SET LOCAL shardkit.buckets = 'all'");  // every row the shard holds
     for (const auto& row : tx.exec_params(

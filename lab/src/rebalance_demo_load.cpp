@@ -33,7 +33,7 @@ constexpr const char* kMyOrdersSql =
 void Writer(Load& load, int w) {
   LoadResults& res = load.results;
   std::mt19937_64 random(static_cast<std::uint64_t>(w) * 7919 + 1);
-  pqxx::connection reference{load.lab.ReferenceDsn()};
+  pqxx::connection reference{load.lab.ReferenceDsn().Reveal()};
   const auto period = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(1.0 / std::max(1.0, load.options.orders_per_second_per_writer)));
   auto next = Clock::now();
@@ -196,7 +196,7 @@ GroundTruth ReadGroundTruth(Lab& lab) {
   return truth;
 }
 
-OrderIds ClaimOrderIds(const std::string& catalog_dsn) {
+OrderIds ClaimOrderIds(const Dsn& catalog_dsn) {
   OrderIds out;
   SnowflakeOptions id_options;
   id_options.epoch_unix_ms = kLabIdEpochMs;

@@ -83,7 +83,7 @@ const char* StatusOfKind(const std::string& kind) {
 
 }  // namespace
 
-std::string CatalogDsn(const ClusterConfig& config) {
+Dsn CatalogDsn(const ClusterConfig& config) {
   if (!config.catalog_dsn) {
     throw ConfigError("catalog.dsn", fmt::format("{} has no [catalog], the database of the worker partition leases "
                                                  "and hot keys (lab/cluster start writes one)",
@@ -112,11 +112,11 @@ std::filesystem::path WriteConfigFile(const ClusterConfig& config, const std::fi
     }
     out << " }\n";
   }
-  if (config.catalog_dsn) out << "\n[catalog]\ndsn = " << TomlString(*config.catalog_dsn) << "\n";
+  if (config.catalog_dsn) out << "\n[catalog]\ndsn = " << TomlString(config.catalog_dsn->Reveal()) << "\n";
   for (const auto& shard : config.shards) {
-    out << "\n[[shard]]\nname = " << TomlString(shard.name) << "\ndsn = " << TomlString(shard.dsn) << "\n";
+    out << "\n[[shard]]\nname = " << TomlString(shard.name) << "\ndsn = " << TomlString(shard.dsn.Reveal()) << "\n";
   }
-  if (config.reference_dsn) out << "\n[reference]\ndsn = " << TomlString(*config.reference_dsn) << "\n";
+  if (config.reference_dsn) out << "\n[reference]\ndsn = " << TomlString(config.reference_dsn->Reveal()) << "\n";
   out.close();
   if (!out) throw Error(fmt::format("cannot write {}", path_template));
   return path_template;
@@ -155,7 +155,7 @@ int WorkerMain(int argc, char** argv) {
     if (!status_path.empty()) status = static_cast<SharedStatus*>(MapStatus(status_path, false));
     const ClusterConfig config = LoadConfig(config_path);
     auto resolver = BucketShardResolver::FromConfig(config);
-    const std::string catalog = CatalogDsn(config);
+    const Dsn catalog = CatalogDsn(config);
     auto registry = std::make_shared<HotKeyRegistry>(catalog, s.queue, kBucketCount);
     (void)registry->RefreshIfOlder(std::chrono::milliseconds(0));
     const JobQueue queue{{.queue = s.queue, .partition_count = kBucketCount}, registry};

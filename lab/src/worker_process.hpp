@@ -55,7 +55,7 @@ struct WorkerSettings {
 };
 
 // The catalog ([catalog] dsn): the worker partition leases and hot keys.
-[[nodiscard]] std::string CatalogDsn(const ClusterConfig& config);
+[[nodiscard]] Dsn CatalogDsn(const ClusterConfig& config);
 
 // Writes `config` as a TOML file the children can load (mode 0600: it holds
 // passwords). Returns its path.

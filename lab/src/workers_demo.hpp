@@ -82,7 +82,7 @@ struct OrderIds {
   std::shared_ptr<WorkerLease> lease;
   std::unique_ptr<SnowflakeGenerator> ids;
 };
-[[nodiscard]] OrderIds ClaimOrderIds(const std::string& catalog_dsn);
+[[nodiscard]] OrderIds ClaimOrderIds(const Dsn& catalog_dsn);
 
 // Every customer of the shards, in order.
 [[nodiscard]] std::vector<CustomerId> Customers(Lab& lab);
@@ -103,7 +103,7 @@ class SteadyLoad {
 
 // The demo's own rows, from an earlier run too: its orders and their
 // tracking (shards and reference), its jobs and notifications, its leases.
-void CleanUp(Lab& lab, const std::string& catalog_dsn, const std::string& queue, bool keep_jobs);
+void CleanUp(Lab& lab, const Dsn& catalog_dsn, const std::string& queue, bool keep_jobs);
 
 // -------------------------------------------------------------------- run
 
@@ -129,7 +129,7 @@ struct Demo {
   const WorkersDemoOptions& options;
   const WorkerSettings& ws;
   const std::string& queue_name;
-  const std::string& catalog;
+  const Dsn& catalog;
   Fleet& fleet;
   DemoResult& r;
   Json& figures;

@@ -45,7 +45,7 @@ PlacedOrder OrderPlacer::Place(CustomerId customer, std::uint64_t random) {
   return o;
 }
 
-OrderIds ClaimOrderIds(const std::string& catalog_dsn) {
+OrderIds ClaimOrderIds(const Dsn& catalog_dsn) {
   OrderIds out;
   SnowflakeOptions id_options;
   id_options.epoch_unix_ms = kLabIdEpochMs;
@@ -96,7 +96,7 @@ void SteadyLoad::Stop() {
   producer_.join();
 }
 
-void CleanUp(Lab& lab, const std::string& catalog_dsn, const std::string& queue, bool keep_jobs) {
+void CleanUp(Lab& lab, const Dsn& catalog_dsn, const std::string& queue, bool keep_jobs) {
   const std::string orders =
       "DELETE FROM orders o USING order_tracking t WHERE o.customer_id = t.customer_id AND o.order_id = t.order_id";
   for (const ShardId s : FirstShards(lab.ShardCount())) {
@@ -117,7 +117,7 @@ void CleanUp(Lab& lab, const std::string& catalog_dsn, const std::string& queue,
     tx.commit();
   }
   if (!keep_jobs) {
-    pqxx::connection c{catalog_dsn};
+    pqxx::connection c{catalog_dsn.Reveal()};
     pqxx::work tx{c};
     tx.exec_params("DELETE FROM shardkit_partition_groups WHERE worker_group = $1", queue);
     tx.exec_params("DELETE FROM shardkit_hot_keys WHERE queue = $1", queue);

@@ -17,8 +17,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-PartitionGroupView Group(const std::string& catalog_dsn, const std::string& queue) {
-  pqxx::connection c{catalog_dsn};
+PartitionGroupView Group(const Dsn& catalog_dsn, const std::string& queue) {
+  pqxx::connection c{catalog_dsn.Reveal()};
   auto groups = ReadPartitionGroups(c, queue);
   return groups.empty() ? PartitionGroupView{} : groups.front();
 }
@@ -139,7 +139,7 @@ std::int64_t Done(Lab& lab, const std::string& queue) {
 
 void FourShare(Demo& d) {
   const std::string& queue_name = d.queue_name;
-  const std::string& catalog = d.catalog;
+  const Dsn& catalog = d.catalog;
   auto& workers = d.fleet.workers;
   auto& live = d.fleet.live;
   DemoResult& r = d.r;
@@ -157,7 +157,7 @@ void FourShare(Demo& d) {
 
 double FifthJoins(Demo& d) {
   const std::string& queue_name = d.queue_name;
-  const std::string& catalog = d.catalog;
+  const Dsn& catalog = d.catalog;
   auto& live = d.fleet.live;
   DemoResult& r = d.r;
   Json& figures = d.figures;
@@ -190,7 +190,7 @@ double FifthJoins(Demo& d) {
 std::string KillOne(Demo& d) {
   const WorkerSettings& ws = d.ws;
   const std::string& queue_name = d.queue_name;
-  const std::string& catalog = d.catalog;
+  const Dsn& catalog = d.catalog;
   auto& workers = d.fleet.workers;
   auto& live = d.fleet.live;
   DemoResult& r = d.r;
@@ -289,7 +289,7 @@ void FreezeMidJob(Demo& d, const OrderPlacer& placer, Rng& rng) {
 void DrainSteadyLoad(Demo& d, SteadyLoad& load) {
   Lab& lab = d.lab;
   const std::string& queue_name = d.queue_name;
-  const std::string& catalog = d.catalog;
+  const Dsn& catalog = d.catalog;
   auto& live = d.fleet.live;
   DemoResult& r = d.r;
   load.Stop();

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <pqxx/pqxx>
 
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit::detail {
@@ -32,8 +32,9 @@ void ValidateLeaseTimings(const LeaseTimings& t, std::string_view key_prefix) {
   }
 }
 
-std::unique_ptr<pqxx::connection> ConnectForLeases(const std::string& dsn, std::chrono::milliseconds safety_margin) {
-  auto connection = std::make_unique<pqxx::connection>(WithConnectTimeout(dsn, std::chrono::milliseconds{2000}));
+std::unique_ptr<pqxx::connection> ConnectForLeases(const Dsn& dsn, std::chrono::milliseconds safety_margin) {
+  auto connection =
+      std::make_unique<pqxx::connection>(WithConnectTimeout(dsn, std::chrono::milliseconds{2000}).Reveal());
   // A claim or renewal that hangs is no better than one that fails: bound
   // it well inside the lease, so renewals can be retried in time.
   pqxx::nontransaction tx{*connection};

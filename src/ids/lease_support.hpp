@@ -17,6 +17,8 @@
 #include <string>
 #include <string_view>
 
+#include "shardkit/core/dsn.hpp"
+
 namespace shardkit::detail {
 
 using LeaseClock = std::chrono::steady_clock;
@@ -37,7 +39,7 @@ void ValidateLeaseTimings(const LeaseTimings& timings, std::string_view key_pref
 // A connection for lease bookkeeping: connect timeout 2 s, and a statement
 // timeout of half the safety margin (at least 1 s) so that a hanging claim
 // or renewal fails in time to be retried. Throws what libpqxx throws.
-[[nodiscard]] std::unique_ptr<pqxx::connection> ConnectForLeases(const std::string& dsn,
+[[nodiscard]] std::unique_ptr<pqxx::connection> ConnectForLeases(const Dsn& dsn,
                                                                  std::chrono::milliseconds safety_margin);
 
 // The bookkeeping connection of a lease object; public headers only

@@ -8,7 +8,7 @@
 
 #include "ids/cycle_clock.hpp"
 #include "ids/lease_support.hpp"
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit {
@@ -28,12 +28,12 @@ void Validate(const WorkerLeaseOptions& o) {
 
 }  // namespace
 
-WorkerLease::WorkerLease(PrivateTag, std::string dsn, WorkerLeaseOptions options)
+WorkerLease::WorkerLease(PrivateTag, Dsn dsn, WorkerLeaseOptions options)
     : dsn_(std::move(dsn)), options_(std::move(options)) {
   if (options_.owner.empty()) options_.owner = detail::DefaultLeaseOwner();
 }
 
-std::shared_ptr<WorkerLease> WorkerLease::Claim(const std::string& dsn, WorkerLeaseOptions options) {
+std::shared_ptr<WorkerLease> WorkerLease::Claim(const Dsn& dsn, WorkerLeaseOptions options) {
   Validate(options);
   auto lease = std::make_shared<WorkerLease>(PrivateTag{}, dsn, std::move(options));
   {
@@ -61,7 +61,7 @@ WorkerLease::~WorkerLease() {
 
 std::string WorkerLease::Describe() const {
   return fmt::format("worker id {} (id space '{}', claim_version {}, table {} at {})", worker_id_, options_.id_space,
-                     claim_version_, options_.table, RedactDsn(dsn_));
+                     claim_version_, options_.table, dsn_);
 }
 
 void WorkerLease::Connect() {
@@ -74,7 +74,7 @@ void WorkerLease::Connect() {
     throw IdGeneratorError(
         fmt::format("worker-id lease: cannot connect to {} ({}); no worker id can be claimed or "
                     "renewed until it is reachable",
-                    RedactDsn(dsn_), RedactDsn(e.what())));
+                    dsn_, RedactDsn(e.what())));
   }
 }
 
@@ -135,7 +135,7 @@ RETURNING worker_id, claim_version, 0::bigint)",
           throw IdGeneratorError(fmt::format(
               "worker-id lease: all {} worker ids of id space '{}' in table {} at {} are leased; wait for one to "
               "expire or be released, or use another id space",
-              count, space, options_.table, RedactDsn(dsn_)));
+              count, space, options_.table, dsn_));
         }
         continue;  // lost a race for a row: try again
       }
@@ -152,16 +152,16 @@ RETURNING worker_id, claim_version, 0::bigint)",
       throw;
     } catch (const pqxx::broken_connection& e) {
       connection_.reset();
-      throw IdGeneratorError(fmt::format("worker-id lease: lost the connection to {} while claiming ({})",
-                                         RedactDsn(dsn_), RedactDsn(e.what())));
+      throw IdGeneratorError(
+          fmt::format("worker-id lease: lost the connection to {} while claiming ({})", dsn_, RedactDsn(e.what())));
     } catch (const pqxx::undefined_table& e) {
       throw IdGeneratorError(
           fmt::format("worker-id lease: table {} does not exist at {}; it belongs "
                       "in the catalog: shardctl migrate creates it (sql/004_worker_ids.sql) ({})",
-                      options_.table, RedactDsn(dsn_), e.what()));
+                      options_.table, dsn_, e.what()));
     } catch (const pqxx::failure& e) {
-      throw IdGeneratorError(fmt::format("worker-id lease: claiming from table {} at {} failed: {}", options_.table,
-                                         RedactDsn(dsn_), e.what()));
+      throw IdGeneratorError(
+          fmt::format("worker-id lease: claiming from table {} at {} failed: {}", options_.table, dsn_, e.what()));
     }
   }
   throw IdGeneratorError(

@@ -7,7 +7,7 @@
 #include <cerrno>
 
 #include "pg/server_message.hpp"
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn_format.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -23,20 +23,21 @@ using Result = std::unique_ptr<PGresult, ResultDeleter>;
 
 }  // namespace
 
-std::string WithConnectionOption(const std::string& dsn, const std::string& key, const std::string& value) {
-  if (dsn.starts_with("postgresql://") || dsn.starts_with("postgres://")) {
-    return dsn + (dsn.find('?') == std::string::npos ? "?" : "&") + key + "=" + value;
+Dsn WithConnectionOption(const Dsn& dsn, const std::string& key, const std::string& value) {
+  const std::string& text = dsn.Reveal();
+  if (text.starts_with("postgresql://") || text.starts_with("postgres://")) {
+    return Dsn(text + (text.find('?') == std::string::npos ? "?" : "&") + key + "=" + value);
   }
-  return dsn + " " + key + "=" + value;
+  return Dsn(text + " " + key + "=" + value);
 }
 
-RawConnection::RawConnection(const std::string& dsn, std::string what) : what_(std::move(what)) {
-  conn_ = PQconnectdb(dsn.c_str());
+RawConnection::RawConnection(const Dsn& dsn, std::string what) : what_(std::move(what)) {
+  conn_ = PQconnectdb(dsn.Reveal().c_str());
   if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
     const std::string why = conn_ == nullptr ? "out of memory" : Trimmed(PQerrorMessage(conn_));
     if (conn_ != nullptr) PQfinish(conn_);
     conn_ = nullptr;
-    throw RawPgError(fmt::format("cannot connect to {} ({}): {}", what_, RedactDsn(dsn), why), "", true);
+    throw RawPgError(fmt::format("cannot connect to {} ({}): {}", what_, dsn, why), "", true);
   }
 }
 

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/core/dsn.hpp"
+
 namespace shardkit::detail {
 
 // Thrown for any failure; `sqlstate` is empty when there is none (a lost
@@ -30,7 +32,7 @@ struct RawPgError : std::runtime_error {
 class RawConnection {
  public:
   // Connects (blocking); throws RawPgError naming `what` ("shard 2 (admin)").
-  RawConnection(const std::string& dsn, std::string what);
+  RawConnection(const Dsn& dsn, std::string what);
   ~RawConnection();
   RawConnection(const RawConnection&) = delete;
   RawConnection& operator=(const RawConnection&) = delete;
@@ -63,7 +65,6 @@ class RawConnection {
 };
 
 // dsn with `key=value` added (key=value form or URI query).
-[[nodiscard]] std::string WithConnectionOption(const std::string& dsn, const std::string& key,
-                                               const std::string& value);
+[[nodiscard]] Dsn WithConnectionOption(const Dsn& dsn, const std::string& key, const std::string& value);
 
 }  // namespace shardkit::detail

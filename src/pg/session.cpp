@@ -89,7 +89,7 @@ std::string SessionFacts::Setting(std::string_view name) const {
   return {};
 }
 
-std::string WithSessionSettings(std::string_view dsn, const SessionChoices& choices) {
+Dsn WithSessionSettings(const Dsn& dsn, const SessionChoices& choices) {
   if (choices.time_zone.empty()) throw ConfigError("pool.time_zone", "is empty: name a time zone such as \"UTC\"");
   if (choices.search_path.empty()) {
     throw ConfigError("pool.search_path", "is empty: name the schemas, e.g. \"public\"");
@@ -100,7 +100,7 @@ std::string WithSessionSettings(std::string_view dsn, const SessionChoices& choi
     settings += fmt::format("{}-c {}={}", settings.empty() ? "" : " ", name, OptionsValue(value));
   }
   char* error = nullptr;
-  const std::string text(dsn);
+  const std::string& text = dsn.Reveal();
   // PQconninfoParse reads both forms (key=value and URI) exactly as libpq
   // will, and keeps only what the string sets: no defaults slip in.
   std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> parsed(PQconninfoParse(text.c_str(), &error),
@@ -108,7 +108,7 @@ std::string WithSessionSettings(std::string_view dsn, const SessionChoices& choi
   if (!parsed) {
     // Never echo libpq's message: it may quote part of a password.
     PQfreemem(error);
-    return text;
+    return dsn;
   }
   std::string out;
   std::string options;
@@ -125,7 +125,7 @@ std::string WithSessionSettings(std::string_view dsn, const SessionChoices& choi
   }
   options += (options.empty() ? "" : " ") + settings;
   out += fmt::format("{}client_encoding='UTF8' options={}", out.empty() ? "" : " ", ConninfoValue(options));
-  return out;
+  return Dsn(std::move(out));
 }
 
 void VerifyPinnedSettings(const SessionFacts& facts, const SessionChoices& choices, ShardId shard) {

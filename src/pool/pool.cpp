@@ -14,7 +14,7 @@
 #include "pool/hangup_watcher.hpp"
 #include "pool/pool_connect.hpp"
 #include "pool/pooled_connection.hpp"
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/errors.hpp"
 
 // How the pool works and why:
@@ -76,7 +76,7 @@ class PoolCore {
  public:
   using Clock = std::chrono::steady_clock;
 
-  PoolCore(ShardId shard_id, const std::string& dsn, const PoolOptions& pool_options);
+  PoolCore(ShardId shard_id, const Dsn& dsn, const PoolOptions& pool_options);
 
   // The fast path: an idle, live connection, or null. The slot returned is busy.
   PoolSlot* TakeIdle() noexcept;
@@ -192,9 +192,9 @@ std::vector<PinnedSetting> ReportedPins(const SessionChoices& choices) {
 
 }  // namespace
 
-PoolCore::PoolCore(ShardId shard_id, const std::string& dsn, const PoolOptions& pool_options)
+PoolCore::PoolCore(ShardId shard_id, const Dsn& dsn, const PoolOptions& pool_options)
     : shard(shard_id),
-      redacted_dsn(RedactDsn(dsn)),
+      redacted_dsn(dsn.Redacted()),
       options(pool_options),
       parameters_(dsn, SessionChoices{pool_options.time_zone, pool_options.search_path}),
       size_(static_cast<std::uint32_t>(std::max(1, pool_options.max_size))),
@@ -560,7 +560,7 @@ using detail::PoolSlot;
 
 // ---- ConnectionPool ----
 
-ConnectionPool::ConnectionPool(ShardId shard, std::string dsn, PoolOptions options) : core_(nullptr) {
+ConnectionPool::ConnectionPool(ShardId shard, Dsn dsn, PoolOptions options) : core_(nullptr) {
   if (options.max_size < 1) {
     throw ConfigError("pool.max_size", fmt::format("must be at least 1 (shard {})", shard));
   }

@@ -11,11 +11,11 @@
 
 namespace shardkit::detail {
 
-ConnectParameters::ConnectParameters(const std::string& dsn, const SessionChoices& session) {
-  const std::string with_session = WithSessionSettings(dsn, session);
+ConnectParameters::ConnectParameters(const Dsn& dsn, const SessionChoices& session) {
+  const Dsn with_session = WithSessionSettings(dsn, session);
   {
     char* error = nullptr;
-    PQconninfoOption* parsed = PQconninfoParse(with_session.c_str(), &error);
+    PQconninfoOption* parsed = PQconninfoParse(with_session.Reveal().c_str(), &error);
     dsn_parses_ = parsed != nullptr;
     if (parsed != nullptr) PQconninfoFree(parsed);
     if (error != nullptr) PQfreemem(error);
@@ -29,7 +29,7 @@ ConnectParameters::ConnectParameters(const std::string& dsn, const SessionChoice
   pairs_.emplace_back("fallback_application_name", "shardkit");
   // 2. The shard's DSN with the session settings, expanded by libpq
   //    (expand_dbname = 1).
-  pairs_.emplace_back("dbname", with_session);
+  pairs_.emplace_back("dbname", with_session.Reveal());
   // 3. Enforced settings go here, after the DSN.
 
   keyword_ptrs_.reserve(pairs_.size() + 1);

@@ -28,7 +28,7 @@ namespace shardkit::detail {
 class ConnectParameters {
  public:
   // Throws ConfigError for an empty time zone.
-  ConnectParameters(const std::string& dsn, const SessionChoices& session);
+  ConnectParameters(const Dsn& dsn, const SessionChoices& session);
   ConnectParameters(const ConnectParameters&) = delete;
   ConnectParameters& operator=(const ConnectParameters&) = delete;
 

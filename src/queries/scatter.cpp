@@ -12,7 +12,10 @@
 
 #include "pg/pipelined_statement.hpp"
 #include "queries/scatter_internal.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/pool/pool.hpp"
+#include "shardkit/routing/directory_watcher.hpp"
+#include "shardkit/routing/ownership.hpp"
 #include "shardkit/routing/resolver.hpp"
 
 // How the fan-out works and why:

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <pqxx/pqxx>
 
+#include "pg/raw_pg.hpp"
 #include "resharding/move_run.hpp"
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/directory.hpp"
 
@@ -264,7 +266,7 @@ BucketMover::BucketMover(ClusterConfig config, MoveOptions options) {
                                                  "directory there",
                                                  config.origin));
   }
-  std::string catalog = *config.catalog_dsn;
+  Dsn catalog = *config.catalog_dsn;
   impl_ = std::make_unique<Impl>(std::move(config), std::move(catalog), std::move(options));
 }
 

@@ -235,8 +235,8 @@ void MoveRun::Copy() {
     }
   }
   const auto copy_start = Clock::now();
-  const std::string source_dsn = WithConnectTimeout(impl.Shard(record.source).AdminDsn(), impl.options.connect_timeout);
-  const std::string target_dsn = WithConnectTimeout(impl.Shard(record.target).AdminDsn(), impl.options.connect_timeout);
+  const Dsn source_dsn = WithConnectTimeout(impl.Shard(record.source).AdminDsn(), impl.options.connect_timeout);
+  const Dsn target_dsn = WithConnectTimeout(impl.Shard(record.target).AdminDsn(), impl.options.connect_timeout);
   detail::RawConnection replication(detail::WithConnectionOption(source_dsn, "replication", "database"),
                                     impl.ShardLabel(record.source) + " (replication)");
   detail::RawConnection::Rows slot;

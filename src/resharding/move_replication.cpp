@@ -94,7 +94,7 @@ void MoveRun::Subscribe() {
                     "SELECT 1 FROM pg_subscription WHERE subname = $1 AND subdbid = "
                     "(SELECT oid FROM pg_database WHERE datname = current_database())")) {
     pqxx::nontransaction tx{c};
-    const std::string source_dsn = impl.Shard(record.source).AdminDsn();
+    const std::string& source_dsn = impl.Shard(record.source).AdminDsn().Reveal();  // the subscription connects with it
     tx.exec(fmt::format(
         "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} WITH (create_slot = false, slot_name = {}, "
         "copy_data = false, enabled = true)",
@@ -140,7 +140,7 @@ std::vector<std::string> LeftoverReplicationObjects(const ClusterConfig& config)
   for (std::size_t i = 0; i < config.shards.size(); ++i) {
     const auto& shard = config.shards[i];
     try {
-      pqxx::connection c{WithConnectTimeout(shard.AdminDsn(), std::chrono::milliseconds(5000))};
+      pqxx::connection c{WithConnectTimeout(shard.AdminDsn(), std::chrono::milliseconds(5000)).Reveal()};
       pqxx::read_transaction tx{c};
       for (const auto& row : tx.exec(
                "SELECT 'slot ' || slot_name FROM pg_replication_slots WHERE slot_name LIKE 'shardkit\\_move\\_%' "

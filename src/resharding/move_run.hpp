@@ -18,6 +18,7 @@
 
 #include "pg/server_message.hpp"
 #include "shardkit/config.hpp"
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/resharding/move.hpp"
 #include "shardkit/routing/directory.hpp"
@@ -72,13 +73,13 @@ std::string RandomHex(int digits);
 namespace shardkit {
 
 struct BucketMover::Impl {
-  Impl(ClusterConfig c, std::string catalog, MoveOptions o)
+  Impl(ClusterConfig c, Dsn catalog, MoveOptions o)
       : config(std::move(c)), catalog_dsn(std::move(catalog)), options(std::move(o)) {
     if (options.requested_by.empty()) options.requested_by = detail::mover::DefaultRequester();
   }
 
   ClusterConfig config;
-  std::string catalog_dsn;
+  Dsn catalog_dsn;
   MoveOptions options;
 
   [[nodiscard]] int ShardCount() const { return static_cast<int>(config.shards.size()); }
@@ -89,18 +90,17 @@ struct BucketMover::Impl {
   [[nodiscard]] std::string ShardLabel(ShardId s) const { return fmt::format("shard {} ({})", s, Shard(s).name); }
 
   std::unique_ptr<pqxx::connection> ConnectCatalog() const {
-    const std::string dsn = WithConnectTimeout(catalog_dsn, options.connect_timeout);
+    const Dsn dsn = WithConnectTimeout(catalog_dsn, options.connect_timeout);
     try {
-      return std::make_unique<pqxx::connection>(dsn);
+      return std::make_unique<pqxx::connection>(dsn.Reveal());
     } catch (const std::exception& e) {
-      throw CatalogError(
-          fmt::format("the catalog ({}) is unreachable: {}", RedactDsn(dsn), detail::FirstLine(e.what())));
+      throw CatalogError(fmt::format("the catalog ({}) is unreachable: {}", dsn, detail::FirstLine(e.what())));
     }
   }
   std::unique_ptr<pqxx::connection> ConnectAdmin(ShardId s) const {
-    const std::string dsn = WithConnectTimeout(Shard(s).AdminDsn(), options.connect_timeout);
+    const Dsn dsn = WithConnectTimeout(Shard(s).AdminDsn(), options.connect_timeout);
     try {
-      auto c = std::make_unique<pqxx::connection>(dsn);
+      auto c = std::make_unique<pqxx::connection>(dsn.Reveal());
       // The mover's commits (the markers above all) are flushed at once:
       // a walsender sends only flushed WAL, so under synchronous_commit =
       // off a marker would wait for the WAL writer (wal_writer_delay, 200 ms
@@ -110,7 +110,7 @@ struct BucketMover::Impl {
       return c;
     } catch (const std::exception& e) {
       throw ShardUnavailable(
-          s, fmt::format("{} is unreachable ({}): {}", ShardLabel(s), RedactDsn(dsn), detail::FirstLine(e.what())));
+          s, fmt::format("{} is unreachable ({}): {}", ShardLabel(s), dsn, detail::FirstLine(e.what())));
     }
   }
 

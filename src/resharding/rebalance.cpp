@@ -123,7 +123,7 @@ std::array<std::int64_t, kBucketCount> CountRowsPerBucket(const ClusterConfig& c
     threads.emplace_back([&, i] {
       per_shard[i].fill(0);
       try {
-        pqxx::connection c{WithConnectTimeout(config.shards[i].dsn, config.pool.connect_timeout)};
+        pqxx::connection c{WithConnectTimeout(config.shards[i].dsn, config.pool.connect_timeout).Reveal()};
         const auto tables = ShardedTables(c);
         pqxx::read_transaction tx{c};
         tx.exec0("SET LOCAL shardkit.buckets = 'all'");

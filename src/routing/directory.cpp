@@ -5,7 +5,7 @@
 #include <pqxx/pqxx>
 #include <vector>
 
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit {

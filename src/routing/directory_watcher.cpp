@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "pg/server_message.hpp"
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/core/thread_annotations.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/directory.hpp"
@@ -49,7 +49,7 @@ class Receiver final : public pqxx::notification_receiver {
 }  // namespace
 
 struct DirectoryWatcher::Impl {
-  Impl(BucketShardResolver& r, std::string dsn, DirectoryWatcherOptions o)
+  Impl(BucketShardResolver& r, const Dsn& dsn, DirectoryWatcherOptions o)
       : resolver(r), catalog_dsn(WithConnectTimeout(dsn, o.connect_timeout)), options(std::move(o)) {
     if (::pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
       throw Error("DirectoryWatcher: cannot create its wake-up pipe");
@@ -77,7 +77,7 @@ struct DirectoryWatcher::Impl {
   std::int64_t ResolverVersion() const { return resolver.Directory()->Version(); }
 
   BucketShardResolver& resolver;
-  const std::string catalog_dsn;
+  const Dsn catalog_dsn;
   const DirectoryWatcherOptions options;
 
   int wake_pipe[2] = {-1, -1};
@@ -148,15 +148,15 @@ void DirectoryWatcher::Impl::Loop() {
   while (!stop) {
     if (!connection) {
       try {
-        connection = std::make_unique<pqxx::connection>(catalog_dsn);
+        connection = std::make_unique<pqxx::connection>(catalog_dsn.Reveal());
         receiver = std::make_unique<Receiver>(*connection, notified);  // LISTEN
         pause = std::chrono::milliseconds(50);
         next_check = Clock::now();  // a notification may have been missed
       } catch (const std::exception& e) {
         receiver.reset();
         connection.reset();
-        RecordError(fmt::format("directory watcher: cannot reach the catalog ({}): {}", RedactDsn(catalog_dsn),
-                                FirstLine(e.what())));
+        RecordError(fmt::format("directory watcher: cannot reach the catalog ({}): {}", catalog_dsn,
+                                RedactDsn(FirstLine(e.what()))));
         next_check = Clock::now() + pause;
         pause = std::min(pause * 2, std::max(options.check_interval, std::chrono::milliseconds(50)));
       }
@@ -199,8 +199,7 @@ void DirectoryWatcher::Impl::Loop() {
   }
 }
 
-DirectoryWatcher::DirectoryWatcher(BucketShardResolver& resolver, std::string catalog_dsn,
-                                   DirectoryWatcherOptions options)
+DirectoryWatcher::DirectoryWatcher(BucketShardResolver& resolver, Dsn catalog_dsn, DirectoryWatcherOptions options)
     : impl_(std::make_unique<Impl>(resolver, std::move(catalog_dsn), std::move(options))) {}
 
 DirectoryWatcher::~DirectoryWatcher() = default;
@@ -219,7 +218,7 @@ std::int64_t DirectoryWatcher::RefreshNow() {
   for (int attempt = 0;; ++attempt) {
     try {
       if (!impl_->refresh_connection) {
-        impl_->refresh_connection = std::make_unique<pqxx::connection>(impl_->catalog_dsn);
+        impl_->refresh_connection = std::make_unique<pqxx::connection>(impl_->catalog_dsn.Reveal());
       }
       const std::int64_t version = impl_->CheckWith(*impl_->refresh_connection);
       impl_->completed = number;
@@ -228,14 +227,14 @@ std::int64_t DirectoryWatcher::RefreshNow() {
       impl_->refresh_connection.reset();
       if (attempt == 0) continue;  // a connection that went stale while idle: once more
       const std::string message =
-          fmt::format("the catalog ({}) is unreachable: {}", RedactDsn(impl_->catalog_dsn), FirstLine(e.what()));
+          fmt::format("the catalog ({}) is unreachable: {}", impl_->catalog_dsn, RedactDsn(FirstLine(e.what())));
       impl_->RecordError(message);
       throw CatalogError(message + "; check [catalog] dsn and that server");
     } catch (const DirectoryError&) {
       throw;
     } catch (const pqxx::failure& e) {
       const std::string message = fmt::format("reading the directory from the catalog ({}) failed: {}",
-                                              RedactDsn(impl_->catalog_dsn), FirstLine(e.what()));
+                                              impl_->catalog_dsn, RedactDsn(FirstLine(e.what())));
       impl_->RecordError(message);
       throw CatalogError(message);
     }

@@ -8,6 +8,7 @@
 #include <pqxx/pqxx>
 
 #include "shardkit/config.hpp"
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/routing/resolver.hpp"
 
@@ -189,16 +190,16 @@ std::vector<EnrolledShard> EnrollShards(const ClusterConfig& config, bool replac
     const auto& c = config.shards[i];
     const BucketSet buckets = BucketSet::Of(directory, shard);
     try {
-      pqxx::connection connection{WithConnectTimeout(c.dsn, config.pool.connect_timeout)};
+      pqxx::connection connection{WithConnectTimeout(c.dsn, config.pool.connect_timeout).Reveal()};
       EnrollShard(connection, shard, buckets, directory.Version(), replace);
       out.push_back({shard, c.name, ReadOwnership(connection).InState(OwnershipState::kOwned)});
     } catch (const pqxx::broken_connection& e) {
       throw ShardUnavailable(shard, fmt::format("enrolling shard {} ({}): cannot connect ({}): {}", shard, c.name,
-                                                RedactDsn(c.dsn), RedactDsn(FirstMessageLine(e.what()))));
+                                                c.dsn, RedactDsn(FirstMessageLine(e.what()))));
     }
   }
   try {
-    pqxx::connection catalog{WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout)};
+    pqxx::connection catalog{WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout).Reveal()};
     pqxx::work tx{catalog};
     for (const auto& e : out) {
       tx.exec_params(

@@ -4,6 +4,7 @@
 
 #include <pqxx/pqxx>
 
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit {
@@ -34,23 +35,23 @@ BucketDirectory LoadCatalogDirectory(const ClusterConfig& config) {
   if (!config.catalog_dsn) {
     throw ConfigError("catalog.dsn", fmt::format("{} has no [catalog] dsn to read the directory from", config.origin));
   }
-  const std::string dsn = WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
+  const Dsn dsn = WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
   try {
-    pqxx::connection catalog{dsn};
+    pqxx::connection catalog{dsn.Reveal()};
     return LoadDirectory(catalog, static_cast<int>(config.shards.size()));
   } catch (const pqxx::broken_connection& e) {
     throw CatalogError(
         fmt::format("catalog ({}) is unreachable: {}; check [catalog] dsn in {} and that its "
                     "server is running",
-                    RedactDsn(dsn), RedactDsn(e.what()), config.origin));
+                    dsn, RedactDsn(e.what()), config.origin));
   } catch (const pqxx::undefined_table&) {
     throw CatalogError(
         fmt::format("catalog ({}) has no shard_directory table: run shardctl migrate, then store a "
                     "directory there (one row per bucket)",
-                    RedactDsn(dsn)));
+                    dsn));
   } catch (const pqxx::failure& e) {
     throw CatalogError(
-        fmt::format("reading shard_directory from the catalog ({}) failed: {}", RedactDsn(dsn), RedactDsn(e.what())));
+        fmt::format("reading shard_directory from the catalog ({}) failed: {}", dsn, RedactDsn(e.what())));
   }
 }
 

@@ -66,7 +66,7 @@ std::string DefaultAppliedBy() {
 
 std::unique_ptr<pqxx::connection> Connect(const MigrationServer& server, std::chrono::milliseconds timeout,
                                           const std::string& application_name) {
-  auto connection = std::make_unique<pqxx::connection>(WithConnectTimeout(server.dsn, timeout));
+  auto connection = std::make_unique<pqxx::connection>(WithConnectTimeout(server.dsn, timeout).Reveal());
   pqxx::nontransaction tx{*connection};
   tx.exec0("SET client_min_messages = warning");
   tx.exec_params("SELECT set_config('application_name', $1, false)", application_name.substr(0, 63));
@@ -89,7 +89,7 @@ std::string MigrationServer::RoleList() const {
 
 std::vector<MigrationServer> MigrationServers(const ClusterConfig& config) {
   std::vector<MigrationServer> servers;
-  auto add = [&servers](const std::string& name, const std::string& dsn, ServerRole role) {
+  auto add = [&servers](const std::string& name, const Dsn& dsn, ServerRole role) {
     for (auto& s : servers) {
       if (s.dsn == dsn) {  // one database with two roles: one history, one lock
         if (std::find(s.roles.begin(), s.roles.end(), role) == s.roles.end()) s.roles.push_back(role);

@@ -46,7 +46,7 @@ void ScanServer(ScannedServer& s, const std::vector<std::string>& reference_tabl
                 const std::vector<std::string>& mirrored_tables, std::chrono::milliseconds connect_timeout) {
   const auto start = Clock::now();
   try {
-    s.connection = std::make_unique<pqxx::connection>(WithConnectTimeout(s.dsn, connect_timeout));
+    s.connection = std::make_unique<pqxx::connection>(WithConnectTimeout(s.dsn, connect_timeout).Reveal());
     {
       // Every row, whatever bucket it belongs to: an enrolled shard shows
       // only the buckets it owns unless asked for all (ownership.hpp).
@@ -163,7 +163,7 @@ std::vector<LiveMove> LiveMoves(const ClusterConfig& config, std::chrono::millis
   std::vector<LiveMove> moves;
   if (!config.catalog_dsn) return moves;
   try {
-    pqxx::connection c{WithConnectTimeout(*config.catalog_dsn, connect_timeout)};
+    pqxx::connection c{WithConnectTimeout(*config.catalog_dsn, connect_timeout).Reveal()};
     pqxx::read_transaction tx{c, "verify moves"};
     if (tx.exec1("SELECT to_regclass('shardkit_moves') IS NULL")[0].as<bool>()) return moves;
     for (const auto& row :

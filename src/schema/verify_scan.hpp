@@ -61,7 +61,7 @@ struct LiveMove {
 // One server: what its scan found, or why it could not be scanned (no connection).
 struct ScannedServer {
   std::string name;
-  std::string dsn;
+  Dsn dsn;
   std::optional<ShardId> shard;
   std::unique_ptr<pqxx::connection> connection;
   std::string error;

@@ -7,7 +7,7 @@
 #include <pqxx/pqxx>
 
 #include "ids/lease_support.hpp"
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit {
@@ -70,7 +70,7 @@ std::vector<int> HotKeys::PartitionsOf(CustomerId customer_id) const {
 
 // ------------------------------------------------------------ registry
 
-HotKeyRegistry::HotKeyRegistry(std::string catalog_dsn, std::string queue, int partitions)
+HotKeyRegistry::HotKeyRegistry(Dsn catalog_dsn, std::string queue, int partitions)
     : dsn_(std::move(catalog_dsn)), queue_(std::move(queue)), partitions_(partitions) {
   if (queue_.empty()) throw ConfigError("jobs.queue", "must not be empty");
   current_ = std::make_shared<const HotKeys>(partitions_);
@@ -82,7 +82,7 @@ pqxx::connection_base& HotKeyRegistry::Connection() {
   if (!connection_ || !connection_->connection.is_open()) {
     connection_.reset();
     connection_ = std::make_unique<detail::LeaseConnection>(
-        std::make_unique<pqxx::connection>(WithConnectTimeout(dsn_, std::chrono::milliseconds{2000})));
+        std::make_unique<pqxx::connection>(WithConnectTimeout(dsn_, std::chrono::milliseconds{2000}).Reveal()));
   }
   return connection_->connection;
 }
@@ -112,7 +112,7 @@ std::shared_ptr<const HotKeys> HotKeyRegistry::Refresh() {
     throw JobError(
         fmt::format("hot keys of queue '{}': cannot read shardkit_hot_keys at {} ({}); apply "
                     "sql/021_partition_leases.sql to the catalog if it is missing",
-                    queue_, RedactDsn(dsn_), RedactDsn(e.what())));
+                    queue_, dsn_, RedactDsn(e.what())));
   }
 }
 
@@ -149,8 +149,8 @@ void HotKeyRegistry::Salt(CustomerId customer_id, int salt) {
     tx.commit();
   } catch (const std::exception& e) {
     if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) connection_.reset();
-    throw JobError(fmt::format("hot keys of queue '{}': cannot salt customer {} at {} ({})", queue_, customer_id,
-                               RedactDsn(dsn_), RedactDsn(e.what())));
+    throw JobError(fmt::format("hot keys of queue '{}': cannot salt customer {} at {} ({})", queue_, customer_id, dsn_,
+                               RedactDsn(e.what())));
   }
 }
 

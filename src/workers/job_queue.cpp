@@ -9,7 +9,8 @@
 #include <pqxx/pqxx>
 #include <set>
 
-#include "shardkit/config.hpp"
+#include "pg/pg_array.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/routing/resolver.hpp"

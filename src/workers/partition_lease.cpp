@@ -9,7 +9,7 @@
 
 #include "ids/lease_support.hpp"
 #include "pg/pg_array.hpp"
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/workers/hot_keys.hpp"
 
@@ -48,12 +48,12 @@ long long Ms(std::chrono::milliseconds d) {
 
 }  // namespace
 
-PartitionLeases::PartitionLeases(PrivateTag, std::string dsn, PartitionLeaseOptions options)
+PartitionLeases::PartitionLeases(PrivateTag, Dsn dsn, PartitionLeaseOptions options)
     : dsn_(std::move(dsn)), options_(std::move(options)) {
   if (options_.owner.empty()) options_.owner = detail::DefaultLeaseOwner();
 }
 
-std::shared_ptr<PartitionLeases> PartitionLeases::Join(const std::string& catalog_dsn, PartitionLeaseOptions options) {
+std::shared_ptr<PartitionLeases> PartitionLeases::Join(const Dsn& catalog_dsn, PartitionLeaseOptions options) {
   Validate(options);
   auto leases = std::make_shared<PartitionLeases>(PrivateTag{}, catalog_dsn, std::move(options));
   {
@@ -86,7 +86,7 @@ PartitionLeases::~PartitionLeases() {
 }
 
 std::string PartitionLeases::Describe() const {
-  return fmt::format("worker '{}' of group '{}' (catalog {})", options_.owner, options_.group, RedactDsn(dsn_));
+  return fmt::format("worker '{}' of group '{}' (catalog {})", options_.owner, options_.group, dsn_);
 }
 
 void PartitionLeases::Connect() {
@@ -99,7 +99,7 @@ void PartitionLeases::Connect() {
     throw LeaseError(
         fmt::format("partition leases: cannot connect to the catalog {} ({}); {} cannot claim or renew "
                     "partitions and stops working when its leases run out",
-                    RedactDsn(dsn_), RedactDsn(e.what()), Describe()));
+                    dsn_, RedactDsn(e.what()), Describe()));
   }
 }
 
@@ -131,7 +131,7 @@ void PartitionLeases::Register() {
     throw LeaseError(
         fmt::format("partition leases: the catalog {} has no lease tables; apply "
                     "sql/021_partition_leases.sql there ({})",
-                    RedactDsn(dsn_), e.what()));
+                    dsn_, e.what()));
   } catch (const std::exception& e) {
     if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) connection_.reset();
     throw LeaseError(fmt::format("partition leases: registering {} failed: {}", Describe(), RedactDsn(e.what())));

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "pg/server_message.hpp"
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/routing/directory_watcher.hpp"

@@ -40,7 +40,7 @@ std::vector<std::string> Mismatches(pqxx::connection& c, const std::vector<std::
 
 class BucketSqlTwin : public ::testing::Test {
  protected:
-  pqxx::connection connection_{*shardkit::test::LoadTestConfig().reference_dsn};
+  pqxx::connection connection_{shardkit::test::LoadTestConfig().reference_dsn->Reveal()};
 };
 
 TEST_F(BucketSqlTwin, SeedVectors) {

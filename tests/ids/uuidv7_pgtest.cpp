@@ -17,7 +17,7 @@ namespace {
 
 TEST(Uuidv7Pg, RoundTripThroughAUuidColumn) {
   test::ScratchCluster cluster{"uuidv7_pgtest"};
-  pqxx::connection c{cluster.ReferenceDsn()};
+  pqxx::connection c{cluster.ReferenceDsn().Reveal()};
   {
     pqxx::nontransaction tx{c};
     tx.exec("CREATE TABLE events (event_id uuid PRIMARY KEY, n integer NOT NULL)");

@@ -30,7 +30,7 @@ class WorkerLeasePg : public ::testing::Test {
   static void TearDownTestSuite() { cluster_.reset(); }
 
   // The lease table lives in the catalog (sql/004_worker_ids.sql).
-  static const std::string& Dsn() { return cluster_->CatalogDsn(); }
+  static const shardkit::Dsn& Dsn() { return cluster_->CatalogDsn(); }
 
   // Short leases for tests that wait for expiry; no background renewal.
   static WorkerLeaseOptions Short(std::string space, int worker_count) {
@@ -45,7 +45,7 @@ class WorkerLeasePg : public ::testing::Test {
   }
 
   static pqxx::result Query(const std::string& sql) {
-    pqxx::connection c{Dsn()};
+    pqxx::connection c{Dsn().Reveal()};
     pqxx::nontransaction tx{c};
     return tx.exec(sql);
   }
@@ -238,7 +238,8 @@ TEST_F(WorkerLeasePg, MissingTableAndUnreachableServerAreClearErrors) {
     EXPECT_NE(std::string(e.what()).find("sql/004_worker_ids.sql"), std::string::npos) << e.what();
   }
   try {
-    (void)WorkerLease::Claim("host=127.0.0.1 port=1 dbname=x user=x password=secret connect_timeout=2", Short("x", 1));
+    const shardkit::Dsn unreachable{"host=127.0.0.1 port=1 dbname=x user=x password=secret connect_timeout=2"};
+    (void)WorkerLease::Claim(unreachable, Short("x", 1));
     FAIL();
   } catch (const IdGeneratorError& e) {
     EXPECT_NE(std::string(e.what()).find("cannot connect"), std::string::npos) << e.what();

@@ -16,9 +16,9 @@ namespace shardkit {
 namespace {
 
 // What libpq itself reads from the string: the proof that the settings arrive.
-std::map<std::string, std::string> Parsed(const std::string& dsn) {
+std::map<std::string, std::string> Parsed(const Dsn& dsn) {
   char* error = nullptr;
-  std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> options(PQconninfoParse(dsn.c_str(), &error),
+  std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> options(PQconninfoParse(dsn.Reveal().c_str(), &error),
                                                                        &PQconninfoFree);
   if (!options) {
     std::string message = error != nullptr ? error : "?";
@@ -57,14 +57,14 @@ TEST(SessionSettings, EverySettingThatChangesAStatementsMeaningIsPinned) {
         "lc_time", "default_text_search_config", "xmloption", "timezone_abbreviations", "client_encoding"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
-  const auto out = Parsed(WithSessionSettings("dbname=x"));
+  const auto out = Parsed(WithSessionSettings(Dsn("dbname=x")));
   // Both parts of DateStyle: a DSN's DMY must not survive.
   EXPECT_NE(out.at("options").find("-c DateStyle=ISO,\\ MDY"), std::string::npos) << out.at("options");
   EXPECT_NE(out.at("options").find("-c bytea_output=hex"), std::string::npos) << out.at("options");
 }
 
 TEST(SessionSettings, AddedToKeyValueStringsKeepingEverythingElse) {
-  const auto out = Parsed(WithSessionSettings("host=db1 port=5433 dbname=shop user=app password='p w\\'d'"));
+  const auto out = Parsed(WithSessionSettings(Dsn("host=db1 port=5433 dbname=shop user=app password='p w\\'d'")));
   EXPECT_EQ(out.at("host"), "db1");
   EXPECT_EQ(out.at("port"), "5433");
   EXPECT_EQ(out.at("dbname"), "shop");
@@ -74,9 +74,9 @@ TEST(SessionSettings, AddedToKeyValueStringsKeepingEverythingElse) {
 }
 
 TEST(SessionSettings, AddedToUrisAndAfterTheCallersOwnOptions) {
-  const auto out =
-      Parsed(WithSessionSettings("postgresql://app:secret@db1:5433,db2:5434/shop?sslmode=prefer&client_encoding=LATIN1&"
-                                 "options=-c%20search_path%3Dshop%20-c%20DateStyle%3DSQL,DMY"));
+  const auto out = Parsed(
+      WithSessionSettings(Dsn("postgresql://app:secret@db1:5433,db2:5434/shop?sslmode=prefer&client_encoding=LATIN1&"
+                              "options=-c%20search_path%3Dshop%20-c%20DateStyle%3DSQL,DMY")));
   EXPECT_EQ(out.at("host"), "db1,db2");
   EXPECT_EQ(out.at("port"), "5433,5434");
   EXPECT_EQ(out.at("password"), "secret");
@@ -90,21 +90,21 @@ TEST(SessionSettings, ChosenValuesAreEscapedForLibpqOptions) {
   SessionChoices york;
   york.time_zone = "America/New_York";
   york.search_path = "\"$user\", shop";
-  EXPECT_EQ(Parsed(WithSessionSettings("dbname=x", york)).at("options"), Pinned(york));
+  EXPECT_EQ(Parsed(WithSessionSettings(Dsn("dbname=x"), york)).at("options"), Pinned(york));
   EXPECT_NE(Pinned(york).find("-c TimeZone=America/New_York"), std::string::npos);
   EXPECT_NE(Pinned(york).find("-c search_path=\"$user\",\\ shop"), std::string::npos) << Pinned(york);
   // libpq splits options at unescaped spaces.
   SessionChoices odd;
   odd.time_zone = "odd zone\\name";
-  EXPECT_NE(Parsed(WithSessionSettings("dbname=x", odd)).at("options").find("-c TimeZone=odd\\ zone\\\\name"),
+  EXPECT_NE(Parsed(WithSessionSettings(Dsn("dbname=x"), odd)).at("options").find("-c TimeZone=odd\\ zone\\\\name"),
             std::string::npos);
-  EXPECT_THROW((void)WithSessionSettings("dbname=x", SessionChoices{"", "public"}), ConfigError);
-  EXPECT_THROW((void)WithSessionSettings("dbname=x", SessionChoices{"UTC", ""}), ConfigError);
+  EXPECT_THROW((void)WithSessionSettings(Dsn("dbname=x"), SessionChoices{"", "public"}), ConfigError);
+  EXPECT_THROW((void)WithSessionSettings(Dsn("dbname=x"), SessionChoices{"UTC", ""}), ConfigError);
 }
 
 TEST(SessionSettings, AStringLibpqCannotReadIsLeftForConnectToReport) {
-  EXPECT_EQ(WithSessionSettings("host=db1 password"), "host=db1 password");
-  EXPECT_EQ(WithSessionSettings("").find("client_encoding='UTF8' options="), 0U);
+  EXPECT_EQ(WithSessionSettings(Dsn("host=db1 password")).Reveal(), "host=db1 password");
+  EXPECT_EQ(WithSessionSettings(Dsn("")).Reveal().find("client_encoding='UTF8' options="), 0U);
 }
 
 }  // namespace

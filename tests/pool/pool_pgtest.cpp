@@ -39,7 +39,7 @@ PoolOptions Small(int size, int waiters = 16) {
   return options;
 }
 
-std::string ShardDsn(int shard) {
+shardkit::Dsn ShardDsn(int shard) {
   return shardkit::test::LoadTestConfig().shards.at(static_cast<std::size_t>(shard)).dsn;
 }
 
@@ -50,13 +50,13 @@ int BackendPid(pqxx::connection_base& c) {
 
 // Is this backend still running on shard `shard`'s server?
 bool BackendAlive(int shard, int pid) {
-  pqxx::connection admin{ShardDsn(shard)};
+  pqxx::connection admin{ShardDsn(shard).Reveal()};
   pqxx::nontransaction tx{admin};
   return tx.exec_params("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid)[0][0].as<int>() == 1;
 }
 
 void Terminate(int shard, int pid) {
-  pqxx::connection admin{ShardDsn(shard)};
+  pqxx::connection admin{ShardDsn(shard).Reveal()};
   pqxx::nontransaction tx{admin};
   tx.exec_params("SELECT pg_terminate_backend($1)", pid);
 }
@@ -243,7 +243,7 @@ TEST(ConnectionPool, AnIdleSessionWithUnreadDataIsNotHandedOut) {
     tx.exec("LISTEN pool_pgtest_channel");
   }
   {
-    pqxx::connection admin{ShardDsn(0)};
+    pqxx::connection admin{ShardDsn(0).Reveal()};
     pqxx::nontransaction tx{admin};
     tx.exec("NOTIFY pool_pgtest_channel");
   }
@@ -285,7 +285,7 @@ TEST(PooledConnection, UnreadDataFailsTheLivenessCheck) {
     tx.exec("LISTEN pool_pgtest_check");
   }
   EXPECT_TRUE(c.LooksAliveWhileIdle());
-  pqxx::connection admin{ShardDsn(0)};
+  pqxx::connection admin{ShardDsn(0).Reveal()};
   pqxx::nontransaction tx{admin};
   tx.exec("NOTIFY pool_pgtest_check");
   EXPECT_TRUE(WaitFor([&] { return !c.LooksAliveWhileIdle(); }));
@@ -293,9 +293,9 @@ TEST(PooledConnection, UnreadDataFailsTheLivenessCheck) {
 }
 
 TEST(ConnectionPool, WrongPasswordIsReportedWithoutThePassword) {
-  const std::string real = ShardDsn(0);
+  const std::string real = ShardDsn(0).Reveal();
   ASSERT_NE(real.find("password="), std::string::npos) << "the lab config uses password authentication";
-  const std::string dsn = std::regex_replace(real, std::regex(R"(password=\S+)"), "password=not-the-real-pw9");
+  const shardkit::Dsn dsn{std::regex_replace(real, std::regex(R"(password=\S+)"), "password=not-the-real-pw9")};
   ConnectionPool pool{shardkit::ShardId{0}, dsn, Small(1)};
   try {
     (void)pool.Acquire();
@@ -399,7 +399,8 @@ TEST(ConnectionPool, TryAcquireTakesIdleOrConnectsButNeverWaits) {
 }
 
 TEST(ConnectionPool, TryAcquireReportsAnUnreachableServer) {
-  ConnectionPool pool{shardkit::ShardId{1}, "host=127.0.0.1 port=1 dbname=x user=x password=try-secret", Small(1)};
+  ConnectionPool pool{shardkit::ShardId{1}, shardkit::Dsn("host=127.0.0.1 port=1 dbname=x user=x password=try-secret"),
+                      Small(1)};
   try {
     (void)pool.TryAcquire();
     FAIL() << "expected ShardUnavailable";
@@ -534,7 +535,7 @@ TEST(ConnectionPool, CancelHandleCancelsTheRunningStatementFromAnotherThread) {
     }
   });
   ASSERT_TRUE(WaitFor([&] {
-    pqxx::connection admin{ShardDsn(0)};
+    pqxx::connection admin{ShardDsn(0).Reveal()};
     pqxx::nontransaction tx{admin};
     return tx.exec_params(
                  "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active' "
@@ -560,7 +561,8 @@ TEST(ConnectionPool, ConnectionsGetTcpKeepalivesAndUserTimeoutUnlessTheDsnSetsTh
   EXPECT_EQ(SocketOption(fd, IPPROTO_TCP, TCP_KEEPCNT), shardkit::detail::kKeepalivesCount);
   EXPECT_EQ(SocketOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT), shardkit::detail::kTcpUserTimeoutMillis);
 
-  ConnectionPool own{shardkit::ShardId{0}, ShardDsn(0) + " keepalives_idle=7 tcp_user_timeout=1234", Small(1)};
+  const shardkit::Dsn own_settings{ShardDsn(0).Reveal() + " keepalives_idle=7 tcp_user_timeout=1234"};
+  ConnectionPool own{shardkit::ShardId{0}, own_settings, Small(1)};
   auto mine = own.Acquire();
   EXPECT_EQ(SocketOption(mine->sock(), IPPROTO_TCP, TCP_KEEPIDLE), 7);
   EXPECT_EQ(SocketOption(mine->sock(), IPPROTO_TCP, TCP_USER_TIMEOUT), 1234);

@@ -104,9 +104,9 @@ class SilentListener {
   std::thread thread_;
 };
 
-std::string SilentDsn(const SilentListener& listener) {
-  return "host=127.0.0.1 port=" + std::to_string(listener.Port()) +
-         " dbname=nowhere user=nobody password=silent-secret";
+shardkit::Dsn SilentDsn(const SilentListener& listener) {
+  return shardkit::Dsn("host=127.0.0.1 port=" + std::to_string(listener.Port()) +
+                       " dbname=nowhere user=nobody password=silent-secret");
 }
 
 // Acquire(now + 200 ms) against a server that never answers returns at its
@@ -189,7 +189,8 @@ TEST(ConnectionPoolConnect, ASlowConnectHoldsNoLock) {
 }
 
 TEST(ConnectParameters, DefaultsComeBeforeTheDsnSoThatTheDsnWins) {
-  const shardkit::detail::ConnectParameters parameters{"host=h keepalives_idle=7", shardkit::SessionChoices{}};
+  const shardkit::detail::ConnectParameters parameters{shardkit::Dsn("host=h keepalives_idle=7"),
+                                                       shardkit::SessionChoices{}};
   EXPECT_TRUE(parameters.DsnParses());
   const auto& pairs = parameters.Pairs();
   auto position = [&](const std::string& key) {
@@ -222,7 +223,7 @@ TEST(ConnectParameters, DefaultsComeBeforeTheDsnSoThatTheDsnWins) {
 
 // libpq's message for a string it cannot parse may quote the password.
 TEST(ConnectionPoolConnect, AnUnparsableDsnIsReportedWithoutLibpqsMessage) {
-  ConnectionPool pool{ShardId{2}, "host=127.0.0.1 password='unterminated-secret", PoolOptions{}};
+  ConnectionPool pool{ShardId{2}, shardkit::Dsn("host=127.0.0.1 password='unterminated-secret"), PoolOptions{}};
   try {
     (void)pool.Acquire(Clock::now() + 5s);
     FAIL() << "connected with an unparsable connection string";
@@ -236,7 +237,7 @@ TEST(ConnectionPoolConnect, AnUnparsableDsnIsReportedWithoutLibpqsMessage) {
 TEST(ConnectionPool, RejectsAnEmptyPool) {
   PoolOptions options;
   options.max_size = 0;
-  EXPECT_THROW(ConnectionPool(ShardId{0}, "host=h", options), shardkit::ConfigError);
+  EXPECT_THROW(ConnectionPool(ShardId{0}, shardkit::Dsn("host=h"), options), shardkit::ConfigError);
 }
 
 TEST(ConnectionPool, AnEmptyLeaseSaysSo) {

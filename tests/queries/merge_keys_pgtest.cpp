@@ -121,7 +121,7 @@ class MergeKeysPg : public ::testing::Test {
                                columns + ", PRIMARY KEY (customer_id, id))";
     std::vector<std::string> rows_per_server(static_cast<std::size_t>(cluster_->ShardCount()) + 1);
     {
-      pqxx::connection reference{cluster_->ReferenceDsn()};
+      pqxx::connection reference{cluster_->ReferenceDsn().Reveal()};
       pqxx::nontransaction tx{reference};
       for (int i = 0; i < kRows; ++i) {
         const CustomerId customer{1000 + i * 37};
@@ -137,7 +137,7 @@ class MergeKeysPg : public ::testing::Test {
     }
     for (int s = 0; s <= cluster_->ShardCount(); ++s) {
       const bool reference = s == cluster_->ShardCount();
-      pqxx::connection c{reference ? cluster_->ReferenceDsn() : cluster_->ShardDsn(s)};
+      pqxx::connection c{(reference ? cluster_->ReferenceDsn() : cluster_->ShardDsn(s)).Reveal()};
       pqxx::nontransaction tx{c};
       tx.exec(create);
       tx.exec(std::string("INSERT INTO ") + kTable + " VALUES " + rows_per_server[static_cast<std::size_t>(s)]);
@@ -152,8 +152,10 @@ class MergeKeysPg : public ::testing::Test {
     }
     // The last shard's DSN asks for DMY dates itself.
     ClusterConfig config = cluster_->Config();
-    std::string& dsn = config.shards.back().dsn;
-    if (!dsn.starts_with("postgres")) dsn += " options='-c DateStyle=SQL,DMY -c bytea_output=escape'";
+    Dsn& dsn = config.shards.back().dsn;
+    if (!dsn.Reveal().starts_with("postgres")) {
+      dsn = Dsn(dsn.Reveal() + " options='-c DateStyle=SQL,DMY -c bytea_output=escape'");
+    }
     resolver_ = BucketShardResolver::FromConfig(config).release();
     scatter_ = new ScatterGather(*resolver_);
   }
@@ -165,7 +167,7 @@ class MergeKeysPg : public ::testing::Test {
   }
 
   static pqxx::result OnReference(const std::string& sql, const SqlParams& params = {}) {
-    pqxx::connection c{cluster_->ReferenceDsn()};
+    pqxx::connection c{cluster_->ReferenceDsn().Reveal()};
     pqxx::nontransaction tx{c};
     std::vector<const char*> raw;
     for (const auto& p : params) raw.push_back(p ? p->c_str() : nullptr);
@@ -337,7 +339,7 @@ TEST_F(MergeKeysPg, SettingsThatChangeAStatementsMeaningArePinned) {
     // The shards' own sessions (their databases' settings) give another answer.
     std::int64_t unpinned = 0;
     for (int s = 0; s < cluster_->ShardCount(); ++s) {
-      pqxx::connection c{cluster_->ShardDsn(s)};
+      pqxx::connection c{cluster_->ShardDsn(s).Reveal()};
       pqxx::nontransaction tx{c};
       std::vector<const char*> raw;
       for (const auto& v : p.params) raw.push_back(v ? v->c_str() : nullptr);
@@ -368,7 +370,7 @@ TEST_F(MergeKeysPg, ConnectionsWithOtherSettingsAreRefusedNamingTheSetting) {
   }
   EXPECT_NO_THROW(CheckMergeAssumptions(*resolver_));
 
-  pqxx::connection raw{cluster_->ShardDsn(1)};
+  pqxx::connection raw{cluster_->ShardDsn(1).Reveal()};
   const SessionFacts facts = ReadSessionFacts(raw, ShardId{1});
   EXPECT_EQ(facts.Setting("bytea_output"), "escape");
   try {

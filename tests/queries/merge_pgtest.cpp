@@ -196,9 +196,9 @@ class MergePg : public ::testing::Test {
     table_ = "merge_diff_" + std::to_string(::getpid());
     directory_ = new BucketDirectory(BucketDirectory::EvenSplit(cluster_->ShardCount()));
     for (int s = 0; s < cluster_->ShardCount(); ++s) {
-      servers_.push_back(std::make_unique<pqxx::connection>(cluster_->ShardDsn(s)));
+      servers_.push_back(std::make_unique<pqxx::connection>(cluster_->ShardDsn(s).Reveal()));
     }
-    servers_.push_back(std::make_unique<pqxx::connection>(cluster_->ReferenceDsn()));
+    servers_.push_back(std::make_unique<pqxx::connection>(cluster_->ReferenceDsn().Reveal()));
     for (auto& c : servers_) {
       pqxx::nontransaction tx{*c};
       tx.exec("CREATE TABLE " + tx.quote_name(table_) +
@@ -857,14 +857,14 @@ TEST_F(MergePg, ClusterMeetsTheMergeAssumptions) {
 TEST_F(MergePg, NonCCollationAndNonIsoDateStyleAreRefusedNamingTheShard) {
   const std::string db = "merge_pgtest_collate_" + std::to_string(::getpid());
   {
-    pqxx::connection admin{cluster_->Config().shards[0].dsn};
+    pqxx::connection admin{cluster_->Config().shards[0].dsn.Reveal()};
     pqxx::nontransaction tx{admin};
     tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db));
     tx.exec("CREATE DATABASE " + tx.quote_name(db) + " LC_COLLATE 'C.UTF-8' LC_CTYPE 'C.UTF-8' TEMPLATE template0");
   }
   std::string message;
   {
-    pqxx::connection c{test::WithDatabase(cluster_->Config().shards[0].dsn, db)};
+    pqxx::connection c{test::WithDatabase(cluster_->Config().shards[0].dsn, db).Reveal()};
     try {
       CheckMergeAssumptions(c, ShardId{0});
     } catch (const ShardError& e) {
@@ -873,14 +873,14 @@ TEST_F(MergePg, NonCCollationAndNonIsoDateStyleAreRefusedNamingTheShard) {
     }
   }
   {
-    pqxx::connection admin{cluster_->Config().shards[0].dsn};
+    pqxx::connection admin{cluster_->Config().shards[0].dsn.Reveal()};
     pqxx::nontransaction tx{admin};
     tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db) + " WITH (FORCE)");
   }
   EXPECT_NE(message.find("shard 0"), std::string::npos) << message;
   EXPECT_NE(message.find("C.UTF-8"), std::string::npos) << message;
 
-  pqxx::connection c{cluster_->ShardDsn(1)};
+  pqxx::connection c{cluster_->ShardDsn(1).Reveal()};
   {
     pqxx::nontransaction tx{c};
     tx.exec("SET DateStyle = 'German'");
@@ -1180,20 +1180,21 @@ TEST_F(MergeShapes, SubqueriesVolatileFunctionsAndTheClockInAggregatesAreRefused
 // connection and, once per pool, on every merge of a scatter.
 TEST_F(MergePg, IcuDatabasesFailTheCollationCheck) {
   const std::string db = "merge_pgtest_icu_" + std::to_string(::getpid());
-  const std::string admin_dsn = cluster_->ShardDsn(1);
-  const std::string icu_dsn = test::WithDatabase(admin_dsn, db);
+  const Dsn admin_dsn = cluster_->ShardDsn(1);
+  const Dsn icu_dsn = test::WithDatabase(admin_dsn, db);
   {
-    pqxx::connection admin{admin_dsn};
+    pqxx::connection admin{admin_dsn.Reveal()};
     pqxx::nontransaction tx{admin};
     tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db) + " WITH (FORCE)");
     tx.exec("CREATE DATABASE " + tx.quote_name(db) +
             " LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C' TEMPLATE template0");
   }
   struct DropAtEnd {
-    std::string admin_dsn, db;
+    Dsn admin_dsn;
+    std::string db;
     ~DropAtEnd() {
       try {
-        pqxx::connection admin{admin_dsn};
+        pqxx::connection admin{admin_dsn.Reveal()};
         pqxx::nontransaction tx{admin};
         tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db) + " WITH (FORCE)");
       } catch (const std::exception&) {
@@ -1203,7 +1204,7 @@ TEST_F(MergePg, IcuDatabasesFailTheCollationCheck) {
   } drop{admin_dsn, db};
   const char* kCreate = "CREATE TABLE probe (customer_id integer, region text)";
   const char* kRows = "INSERT INTO probe VALUES (1, '\xce\xa9'), (2, '\xf0\x9f\x98\x80 party'), (3, 'zebra')";
-  pqxx::connection icu{icu_dsn};
+  pqxx::connection icu{icu_dsn.Reveal()};
   {
     pqxx::nontransaction tx{icu};
     tx.exec(kCreate);
@@ -1311,7 +1312,7 @@ TEST_F(MergeShapes, NonCCollationsExplicitOrDeclaredAreRefused) {
 // rounded to 15 digits. The suite's shard 0 database defaults to 0; its pool
 // sets 3, and a connection that is not a pool's fails the check.
 TEST_F(MergeShapes, ExtraFloatDigitsOfTheShardsDatabaseDoNotReachTheMerge) {
-  pqxx::connection raw{cluster_->ShardDsn(0)};
+  pqxx::connection raw{cluster_->ShardDsn(0).Reveal()};
   {
     pqxx::nontransaction tx{raw};
     EXPECT_EQ(std::string(tx.exec("SELECT (1/3.0)::float8")[0][0].c_str()), "0.333333333333333");
@@ -1390,7 +1391,7 @@ TEST_F(MergeShapes, TimestamptzIntervalAndDateKeysDoNotSplitAcrossShards) {
   // instants print differently per shard and every group splits.
   std::vector<pqxx::result> raw;
   for (int s = 0; s < cluster_->ShardCount(); ++s) {
-    pqxx::connection c{cluster_->ShardDsn(s)};
+    pqxx::connection c{cluster_->ShardDsn(s).Reveal()};
     pqxx::nontransaction tx{c};
     raw.push_back(tx.exec(by_instant.ShardSql()));
   }

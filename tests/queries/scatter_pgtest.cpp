@@ -50,8 +50,8 @@ std::vector<Row> Gathered(const ScatterResult& result) {
   return rows;
 }
 
-std::vector<Row> OnReference(const std::string& dsn, const std::string& sql, const SqlParams& params = {}) {
-  pqxx::connection c{dsn};
+std::vector<Row> OnReference(const Dsn& dsn, const std::string& sql, const SqlParams& params = {}) {
+  pqxx::connection c{dsn.Reveal()};
   pqxx::nontransaction tx{c};
   std::vector<const char*> values;
   for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
@@ -108,9 +108,8 @@ class ScatterPg : public ::testing::Test {
     options.max_size = 2;
     std::vector<std::unique_ptr<ConnectionPool>> pools;
     pools.push_back(std::make_unique<ConnectionPool>(ShardId{0}, cluster_->ShardDsn(0), options));
-    pools.push_back(std::make_unique<ConnectionPool>(
-        ShardId{1}, "host=127.0.0.1 port=1 dbname=nowhere user=bookstore password=s3cr3t-pw connect_timeout=2",
-        options));
+    const Dsn dead{"host=127.0.0.1 port=1 dbname=nowhere user=bookstore password=s3cr3t-pw connect_timeout=2"};
+    pools.push_back(std::make_unique<ConnectionPool>(ShardId{1}, dead, options));
     return std::make_unique<BucketShardResolver>(BucketDirectory::EvenSplit(2), std::move(pools),
                                                  std::vector<std::string>{"shard0", "dead1"});
   }
@@ -118,7 +117,7 @@ class ScatterPg : public ::testing::Test {
   // How many statements of the slow-shard test still run on shard 1 (waits
   // up to 2 s for them to go away).
   static int ShardSleeps() {
-    pqxx::connection c{cluster_->ShardDsn(1)};
+    pqxx::connection c{cluster_->ShardDsn(1).Reveal()};
     pqxx::nontransaction tx{c};
     int running = -1;
     for (int i = 0; i < 40 && running != 0; ++i) {
@@ -382,7 +381,7 @@ struct WithTemporaryShard1 {
   test::TemporaryServer& server;
   std::unique_ptr<BucketShardResolver> resolver;
 
-  WithTemporaryShard1(test::TemporaryServer& temporary, const std::string& shard0_dsn) : server(temporary) {
+  WithTemporaryShard1(test::TemporaryServer& temporary, const Dsn& shard0_dsn) : server(temporary) {
     std::vector<std::unique_ptr<ConnectionPool>> pools;
     pools.push_back(std::make_unique<ConnectionPool>(ShardId{0}, shard0_dsn));
     pools.push_back(std::make_unique<ConnectionPool>(ShardId{1}, server.Dsn()));
@@ -396,7 +395,7 @@ struct WithTemporaryShard1 {
       "IS NULL";
   // The pid of the backend running the sleep on shard 1 (waits for it).
   [[nodiscard]] int SleepingBackend() const {
-    pqxx::connection c{server.Dsn()};
+    pqxx::connection c{server.Dsn().Reveal()};
     pqxx::nontransaction tx{c};
     for (int i = 0; i < 200; ++i) {
       auto rows = tx.exec(
@@ -487,7 +486,7 @@ TEST_F(ScatterPg, AFrozenShardDoesNotHoldTheCallerPastTheDeadline) {
     // The destructor waits for the thawed statement to be cut by the server.
   }
   // The thawed backend was cancelled and its connection discarded, not reused.
-  pqxx::connection c{shards.server.Dsn()};
+  pqxx::connection c{shards.server.Dsn().Reveal()};
   pqxx::nontransaction tx{c};
   int running = -1;
   for (int i = 0; i < 100 && running != 0; ++i) {

@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 std::unique_ptr<BucketShardResolver> ResolverOver(const std::vector<std::string>& dsns) {
   std::vector<std::unique_ptr<ConnectionPool>> pools;
   for (std::size_t i = 0; i < dsns.size(); ++i) {
-    pools.push_back(std::make_unique<ConnectionPool>(static_cast<ShardId>(i), dsns[i]));
+    pools.push_back(std::make_unique<ConnectionPool>(static_cast<ShardId>(i), Dsn(dsns[i])));
   }
   return std::make_unique<BucketShardResolver>(BucketDirectory::EvenSplit(static_cast<int>(dsns.size())),
                                                std::move(pools));

@@ -237,7 +237,7 @@ class TopKPg : public ::testing::Test {
   // The reference server's answer, as text pairs (key or NULL, total).
   using Rows = std::vector<std::pair<std::optional<std::string>, std::string>>;
   static Rows Reference(const TopKQuery& q) {
-    pqxx::connection c{cluster_->ReferenceDsn()};
+    pqxx::connection c{cluster_->ReferenceDsn().Reveal()};
     pqxx::nontransaction tx{c};
     const std::string order_key = q.key_type == TopKKeyType::kText ? q.key + " COLLATE \"C\"" : q.key;
     const auto result =
@@ -527,7 +527,7 @@ TEST_F(TopKPg, ConcurrentWritersNeverMixMoments) {
   std::vector<std::thread> writers;
   for (int s = 0; s < shards; ++s) {
     writers.emplace_back([&, s] {
-      pqxx::connection c{cluster_->ShardDsn(s)};
+      pqxx::connection c{cluster_->ShardDsn(s).Reveal()};
       std::mt19937 rng(static_cast<unsigned>(s));
       while (!stop.load()) {
         const int a = std::uniform_int_distribution<int>(0, 1000)(rng);

@@ -39,7 +39,7 @@ class CopyTest : public ::testing::Test {
     cluster_.ExecOnReference("DROP TABLE IF EXISTS t, expected");
     cluster_.ExecOnReference(kTable);
     cluster_.ExecOnReference(std::string(kTable).replace(13, 1, "expected"));
-    conn_.emplace(cluster_.ReferenceDsn());
+    conn_.emplace(cluster_.ReferenceDsn().Reveal());
   }
 
   // The rows through the writer, in `format`, into t.
@@ -184,7 +184,7 @@ TEST(ShardedCopyTest, EachRowLandsOnTheShardItsBucketMapsTo) {
     txs.back()->exec("SELECT shardkit_bulk_load_begin()");  // the shards are enrolled (fenced)
     ptrs.push_back(txs.back().get());
   }
-  pqxx::connection reference{cluster.ReferenceDsn()};
+  pqxx::connection reference{cluster.ReferenceDsn().Reveal()};
   constexpr int kCustomers = 3000;
   {
     ShardedCopy copy{resolver->Directory(), ptrs, "customers", {"customer_id", "bucket", "name", "email"}};

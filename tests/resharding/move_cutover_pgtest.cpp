@@ -314,7 +314,7 @@ class MoveCutover : public ::testing::Test {
     cluster_ = nullptr;
   }
   static BucketDirectory Directory() {
-    pqxx::connection c{cluster_->CatalogDsn()};
+    pqxx::connection c{cluster_->CatalogDsn().Reveal()};
     return LoadDirectory(c, cluster_->ShardCount());
   }
 
@@ -326,7 +326,7 @@ class MoveCutover : public ::testing::Test {
     const BucketDirectory directory = Directory();
     std::map<std::int64_t, std::vector<int>> found;
     for (int s = 0; s < cluster_->ShardCount(); ++s) {
-      pqxx::connection c{cluster_->AdminDsn(s)};
+      pqxx::connection c{cluster_->AdminDsn(s).Reveal()};
       pqxx::read_transaction tx{c};
       for (const auto& row : tx.exec_params("SELECT order_id, customer_id FROM orders WHERE order_id >= $1 AND "
                                             "order_id < $2",
@@ -345,7 +345,7 @@ class MoveCutover : public ::testing::Test {
       EXPECT_TRUE(acked.contains(order) || unknown.contains(order)) << "order " << order << " was never acknowledged";
     }
     for (int s = 0; s < cluster_->ShardCount(); ++s) {
-      pqxx::connection c{cluster_->AdminDsn(s)};
+      pqxx::connection c{cluster_->AdminDsn(s).Reveal()};
       pqxx::read_transaction tx{c};
       std::string values;
       for (const auto& row : tx.exec_params("SELECT customer_id, bucket, order_id, ordered_at::text, status, "
@@ -366,7 +366,7 @@ class MoveCutover : public ::testing::Test {
     EXPECT_EQ(extra, std::vector<std::string>{});
     const BucketDirectory directory = Directory();
     for (int s = 0; s < cluster_->ShardCount(); ++s) {
-      pqxx::connection c{cluster_->ShardDsn(s)};
+      pqxx::connection c{cluster_->ShardDsn(s).Reveal()};
       const ShardOwnership own = ReadOwnership(c);
       EXPECT_EQ(own.InState(OwnershipState::kOwned), BucketSet::Of(directory, ShardId{s})) << "shard " << s;
       for (const auto& b : own.buckets) EXPECT_FALSE(b.move_id) << "shard " << s << " bucket " << b.bucket;
@@ -449,7 +449,7 @@ TEST_P(MoveStopped, NoReadMissesAnAcknowledgedWriteThenResumeOrAbortSettles) {
     }
     // What a refusal says when the mover is gone: the move, and what to run.
     if (stop_at == MoveState::kRetired || stop_at == MoveState::kOwned) {
-      pqxx::connection c{cluster_->ShardDsn(1)};
+      pqxx::connection c{cluster_->ShardDsn(1).Reveal()};
       pqxx::work tx{c};
       try {
         tx.exec("SELECT set_config('shardkit.buckets', '" + BucketSet::One(bucket).Setting() +
@@ -550,14 +550,14 @@ TEST_F(MoveCutover, TheDocumentedRawSqlFormIsRefusedForAMovedBucket) {
   const int newcomer = CustomersIn(bucket, 1, 900000)[0];  // no rows anywhere
   const BucketDirectory before = Directory();
   auto documented = [&](const std::string& sql) {
-    pqxx::connection c{cluster_->ShardDsn(1)};
+    pqxx::connection c{cluster_->ShardDsn(1).Reveal()};
     pqxx::work tx{c};
     shardkit::BucketSet mine = shardkit::BucketSet::Of(before, shardkit::ShardId{1});
     tx.exec("SELECT set_config('shardkit.buckets', '" + mine.Setting() + "', true), shardkit_check_buckets()");
     return tx.exec1(sql)[0].as<std::int64_t>();
   };
   auto setting_alone = [&](const std::string& sql) {
-    pqxx::connection c{cluster_->ShardDsn(1)};
+    pqxx::connection c{cluster_->ShardDsn(1).Reveal()};
     pqxx::work tx{c};
     tx.exec("SET LOCAL shardkit.buckets = '" + BucketSet::Of(before, ShardId{1}).Setting() + "'");
     return tx.exec1(sql)[0].as<std::int64_t>();
@@ -605,7 +605,7 @@ TEST_F(MoveCutover, TheDocumentedRawSqlFormIsRefusedForAMovedBucket) {
   expect_refused(documented, orders_of_newcomer, false, "moved away and forgotten, no rows");
   // Through the current directory, the new owner answers.
   {
-    pqxx::connection c{cluster_->ShardDsn(2)};
+    pqxx::connection c{cluster_->ShardDsn(2).Reveal()};
     pqxx::work tx{c};
     shardkit::BucketSet mine = shardkit::BucketSet::Of(Directory(), shardkit::ShardId{2});
     tx.exec("SELECT set_config('shardkit.buckets', '" + mine.Setting() + "', true), shardkit_check_buckets()");

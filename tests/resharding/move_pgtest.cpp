@@ -64,11 +64,11 @@ class Move : public ::testing::Test {
   }
 
   static BucketDirectory Directory() {
-    pqxx::connection c{cluster_->CatalogDsn()};
+    pqxx::connection c{cluster_->CatalogDsn().Reveal()};
     return LoadDirectory(c, cluster_->ShardCount());
   }
   static ShardOwnership OwnershipOf(int shard) {
-    pqxx::connection c{cluster_->ShardDsn(shard)};
+    pqxx::connection c{cluster_->ShardDsn(shard).Reveal()};
     return ReadOwnership(c);
   }
   // Every row on exactly one shard, equal to the reference; each shard owns
@@ -146,7 +146,8 @@ TEST_F(Move, RefusesToStartWhenTheTargetDiffersIsUnreachableOrTheBucketIsBusy) {
   cluster_->ExecOnShard(2, "ALTER TABLE customers DROP COLUMN loyalty");
   // An unreachable target.
   ClusterConfig broken = cluster_->Config();
-  broken.shards[2].admin_dsn = "host=127.0.0.1 port=1 dbname=nothing user=nobody password=secret connect_timeout=2";
+  broken.shards[2].admin_dsn =
+      Dsn("host=127.0.0.1 port=1 dbname=nothing user=nobody password=secret connect_timeout=2");
   try {
     BucketMover unreachable{broken, Quick()};
     (void)unreachable.Move(BucketId{30}, ShardId{2});
@@ -261,7 +262,7 @@ TEST_F(Move, ScattersDuringEveryPhaseEqualTheReference) {
   const std::string sql = "SELECT bucket, count(*), sum(total) FROM orders GROUP BY bucket ORDER BY bucket";
   std::map<int, std::pair<std::int64_t, std::string>> expected;
   {
-    pqxx::connection ref{cluster_->ReferenceDsn()};
+    pqxx::connection ref{cluster_->ReferenceDsn().Reveal()};
     pqxx::read_transaction tx{ref};
     for (const auto& row : tx.exec(sql)) expected[row[0].as<int>()] = {row[1].as<std::int64_t>(), row[2].c_str()};
   }
@@ -415,7 +416,7 @@ TEST_F(Move, AnythingWrittenDuringTheMoveArrivesExactlyOnce) {
   const BucketDirectory directory = Directory();
   std::map<std::int64_t, std::vector<std::pair<int, std::int64_t>>> found;  // order -> (shard, items)
   for (int s = 0; s < cluster_->ShardCount(); ++s) {
-    pqxx::connection c{cluster_->AdminDsn(s)};
+    pqxx::connection c{cluster_->AdminDsn(s).Reveal()};
     pqxx::read_transaction tx{c};
     for (const auto& row : tx.exec("SELECT o.order_id, (SELECT count(*) FROM order_items i WHERE i.customer_id = "
                                    "o.customer_id AND i.order_id = o.order_id) FROM orders o WHERE o.order_id >= "
@@ -448,7 +449,7 @@ TEST_F(Move, AnythingWrittenDuringTheMoveArrivesExactlyOnce) {
   // Give the reference the acknowledged orders, so the rest of the suite
   // compares whole tables again.
   for (int s = 0; s < cluster_->ShardCount(); ++s) {
-    pqxx::connection c{cluster_->AdminDsn(s)};
+    pqxx::connection c{cluster_->AdminDsn(s).Reveal()};
     pqxx::read_transaction tx{c};
     std::string insert_orders;
     std::string insert_items;
@@ -524,7 +525,7 @@ TEST_F(Move, ALongTransactionMakesTheFreezeTimeOutAndTheMoveAbort) {
   // A writer of the bucket that starts while the move streams, and does not
   // end. (Earlier, it would hold up the creation of the replication slot,
   // which waits for running transactions: slot_timeout bounds that.)
-  pqxx::connection holder{cluster_->ShardDsn(0)};
+  pqxx::connection holder{cluster_->ShardDsn(0).Reveal()};
   std::unique_ptr<pqxx::work> long_tx;
   MoveOptions options = Quick();
   options.drain_timeout = milliseconds(300);
@@ -559,7 +560,7 @@ TEST_F(Move, TheTargetGoingDownMidCopyAbortsCleanly) {
   {
     Migrator migrator{test::ProjectMigrations(), {MigrationServer{"shard3", server.Dsn(), {ServerRole::kShard}}}};
     ASSERT_TRUE(migrator.Apply().Ok());
-    pqxx::connection c{server.Dsn()};
+    pqxx::connection c{server.Dsn().Reveal()};
     EnrollShard(c, ShardId{3}, BucketSet{}, Directory().Version());
   }
   ClusterConfig four = cluster_->Config();
@@ -585,7 +586,7 @@ TEST_F(Move, TheTargetGoingDownMidCopyAbortsCleanly) {
   }
   server.Start();
   {
-    pqxx::connection c{server.Dsn()};
+    pqxx::connection c{server.Dsn().Reveal()};
     pqxx::read_transaction tx{c};
     EXPECT_EQ(tx.exec1("SELECT count(*) FROM orders")[0].as<int>(), 0);
     EXPECT_EQ(tx.exec1("SELECT count(*) FROM shardkit_bucket_ownership")[0].as<int>(), 0);

@@ -46,11 +46,12 @@ class ShardctlMove : public ::testing::Test {
     const ClusterConfig& c = cluster_->Config();
     f << "[directory]\nsource = \"catalog\"\n\n";
     for (const auto& s : c.shards) {
-      f << fmt::format("[[shard]]\nname = \"{}\"\ndsn = \"{}\"\n", s.name, s.dsn);
-      if (!s.admin_dsn.empty()) f << fmt::format("admin_dsn = \"{}\"\n", s.admin_dsn);
+      f << fmt::format("[[shard]]\nname = \"{}\"\ndsn = \"{}\"\n", s.name, s.dsn.Reveal());
+      if (!s.admin_dsn.empty()) f << fmt::format("admin_dsn = \"{}\"\n", s.admin_dsn.Reveal());
       f << "\n";
     }
-    f << fmt::format("[reference]\ndsn = \"{}\"\n\n[catalog]\ndsn = \"{}\"\n", *c.reference_dsn, *c.catalog_dsn);
+    f << fmt::format("[reference]\ndsn = \"{}\"\n\n[catalog]\ndsn = \"{}\"\n", c.reference_dsn->Reveal(),
+                     c.catalog_dsn->Reveal());
   }
   static void TearDownTestSuite() {
     std::filesystem::remove(*config_path_);
@@ -75,7 +76,7 @@ class ShardctlMove : public ::testing::Test {
     return nlohmann::json::parse(r.out.substr(start == std::string::npos ? 0 : start), nullptr, false);
   }
   static BucketDirectory Directory() {
-    pqxx::connection c{cluster_->CatalogDsn()};
+    pqxx::connection c{cluster_->CatalogDsn().Reveal()};
     return LoadDirectory(c, cluster_->ShardCount());
   }
 

@@ -34,8 +34,8 @@ std::string InsertCustomer(int id) {
 
 // Runs `sql` on `dsn` and returns the fence refusal it raised (or nullopt if
 // it succeeded or failed otherwise).
-std::optional<FenceRefusal> Refusal(const std::string& dsn, const std::string& sql) {
-  pqxx::connection c{dsn};
+std::optional<FenceRefusal> Refusal(const Dsn& dsn, const std::string& sql) {
+  pqxx::connection c{dsn.Reveal()};
   try {
     pqxx::work tx{c};
     tx.exec(sql);
@@ -48,8 +48,8 @@ std::optional<FenceRefusal> Refusal(const std::string& dsn, const std::string& s
   }
 }
 
-std::int64_t Count(const std::string& dsn, const std::string& sql) {
-  pqxx::connection c{dsn};
+std::int64_t Count(const Dsn& dsn, const std::string& sql) {
+  pqxx::connection c{dsn.Reveal()};
   pqxx::work tx{c};
   return tx.exec1(sql)[0].as<std::int64_t>();
 }
@@ -62,13 +62,13 @@ class Fence : public ::testing::Test {
     cluster_ = nullptr;
   }
   static ScratchCluster* cluster_;
-  const std::string& Shard0() const { return cluster_->ShardDsn(0); }
+  const Dsn& Shard0() const { return cluster_->ShardDsn(0); }
 };
 ScratchCluster* Fence::cluster_ = nullptr;
 
 TEST_F(Fence, EnrolledShardsKnowThemselvesAndTheirBuckets) {
   for (int s = 0; s < 2; ++s) {
-    pqxx::connection c{cluster_->ShardDsn(s)};
+    pqxx::connection c{cluster_->ShardDsn(s).Reveal()};
     const ShardOwnership own = ReadOwnership(c);
     ASSERT_TRUE(own.enrolled_as);
     EXPECT_EQ(*own.enrolled_as, ShardId{s});
@@ -80,14 +80,14 @@ TEST_F(Fence, EnrolledShardsKnowThemselvesAndTheirBuckets) {
   }
   // Enrolling again with the same buckets changes nothing; with other
   // buckets it is refused unless replacing.
-  pqxx::connection c{Shard0()};
+  pqxx::connection c{Shard0().Reveal()};
   EXPECT_NO_THROW(EnrollShard(c, ShardId{0}, BucketSet::Of(cluster_->Directory(), ShardId{0}), 1));
   EXPECT_THROW(EnrollShard(c, ShardId{0}, BucketSet::One(BucketId{40}), 1), ShardError);
   EXPECT_THROW(EnrollShard(c, ShardId{1}, BucketSet::Of(cluster_->Directory(), ShardId{0}), 1), ShardError);
 }
 
-BucketSet FastPath(const std::string& dsn) {
-  pqxx::connection c{dsn};
+BucketSet FastPath(const Dsn& dsn) {
+  pqxx::connection c{dsn.Reveal()};
   return ReadOwnership(c).fast_path;
 }
 
@@ -95,7 +95,7 @@ BucketSet FastPath(const std::string& dsn) {
 // once (before it commits, and for good if it rolls back) and set only by
 // shardkit_fence_sync(), from committed rows.
 TEST_F(Fence, TheFastPathWordFollowsTheOwnershipAndOnlySyncSetsIt) {
-  pqxx::connection c{Shard0()};
+  pqxx::connection c{Shard0().Reveal()};
   const BucketSet owned = ReadOwnership(c).InState(OwnershipState::kOwned);
   EXPECT_EQ(SyncFence(c), owned);
   EXPECT_EQ(FastPath(Shard0()), owned);
@@ -137,13 +137,13 @@ TEST_F(Fence, TheFastPathWordFollowsTheOwnershipAndOnlySyncSetsIt) {
 // seconds in the same transaction: that must not hold up a retirement (the
 // cutover of another move) on the same shard.
 TEST_F(Fence, AnIncomingRowBeingCopiedDoesNotHoldUpARetirement) {
-  pqxx::connection c{Shard0()};
+  pqxx::connection c{Shard0().Reveal()};
   const BucketSet owned = ReadOwnership(c).InState(OwnershipState::kOwned);
   int absent = 0;
   while (owned.Contains(BucketId{absent})) ++absent;
   int retiring = 0;
   while (!owned.Contains(BucketId{retiring}) || retiring == 9) ++retiring;
-  pqxx::connection copier{Shard0()};
+  pqxx::connection copier{Shard0().Reveal()};
   pqxx::work copying{copier};
   copying.exec(
       fmt::format("INSERT INTO shardkit_bucket_ownership (bucket, state, directory_version, move_id) "
@@ -185,7 +185,7 @@ TEST_F(Fence, WritesToBucketsNotOwnedAreRefusedWithTheBucketNamed) {
 }
 
 TEST_F(Fence, CopyIsFencedToo) {
-  pqxx::connection c{Shard0()};
+  pqxx::connection c{Shard0().Reveal()};
   const int theirs = CustomerIn(41);
   try {
     pqxx::work tx{c};
@@ -202,7 +202,7 @@ TEST_F(Fence, CopyIsFencedToo) {
 }
 
 TEST_F(Fence, BulkLoadBracketChecksTheBuckets) {
-  pqxx::connection c{Shard0()};
+  pqxx::connection c{Shard0().Reveal()};
   const int mine = CustomerIn(5, 1000);
   {
     pqxx::work tx{c};
@@ -281,12 +281,12 @@ TEST_F(Fence, ARetiredBucketNamesItsNewOwnerAndIsHiddenFromRawReads) {
 TEST_F(Fence, AFrozenBucketRefusesNewWritersAtOnceAndTheFreezeDrainsOldOnes) {
   const int bucket = 9;
   // A writer already in the bucket holds it until its transaction ends.
-  pqxx::connection writer{Shard0()};
+  pqxx::connection writer{Shard0().Reveal()};
   pqxx::work writing{writer};
   writing.exec(InsertCustomer(CustomerIn(bucket)));
 
   // The freeze waits for it (bounded by lock_timeout)...
-  pqxx::connection mover{Shard0()};
+  pqxx::connection mover{Shard0().Reveal()};
   auto freeze = std::async(std::launch::async, [&] {
     pqxx::nontransaction tx{mover};
     tx.exec("SET lock_timeout = '20s'");
@@ -318,7 +318,7 @@ TEST_F(Fence, AFrozenBucketRefusesNewWritersAtOnceAndTheFreezeDrainsOldOnes) {
 // must end with the transaction on the same session...
 TEST_F(Fence, AnAdmissionEndsWithItsTransaction) {
   const int bucket = 17;
-  pqxx::connection writer{Shard0()};
+  pqxx::connection writer{Shard0().Reveal()};
   {
     pqxx::work tx{writer};
     tx.exec(InsertCustomer(CustomerIn(bucket)));
@@ -344,13 +344,13 @@ TEST_F(Fence, AnAdmissionEndsWithItsTransaction) {
 // is refused.
 TEST_F(Fence, ARolledBackSavepointForgetsTheBucketWithItsLock) {
   const int bucket = 19;
-  pqxx::connection writer{Shard0()};
+  pqxx::connection writer{Shard0().Reveal()};
   pqxx::nontransaction tx{writer};
   tx.exec("BEGIN");
   tx.exec("SAVEPOINT s");
   tx.exec(InsertCustomer(CustomerIn(bucket)));
   tx.exec("ROLLBACK TO SAVEPOINT s");
-  pqxx::connection mover{Shard0()};
+  pqxx::connection mover{Shard0().Reveal()};
   {
     pqxx::nontransaction freeze{mover};
     freeze.exec("SET lock_timeout = '20s'");
@@ -371,10 +371,10 @@ TEST_F(Fence, ARolledBackSavepointForgetsTheBucketWithItsLock) {
 }
 
 TEST_F(Fence, AFreezeThatCannotDrainTimesOut) {
-  pqxx::connection writer{Shard0()};
+  pqxx::connection writer{Shard0().Reveal()};
   pqxx::work writing{writer};
   writing.exec(InsertCustomer(CustomerIn(11)));
-  pqxx::connection mover{Shard0()};
+  pqxx::connection mover{Shard0().Reveal()};
   pqxx::nontransaction tx{mover};
   tx.exec("SET lock_timeout = '200ms'");
   try {
@@ -392,7 +392,7 @@ class FenceIsolation : public Fence, public ::testing::WithParamInterface<const 
 
 TEST_P(FenceIsolation, AnOldSnapshotCannotWriteARetiredBucket) {
   const int bucket = 13;
-  pqxx::connection writer{Shard0()};
+  pqxx::connection writer{Shard0().Reveal()};
   {
     pqxx::nontransaction tx{writer};
     tx.exec(fmt::format("BEGIN ISOLATION LEVEL {}", GetParam()));
@@ -424,7 +424,7 @@ TEST_F(Fence, TheBucketSettingShowsExactlyTheAskedBucketsOrRefuses) {
   const int a = CustomerIn(20, 40000);
   const int b = CustomerIn(21, 40000);
   cluster_->ExecOnShard(0, InsertCustomer(a) + "; " + InsertCustomer(b));
-  pqxx::connection c{Shard0()};
+  pqxx::connection c{Shard0().Reveal()};
   auto count = [&](const std::string& setting) {
     pqxx::work tx{c};
     tx.exec("SET LOCAL shardkit.buckets = " + tx.quote(setting));
@@ -474,10 +474,10 @@ TEST_F(Fence, AReaderOfAMovingBucketHoldsItAgainstTheHandover) {
   cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET move_id = 88, new_owner = 1 WHERE bucket = 9");
   const std::string check = "SELECT set_config('shardkit.buckets', '" + BucketSet::One(BucketId{bucket}).Setting() +
                             "', true), shardkit_check_buckets()";
-  pqxx::connection reader{Shard0()};
+  pqxx::connection reader{Shard0().Reveal()};
   auto reading = std::make_unique<pqxx::work>(reader);
   reading->exec(check);
-  pqxx::connection mover{Shard0()};
+  pqxx::connection mover{Shard0().Reveal()};
   {
     pqxx::nontransaction tx{mover};
     tx.exec("SET lock_timeout = 200");
@@ -511,7 +511,7 @@ TEST_F(Fence, AReaderOfAMovingBucketHoldsItAgainstTheHandover) {
   // A REPEATABLE READ reader reads as of its snapshot and holds nothing:
   // the handover does not wait for it.
   {
-    pqxx::connection snapshot_reader{Shard0()};
+    pqxx::connection snapshot_reader{Shard0().Reveal()};
     pqxx::nontransaction rr{snapshot_reader};
     rr.exec("BEGIN ISOLATION LEVEL REPEATABLE READ");
     rr.exec(check);

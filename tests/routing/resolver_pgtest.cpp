@@ -61,7 +61,7 @@ TEST(BucketShardResolver, TheBucketCheckRejectsAWrongBucket) {
 TEST(BucketShardResolver, DirectoryFromTheCatalogAndAtomicRepublish) {
   ScratchCluster cluster{"resolver_dir_pgtest"};
   {
-    pqxx::connection c{cluster.CatalogDsn()};
+    pqxx::connection c{cluster.CatalogDsn().Reveal()};
     shardkit::StoreDirectory(
         c, shardkit::BucketDirectory::EvenSplit(2, 3).WithBucketMoved(shardkit::BucketId{44}, shardkit::ShardId{0}));
     EXPECT_THROW(shardkit::StoreDirectory(c, shardkit::BucketDirectory::EvenSplit(2, 2)), shardkit::DirectoryError);
@@ -82,7 +82,7 @@ TEST(BucketShardResolver, DirectoryFromTheCatalogAndAtomicRepublish) {
 
 TEST(BucketShardResolver, MixedVersionsInTheTableAreRefused) {
   ScratchCluster cluster{"resolver_mixed_pgtest"};
-  pqxx::connection c{cluster.CatalogDsn()};
+  pqxx::connection c{cluster.CatalogDsn().Reveal()};
   shardkit::StoreDirectory(c, shardkit::BucketDirectory::EvenSplit(2, 2));
   {
     pqxx::work tx{c};
@@ -95,7 +95,7 @@ TEST(BucketShardResolver, MixedVersionsInTheTableAreRefused) {
 
 TEST(BucketShardResolver, ADatabaseWithoutTheDirectoryTableSaysToMigrate) {
   ScratchCluster cluster{"resolver_notable_pgtest"};
-  pqxx::connection c{cluster.ShardDsn(0)};  // a shard holds data, not the directory
+  pqxx::connection c{cluster.ShardDsn(0).Reveal()};  // a shard holds data, not the directory
   try {
     (void)shardkit::LoadDirectory(c, 2);
     FAIL() << "no error for a database without shard_directory";
@@ -107,7 +107,8 @@ TEST(BucketShardResolver, ADatabaseWithoutTheDirectoryTableSaysToMigrate) {
 TEST(BucketShardResolver, AnUnreachableCatalogIsNamedWithoutItsPassword) {
   ScratchCluster cluster{"resolver_nocat_pgtest"};
   auto config = cluster.Config();
-  config.catalog_dsn = "host=127.0.0.1 port=1 dbname=nowhere user=bookstore password=s3cret connect_timeout=2";
+  config.catalog_dsn =
+      shardkit::Dsn("host=127.0.0.1 port=1 dbname=nowhere user=bookstore password=s3cret connect_timeout=2");
   try {
     (void)shardkit::BucketShardResolver::FromConfig(config);
     FAIL() << "no error for an unreachable catalog";

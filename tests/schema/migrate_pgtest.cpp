@@ -76,8 +76,8 @@ void WriteHistory(const MigrationFiles& files) {
 }
 
 // version -> how often it was logged on that server.
-std::map<int, int> Logged(const std::string& dsn) {
-  pqxx::connection c{dsn};
+std::map<int, int> Logged(const Dsn& dsn) {
+  pqxx::connection c{dsn.Reveal()};
   pqxx::nontransaction tx{c};
   std::map<int, int> out;
   if (!tx.exec1("SELECT to_regclass('mig_log') IS NOT NULL")[0].as<bool>()) return out;
@@ -258,8 +258,8 @@ TEST(MigratePg, AnEditedAppliedFileIsRefusedAndNothingIsApplied) {
 }
 
 // Advisory locks waiting on this database (the migrator's key or any).
-int WaitingAdvisoryLocks(const std::string& dsn) {
-  pqxx::connection c{dsn};
+int WaitingAdvisoryLocks(const Dsn& dsn) {
+  pqxx::connection c{dsn.Reveal()};
   pqxx::nontransaction tx{c};
   return tx
       .exec1(
@@ -276,7 +276,7 @@ TEST(MigratePg, TwoMigratorsNeverInterleave) {
   constexpr std::int64_t kKey = 0x53484B4D49475254;  // the migrator's lock key ("SHKMIGRT")
 
   // Someone holds shard1's lock: a migrator that cannot wait says who.
-  pqxx::connection holder{servers[1].dsn};
+  pqxx::connection holder{servers[1].dsn.Reveal()};
   {
     pqxx::nontransaction tx{holder};
     tx.exec("SET application_name = 'lock-holder-test'");
@@ -331,7 +331,7 @@ TEST(MigratePg, TwoMigratorsNeverInterleave) {
   EXPECT_EQ(std::min(a.AppliedCount(), b.AppliedCount()), 0);
   for (const auto& s : servers) {
     EXPECT_EQ(Logged(s.dsn), Expected(s)) << s.name;
-    pqxx::connection c{s.dsn};
+    pqxx::connection c{s.dsn.Reveal()};
     pqxx::nontransaction tx{c};
     EXPECT_EQ(tx.exec1("SELECT count(DISTINCT pid) FROM mig_log")[0].as<int>(), 1)
         << s.name << ": two sessions migrated it";
@@ -343,9 +343,9 @@ TEST(MigratePg, OneDatabaseUnderTwoConnectionStringsIsNamedNotWaitedFor) {
   MigrationFiles files;
   WriteHistory(files);
   // The catalog spelled differently, but the reference's database.
-  std::vector<MigrationServer> servers{
-      {"reference", cluster.ReferenceDsn(), {ServerRole::kReference}},
-      {"catalog", cluster.ReferenceDsn() + " connect_timeout=3", {ServerRole::kCatalog}}};
+  const Dsn respelt{cluster.ReferenceDsn().Reveal() + " connect_timeout=3"};
+  std::vector<MigrationServer> servers{{"reference", cluster.ReferenceDsn(), {ServerRole::kReference}},
+                                       {"catalog", respelt, {ServerRole::kCatalog}}};
   MigratorOptions patient;
   patient.lock_timeout = 120s;
   try {

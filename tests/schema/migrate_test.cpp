@@ -147,9 +147,9 @@ TEST(FindSqlDirectory, ExplicitWinsElseSaysWhichOne) {
 
 TEST(MigrationServers, OneServerPerDatabaseWithItsRoles) {
   ClusterConfig config;
-  config.shards = {{"east", "host=a"}, {"west", "host=b"}};
-  config.reference_dsn = "host=r";
-  config.catalog_dsn = "host=r";  // the same database as the reference: one history, one lock
+  config.shards = {{"east", Dsn("host=a")}, {"west", Dsn("host=b")}};
+  config.reference_dsn = Dsn("host=r");
+  config.catalog_dsn = Dsn("host=r");  // the same database as the reference: one history, one lock
   const auto servers = MigrationServers(config);
   ASSERT_EQ(servers.size(), 3U);
   EXPECT_EQ(servers[0].name, "east");
@@ -171,7 +171,7 @@ class StatusMatrix : public ::testing::Test {
 
   ServerMigrationStatus Server(const std::string& name, ServerRole role, const std::vector<int>& applied) {
     ServerMigrationStatus s;
-    s.server = {name, "host=" + name, {role}};
+    s.server = {name, Dsn("host=" + name), {role}};
     s.reachable = true;
     s.has_history = true;
     for (int v : applied) {

@@ -225,7 +225,7 @@ TEST_F(VerifyPg, FindsAndNamesEachPlantedProblem) {
 
 TEST_F(VerifyPg, AServerThatDoesNotAnswerIsAFindingWithoutItsPassword) {
   ClusterConfig config = cluster_->Config();
-  config.shards[1].dsn = "host=127.0.0.1 port=1 dbname=x user=bookstore password=s3cret connect_timeout=2";
+  config.shards[1].dsn = Dsn("host=127.0.0.1 port=1 dbname=x user=bookstore password=s3cret connect_timeout=2");
   const VerifyReport report = VerifyCluster(config, options_);
   EXPECT_FALSE(report.Ok());
   const auto down = Of(report, FindingKind::kUnreachable);

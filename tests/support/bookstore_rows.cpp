@@ -29,8 +29,8 @@ const std::vector<Table>& Tables() {
   return tables;
 }
 
-BucketDigests Digest(const std::string& dsn) {
-  pqxx::connection c{dsn};
+BucketDigests Digest(const Dsn& dsn) {
+  pqxx::connection c{dsn.Reveal()};
   pqxx::work tx{c};
   tx.exec("SET LOCAL shardkit.buckets = 'all'");
   BucketDigests out;

@@ -69,8 +69,8 @@ void TemporaryServer::Stop() {
       fmt::format("{}/pg_ctl -D '{}/data' -m fast -w stop >/dev/null 2>&1 || true", kBin, directory_.string())));
 }
 
-std::string TemporaryServer::Dsn() const {
-  return fmt::format("host=127.0.0.1 port={} dbname=postgres user=postgres", port_);
+shardkit::Dsn TemporaryServer::Dsn() const {
+  return shardkit::Dsn(fmt::format("host=127.0.0.1 port={} dbname=postgres user=postgres", port_));
 }
 
 void TemporaryServer::Run(const std::string& command) const {

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 
+#include "shardkit/core/dsn.hpp"
+
 namespace shardkit::test {
 
 class TemporaryServer {
@@ -18,7 +20,7 @@ class TemporaryServer {
   void Stop();   // pg_ctl stop -m fast
   void Start();  // pg_ctl start, waits until it accepts connections
   [[nodiscard]] int Port() const noexcept { return port_; }
-  [[nodiscard]] std::string Dsn() const;  // database postgres, user postgres (trust on 127.0.0.1)
+  [[nodiscard]] shardkit::Dsn Dsn() const;  // database postgres, user postgres (trust on 127.0.0.1)
 
  private:
   void Run(const std::string& command) const;

@@ -18,8 +18,8 @@
 namespace shardkit::test {
 namespace {
 
-void Exec(const std::string& dsn, const std::string& sql) {
-  pqxx::connection c{dsn};
+void Exec(const Dsn& dsn, const std::string& sql) {
+  pqxx::connection c{dsn.Reveal()};
   pqxx::nontransaction tx{c};
   tx.exec(sql);
 }
@@ -38,14 +38,15 @@ ClusterConfig LoadTestConfig() {
   return config;
 }
 
-std::string WithDatabase(const std::string& dsn, const std::string& database) {
-  if (dsn.starts_with("postgres://") || dsn.starts_with("postgresql://")) {
+Dsn WithDatabase(const Dsn& dsn, const std::string& database) {
+  const std::string& text = dsn.Reveal();
+  if (text.starts_with("postgres://") || text.starts_with("postgresql://")) {
     static const std::regex kPath(R"(^(postgres(?:ql)?://[^/?]*)(/[^?]*)?)");
-    return std::regex_replace(dsn, kPath, "$1/" + database, std::regex_constants::format_first_only);
+    return Dsn(std::regex_replace(text, kPath, "$1/" + database, std::regex_constants::format_first_only));
   }
   static const std::regex kDbname(R"(dbname\s*=\s*('[^']*'|\S+))");
-  if (std::regex_search(dsn, kDbname)) return std::regex_replace(dsn, kDbname, "dbname=" + database);
-  return dsn + " dbname=" + database;
+  if (std::regex_search(text, kDbname)) return Dsn(std::regex_replace(text, kDbname, "dbname=" + database));
+  return Dsn(text + " dbname=" + database);
 }
 
 const MigrationSet& ProjectMigrations() {
@@ -85,8 +86,8 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
 
   // (server dsn, database) of every scratch database: the shards', the
   // reference's, the catalog's.
-  std::vector<std::pair<std::string, std::string>> wanted;
-  std::vector<std::string> admin_servers;  // admin_dsn of each shard's server, if the config has one
+  std::vector<std::pair<Dsn, std::string>> wanted;
+  std::vector<Dsn> admin_servers;  // admin_dsn of each shard's server, if the config has one
   for (int i = 0; i < shards; ++i) {
     const auto& server = base.shards[static_cast<std::size_t>(i % servers)];
     wanted.emplace_back(server.dsn, ShardDatabaseName(i));
@@ -143,12 +144,12 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
         }
         throw std::runtime_error("scratch cluster " + database_ + ": migrating failed" + why);
       }
-      pqxx::connection catalog{*config_.catalog_dsn};
+      pqxx::connection catalog{config_.catalog_dsn->Reveal()};
       StoreDirectory(catalog, config_.directory);
       config_.directory_source = DirectorySource::kCatalog;
       if (options.enroll) {
         for (int i = 0; i < shards; ++i) {
-          pqxx::connection c{ShardDsn(i)};
+          pqxx::connection c{ShardDsn(i).Reveal()};
           EnrollShard(c, ShardId{i}, BucketSet::Of(config_.directory, ShardId{i}), config_.directory.Version());
         }
       }
@@ -167,12 +168,12 @@ void ScratchCluster::DropAll() noexcept {
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < created_.size(); ++i) {
     const auto& [server, database] = created_[i];
-    const std::string admin = i < cleanup_admin_.size() && !cleanup_admin_[i].empty() ? cleanup_admin_[i] : server;
+    const Dsn admin = i < cleanup_admin_.size() && !cleanup_admin_[i].empty() ? cleanup_admin_[i] : server;
     threads.emplace_back([&server = server, &database = database, admin] {
       try {
         // Subscriptions and slots of moves left by a failed test would keep
         // the database busy (and a slot its server's WAL): a superuser's job.
-        pqxx::connection c{WithDatabase(admin, database)};
+        pqxx::connection c{WithDatabase(admin, database).Reveal()};
         pqxx::nontransaction tx{c};
         for (const auto& row : tx.exec("SELECT quote_ident(subname) FROM pg_subscription WHERE subdbid = "
                                        "(SELECT oid FROM pg_database WHERE datname = current_database())")) {

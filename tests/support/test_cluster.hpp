@@ -26,7 +26,7 @@ namespace shardkit::test {
 [[nodiscard]] ClusterConfig LoadTestConfig();
 
 // The same connection string pointing at another database.
-[[nodiscard]] std::string WithDatabase(const std::string& dsn, const std::string& database);
+[[nodiscard]] Dsn WithDatabase(const Dsn& dsn, const std::string& database);
 
 // The project's migration files (<source dir>/sql).
 [[nodiscard]] const MigrationSet& ProjectMigrations();
@@ -97,16 +97,14 @@ class ScratchCluster {
   [[nodiscard]] const std::string& DatabaseName() const noexcept { return database_; }
   [[nodiscard]] std::string ShardDatabaseName(int shard) const;
   [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(config_.shards.size()); }
-  [[nodiscard]] const std::string& ShardDsn(int shard) const {
-    return config_.shards.at(static_cast<std::size_t>(shard)).dsn;
-  }
+  [[nodiscard]] const Dsn& ShardDsn(int shard) const { return config_.shards.at(static_cast<std::size_t>(shard)).dsn; }
   // A superuser's connection to shard i's database (admin_dsn: for bucket
   // moves), or its dsn when the cluster's config has no admin_dsn.
-  [[nodiscard]] const std::string& AdminDsn(int shard) const {
+  [[nodiscard]] const Dsn& AdminDsn(int shard) const {
     return config_.shards.at(static_cast<std::size_t>(shard)).AdminDsn();
   }
-  [[nodiscard]] const std::string& ReferenceDsn() const { return *config_.reference_dsn; }
-  [[nodiscard]] const std::string& CatalogDsn() const { return *config_.catalog_dsn; }
+  [[nodiscard]] const Dsn& ReferenceDsn() const { return *config_.reference_dsn; }
+  [[nodiscard]] const Dsn& CatalogDsn() const { return *config_.catalog_dsn; }
   [[nodiscard]] const BucketDirectory& Directory() const noexcept { return config_.directory; }
   // The servers a migrator works on: the shards, the reference, the catalog.
   [[nodiscard]] std::vector<MigrationServer> MigrationServers() const { return shardkit::MigrationServers(config_); }
@@ -120,8 +118,8 @@ class ScratchCluster {
 
  private:
   void DropAll() noexcept;
-  std::vector<std::pair<std::string, std::string>> created_;  // (server dsn, database) to drop
-  std::vector<std::string> cleanup_admin_;                    // admin server dsn per created_ entry, if any
+  std::vector<std::pair<Dsn, std::string>> created_;  // (server dsn, database) to drop
+  std::vector<Dsn> cleanup_admin_;                    // admin server dsn per created_ entry, if any
   ClusterConfig config_;
   std::string database_;
 };

@@ -102,7 +102,7 @@ TEST(HotKeys, RefusesSaltsThatDoNotFit) {
   EXPECT_THROW(HotKeys(64, {{CustomerId{1}, {3, 3}}}), ConfigError);      // not a power of two
   EXPECT_THROW(HotKeys(64, {{CustomerId{1}, {128, 128}}}), ConfigError);  // more than the partitions
   EXPECT_THROW(HotKeys(48), ConfigError);
-  HotKeyRegistry registry("host=127.0.0.1 port=1 dbname=x user=x", "q", 64);
+  HotKeyRegistry registry(Dsn("host=127.0.0.1 port=1 dbname=x user=x"), "q", 64);
   EXPECT_THROW(registry.Salt(CustomerId{1}, 6), ConfigError);
   EXPECT_TRUE(registry.Current()->Empty());
 }

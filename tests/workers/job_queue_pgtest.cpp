@@ -42,7 +42,7 @@ class JobQueuePg : public ::testing::Test {
     cluster_.reset();
   }
 
-  static const std::string& Catalog() { return cluster_->CatalogDsn(); }
+  static const Dsn& Catalog() { return cluster_->CatalogDsn(); }
 
   static PartitionLeaseOptions Leases(std::string group, std::string owner, bool background) {
     PartitionLeaseOptions o = test::ShortPartitionLeases(std::move(group), std::move(owner));

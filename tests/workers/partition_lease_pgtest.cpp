@@ -35,14 +35,14 @@ class PartitionLeasePg : public ::testing::Test {
   static void TearDownTestSuite() { cluster_.reset(); }
 
   // The lease tables live in the catalog (the scratch catalog database).
-  static const std::string& Catalog() { return cluster_->CatalogDsn(); }
+  static const Dsn& Catalog() { return cluster_->CatalogDsn(); }
 
   static PartitionLeaseOptions Manual(std::string group, std::string owner) {
     return test::ShortPartitionLeases(std::move(group), std::move(owner));
   }
 
   static pqxx::result Query(const std::string& sql) {
-    pqxx::connection c{Catalog()};
+    pqxx::connection c{Catalog().Reveal()};
     pqxx::nontransaction tx{c};
     return tx.exec(sql);
   }
@@ -50,7 +50,7 @@ class PartitionLeasePg : public ::testing::Test {
   // partition -> owner, for unexpired leases of the group.
   static std::map<int, std::string> Owners(const std::string& group) {
     std::map<int, std::string> out;
-    pqxx::connection c{Catalog()};
+    pqxx::connection c{Catalog().Reveal()};
     pqxx::nontransaction tx{c};
     for (const auto& row : tx.exec_params("SELECT partition, owner FROM shardkit_partition_leases "
                                           "WHERE worker_group = $1 AND owner IS NOT NULL "
@@ -318,7 +318,7 @@ TEST_F(PartitionLeasePg, CatalogUnreachableStopsTheWorkerBeforeItsLeasesEnd) {
     std::ifstream in(std::filesystem::path(SHARDKIT_SOURCE_DIR) / "sql" / "021_partition_leases.sql");
     std::stringstream sql;
     sql << in.rdbuf();
-    pqxx::connection c{catalog.Dsn()};
+    pqxx::connection c{catalog.Dsn().Reveal()};
     pqxx::nontransaction tx{c};
     tx.exec(sql.str());
   }
@@ -332,7 +332,7 @@ TEST_F(PartitionLeasePg, CatalogUnreachableStopsTheWorkerBeforeItsLeasesEnd) {
   // host, so the same clock).
   std::int64_t server_until_ms = 0;
   {
-    pqxx::connection c{catalog.Dsn()};
+    pqxx::connection c{catalog.Dsn().Reveal()};
     pqxx::nontransaction tx{c};
     server_until_ms = tx.exec1(
                             "SELECT (extract(epoch FROM min(lease_until)) * 1000)::bigint "
@@ -378,13 +378,13 @@ TEST_F(PartitionLeasePg, GroupsAgreeOnTheirPartitionCountAndMissingTablesAreName
     EXPECT_NE(std::string(e.what()).find("sql/021_partition_leases.sql"), std::string::npos) << e.what();
   }
   try {
-    (void)PartitionLeases::Join("host=127.0.0.1 port=1 dbname=x user=x password=secret", Manual("x", "y"));
+    (void)PartitionLeases::Join(Dsn("host=127.0.0.1 port=1 dbname=x user=x password=secret"), Manual("x", "y"));
     FAIL();
   } catch (const LeaseError& e) {
     EXPECT_EQ(std::string(e.what()).find("secret"), std::string::npos) << e.what();
   }
   // The view shardctl shows.
-  pqxx::connection c{Catalog()};
+  pqxx::connection c{Catalog().Reveal()};
   const auto groups = ReadPartitionGroups(c, std::string("counted"));
   ASSERT_EQ(groups.size(), 1U);
   EXPECT_EQ(groups[0].partition_count, 64);

@@ -90,7 +90,7 @@ nlohmann::json StatusJson(const shardkit::MigrationStatus& status, const std::st
     const auto version = status.VersionOf(s);
     servers.push_back({{"name", server.server.name},
                        {"roles", RolesJson(server.server)},
-                       {"dsn", shardkit::RedactDsn(server.server.dsn)},
+                       {"dsn", server.server.dsn.Redacted()},
                        {"reachable", server.reachable},
                        {"error", server.error},
                        {"version", version ? nlohmann::json(*version) : nlohmann::json(nullptr)},

@@ -65,7 +65,7 @@ void AddOwnershipCommand(CLI::App& app, CliContext& context) {
       const auto& shard = config.shards[i];
       shardkit::ShardOwnership own;
       try {
-        pqxx::connection c{shardkit::WithConnectTimeout(shard.dsn, config.pool.connect_timeout)};
+        pqxx::connection c{shardkit::WithConnectTimeout(shard.dsn, config.pool.connect_timeout).Reveal()};
         own = shardkit::ReadOwnership(c);
       } catch (const std::exception& e) {
         problems.push_back(

@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include "shardkit/config.hpp"
+#include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/workers/job_queue.hpp"
@@ -21,7 +22,7 @@
 namespace {
 
 // The catalog holds the worker partition leases.
-std::string CatalogDsn(const shardkit::ClusterConfig& config) {
+shardkit::Dsn CatalogDsn(const shardkit::ClusterConfig& config) {
   if (config.catalog_dsn) return shardkit::WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
   throw shardkit::ConfigError("catalog.dsn",
                               fmt::format("{} has no [catalog]: the worker partition leases live in the catalog "
@@ -58,16 +59,16 @@ void AddWorkersCommand(CLI::App& app, CliContext& context) {
   workers->add_option("--window", *window, "throughput window in seconds (default 60)")->check(CLI::Range(1, 86400));
   workers->final_callback([&context, group, window] {
     const auto config = context.LoadConfig();
-    const std::string catalog_dsn = CatalogDsn(config);
+    const shardkit::Dsn catalog_dsn = CatalogDsn(config);
     std::vector<shardkit::PartitionGroupView> groups;
     try {
-      pqxx::connection catalog{catalog_dsn};
+      pqxx::connection catalog{catalog_dsn.Reveal()};
       groups = shardkit::ReadPartitionGroups(catalog, group->empty() ? std::nullopt : std::optional(*group));
     } catch (const shardkit::Error&) {
       throw;
     } catch (const std::exception& e) {
-      throw shardkit::LeaseError(fmt::format("cannot read the catalog {}: {}", shardkit::RedactDsn(catalog_dsn),
-                                             shardkit::RedactDsn(e.what())));
+      throw shardkit::LeaseError(
+          fmt::format("cannot read the catalog {}: {}", catalog_dsn, shardkit::RedactDsn(e.what())));
     }
     if (groups.empty() && !group->empty()) {
       throw shardkit::Error(

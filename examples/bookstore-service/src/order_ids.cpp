@@ -4,7 +4,7 @@
 
 namespace bookstore {
 
-std::string LeaseDatabaseDsn(const shardkit::ClusterConfig& config) {
+shardkit::Dsn LeaseDatabaseDsn(const shardkit::ClusterConfig& config) {
   if (!config.catalog_dsn) {
     throw shardkit::ConfigError("catalog.dsn", config.origin +
                                                    " has no [catalog] database, where the service leases "
@@ -14,7 +14,7 @@ std::string LeaseDatabaseDsn(const shardkit::ClusterConfig& config) {
   return shardkit::WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
 }
 
-OrderIds::OrderIds(std::string lease_dsn, std::string owner) : dsn_(std::move(lease_dsn)), owner_(std::move(owner)) {
+OrderIds::OrderIds(shardkit::Dsn lease_dsn, std::string owner) : dsn_(std::move(lease_dsn)), owner_(std::move(owner)) {
   current_ = Claim();
 }
 
@@ -78,7 +78,7 @@ bool OrderIds::Valid() const {
 }
 
 std::string OrderIds::RedactedDsn() const {
-  return shardkit::RedactDsn(dsn_);
+  return dsn_.Redacted();
 }
 
 int OrderIds::Release() {

@@ -27,14 +27,14 @@ inline constexpr int kOrderIdWorkers = 1023;  // ids 0..1022; 1023 is the lab's 
 // The one place that decides where the service's worker-id leases live: the
 // catalog database ([catalog] dsn), shared by every process of the fleet and
 // the lab. Throws shardkit::ConfigError when the configuration has none.
-[[nodiscard]] std::string LeaseDatabaseDsn(const shardkit::ClusterConfig& config);
+[[nodiscard]] shardkit::Dsn LeaseDatabaseDsn(const shardkit::ClusterConfig& config);
 
 // Thread-safe.
 class OrderIds {
  public:
   // Claims a worker id now. Throws shardkit::IdGeneratorError (every id
   // held, table unreachable) or shardkit::ConfigError.
-  OrderIds(std::string lease_dsn, std::string owner);
+  OrderIds(shardkit::Dsn lease_dsn, std::string owner);
   ~OrderIds();
   OrderIds(const OrderIds&) = delete;
   OrderIds& operator=(const OrderIds&) = delete;
@@ -58,7 +58,7 @@ class OrderIds {
   };
   [[nodiscard]] Generation Claim() const;
 
-  const std::string dsn_;
+  const shardkit::Dsn dsn_;
   const std::string owner_;
   mutable std::mutex mutex_;
   Generation current_;

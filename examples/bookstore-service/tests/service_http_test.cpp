@@ -63,8 +63,8 @@ std::optional<double> MetricValue(const std::string& text, const std::string& se
   return std::nullopt;
 }
 
-std::int64_t CountOn(const std::string& dsn, const std::string& sql) {
-  pqxx::connection c{dsn};
+std::int64_t CountOn(const shardkit::Dsn& dsn, const std::string& sql) {
+  pqxx::connection c{dsn.Reveal()};
   pqxx::nontransaction tx{c};
   return tx.exec1(sql)[0].as<std::int64_t>();
 }
@@ -107,7 +107,7 @@ TEST_F(BookstoreServiceTest, HealthReportsEveryShardReachable) {
 
 TEST_F(BookstoreServiceTest, CustomerOrdersEqualTheReferenceServer) {
   auto client = Client();
-  pqxx::connection reference{bookstore_->ReferenceDsn()};
+  pqxx::connection reference{bookstore_->ReferenceDsn().Reveal()};
   for (int shard = 0; shard < bookstore_->ShardCount(); ++shard) {
     for (int nth : {0, 5}) {
       const int customer = bookstore_->CustomerOn(shard, nth);
@@ -184,7 +184,7 @@ TEST_F(BookstoreServiceTest, PostOrderStoresTheOrderAndItsItemsOnTheOwningShard)
 
   // Stored on the customer's shard, order and items, with the total the
   // items add up to; nowhere else.
-  pqxx::connection shard{bookstore_->ShardDsn(1)};
+  pqxx::connection shard{bookstore_->ShardDsn(1).Reveal()};
   pqxx::read_transaction tx{shard};
   const auto order = tx.exec_params1(
       "SELECT o.total::text, (SELECT sum(quantity * unit_price)::text FROM order_items i "
@@ -318,8 +318,8 @@ TEST_F(BookstoreServiceTest, BadRequestsGetA4xxWithAJsonError) {
 }
 
 // The reference server's answer to the same question at the same instant.
-json ReferenceTopBooks(const std::string& dsn, const std::string& since, int k) {
-  pqxx::connection c{dsn};
+json ReferenceTopBooks(const shardkit::Dsn& dsn, const std::string& since, int k) {
+  pqxx::connection c{dsn.Reveal()};
   pqxx::read_transaction tx{c};
   json books = json::array();
   for (const auto& row : tx.exec_params(
@@ -356,7 +356,7 @@ TEST_F(BookstoreServiceTest, CategoryAveragesEqualTheReferenceServer) {
     const auto reply = client.Get("/reports/category-avg?days=" + std::to_string(days));
     ASSERT_EQ(reply.status, 200) << reply.body;
     const json body = Body(reply);
-    pqxx::connection c{bookstore_->ReferenceDsn()};
+    pqxx::connection c{bookstore_->ReferenceDsn().Reveal()};
     pqxx::read_transaction tx{c};
     json expected = json::array();
     for (const auto& row : tx.exec_params(

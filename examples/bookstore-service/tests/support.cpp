@@ -28,9 +28,9 @@ extern char** environ;
 namespace bookstore::test {
 namespace {
 
-void Exec(const std::string& dsn, const std::string& sql) {
+void Exec(const shardkit::Dsn& dsn, const std::string& sql) {
   // Separate statements: CREATE/DROP DATABASE run outside a transaction block.
-  pqxx::connection c{dsn};
+  pqxx::connection c{dsn.Reveal()};
   pqxx::nontransaction tx{c};
   tx.exec(sql);
 }
@@ -51,7 +51,7 @@ std::string BucketArray(const std::vector<shardkit::BucketId>& buckets) {
 }
 
 std::string NowIso() {
-  pqxx::connection c{LoadClusterConfig().shards.front().dsn};
+  pqxx::connection c{LoadClusterConfig().shards.front().dsn.Reveal()};
   pqxx::nontransaction tx{c};
   return tx.exec1("SELECT to_json(date_trunc('second', now())) #>> '{}'")[0].as<std::string>();
 }
@@ -105,13 +105,13 @@ shardkit::ClusterConfig LoadClusterConfig() {
   return config;
 }
 
-std::string WithDatabase(const std::string& dsn, const std::string& database) {
+shardkit::Dsn WithDatabase(const shardkit::Dsn& dsn, const std::string& database) {
   char* error = nullptr;
-  PQconninfoOption* options = PQconninfoParse(dsn.c_str(), &error);
+  PQconninfoOption* options = PQconninfoParse(dsn.Reveal().c_str(), &error);
   if (options == nullptr) {
     const std::string message = error != nullptr ? error : "out of memory";
     PQfreemem(error);
-    throw std::runtime_error("cannot parse " + shardkit::RedactDsn(dsn) + ": " + message);
+    throw std::runtime_error("cannot parse " + dsn.Redacted() + ": " + message);
   }
   std::string out;
   for (const PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
@@ -126,7 +126,7 @@ std::string WithDatabase(const std::string& dsn, const std::string& database) {
     out += (out.empty() ? "" : " ") + keyword + "='" + quoted + "'";
   }
   PQconninfoFree(options);
-  return out;
+  return shardkit::Dsn(std::move(out));
 }
 
 unsigned short ClosedPort() {
@@ -154,7 +154,7 @@ ScratchBookstore::ScratchBookstore(const std::string& prefix) : base_(LoadCluste
 
   // Empty databases: one per shard, one on the reference server, and a
   // catalog (on the catalog's instance, else the reference server's).
-  std::vector<std::string*> dsns;
+  std::vector<shardkit::Dsn*> dsns;
   for (auto& shard : config_.shards) dsns.push_back(&shard.dsn);
   dsns.push_back(&*config_.reference_dsn);
   config_.catalog_dsn = base_.catalog_dsn.value_or(*base_.reference_dsn);
@@ -182,14 +182,14 @@ ScratchBookstore::ScratchBookstore(const std::string& prefix) : base_(LoadCluste
   }
   // The directory lives in the catalog, as on a real cluster.
   {
-    pqxx::connection catalog{*config_.catalog_dsn};
+    pqxx::connection catalog{config_.catalog_dsn->Reveal()};
     shardkit::StoreDirectory(catalog, config_.directory);
   }
   config_.directory_source = shardkit::DirectorySource::kCatalog;
 
   const std::string anchor = NowIso();
-  const auto seed = [&](const std::string& dsn, const std::string& owned) {
-    pqxx::connection c{dsn};
+  const auto seed = [&](const shardkit::Dsn& dsn, const std::string& owned) {
+    pqxx::connection c{dsn.Reveal()};
     pqxx::work tx{c};
     for (const auto& [sql, parameters] : kSeed) {
       if (parameters == 2) {
@@ -212,7 +212,7 @@ ScratchBookstore::ScratchBookstore(const std::string& prefix) : base_(LoadCluste
 }
 
 ScratchBookstore::~ScratchBookstore() {
-  std::vector<std::pair<std::string, std::string>> databases;
+  std::vector<std::pair<shardkit::Dsn, std::string>> databases;
   for (const auto& shard : base_.shards) databases.emplace_back(shard.dsn, database_);
   databases.emplace_back(*base_.reference_dsn, database_);
   databases.emplace_back(base_.catalog_dsn.value_or(*base_.reference_dsn), database_ + "_catalog");
@@ -227,7 +227,7 @@ ScratchBookstore::~ScratchBookstore() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-const std::string& ScratchBookstore::ShardDsn(int shard) const {
+const shardkit::Dsn& ScratchBookstore::ShardDsn(int shard) const {
   return config_.shards.at(static_cast<std::size_t>(shard)).dsn;
 }
 
@@ -237,12 +237,12 @@ std::filesystem::path ScratchBookstore::WriteConfig(const std::string& file_name
   out << "# written by the bookstore-service tests\n"
       << "[pool]\nmax_size = 4\nmax_waiters = 64\nconnect_timeout_ms = 2000\nacquire_timeout_ms = 2000\n\n";
   for (std::size_t s = 0; s < config_.shards.size(); ++s) {
-    std::string dsn = config_.shards[s].dsn;
+    std::string dsn = config_.shards[s].dsn.Reveal();
     if (replace_dsn && replace_dsn->first == static_cast<int>(s)) dsn = replace_dsn->second;
     out << "[[shard]]\nname = " << TomlString(config_.shards[s].name) << "\ndsn = " << TomlString(dsn) << "\n\n";
   }
-  out << "[reference]\ndsn = " << TomlString(*config_.reference_dsn) << "\n\n"
-      << "[catalog]\ndsn = " << TomlString(*config_.catalog_dsn) << "\n\n"
+  out << "[reference]\ndsn = " << TomlString(config_.reference_dsn->Reveal()) << "\n\n"
+      << "[catalog]\ndsn = " << TomlString(config_.catalog_dsn->Reveal()) << "\n\n"
       << "[directory]\nsource = \"catalog\"\n";
   const auto path = dir_ / file_name;
   std::ofstream(path) << out.str();
@@ -258,8 +258,8 @@ int ScratchBookstore::CustomerOn(int shard, int nth) const {
 
 void ScratchBookstore::MirrorToReference(int customer_id, std::int64_t order_id) const {
   const auto shard = config_.directory.ShardFor(shardkit::CustomerId{customer_id});
-  pqxx::connection from{ShardDsn(shardkit::ToInt(shard))};
-  pqxx::connection to{ReferenceDsn()};
+  pqxx::connection from{ShardDsn(shardkit::ToInt(shard)).Reveal()};
+  pqxx::connection to{ReferenceDsn().Reveal()};
   pqxx::read_transaction read{from};
   pqxx::work write{to};
   const auto order = read.exec_params1(

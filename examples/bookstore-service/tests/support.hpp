@@ -26,7 +26,7 @@ using namespace std::chrono_literals;
 [[nodiscard]] shardkit::ClusterConfig LoadClusterConfig();
 
 // `dsn` with its database replaced (any libpq form in, key=value out).
-[[nodiscard]] std::string WithDatabase(const std::string& dsn, const std::string& database);
+[[nodiscard]] shardkit::Dsn WithDatabase(const shardkit::Dsn& dsn, const std::string& database);
 
 // A port on 127.0.0.1 nobody listens on (bound, read and closed again).
 [[nodiscard]] unsigned short ClosedPort();
@@ -51,9 +51,9 @@ class ScratchBookstore {
 
   [[nodiscard]] const shardkit::ClusterConfig& Config() const noexcept { return config_; }
   [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(config_.shards.size()); }
-  [[nodiscard]] const std::string& ShardDsn(int shard) const;
-  [[nodiscard]] const std::string& ReferenceDsn() const { return *config_.reference_dsn; }
-  [[nodiscard]] const std::string& CatalogDsn() const { return *config_.catalog_dsn; }
+  [[nodiscard]] const shardkit::Dsn& ShardDsn(int shard) const;
+  [[nodiscard]] const shardkit::Dsn& ReferenceDsn() const { return *config_.reference_dsn; }
+  [[nodiscard]] const shardkit::Dsn& CatalogDsn() const { return *config_.catalog_dsn; }
   // Writes a shardkit.toml for these databases; `replace_dsn` swaps one
   // shard's connection string (to make it unreachable).
   [[nodiscard]] std::filesystem::path WriteConfig(const std::string& file_name,

@@ -45,6 +45,7 @@
 #include <string>
 #include <thread>
 
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/core/thread_annotations.hpp"
 
 namespace shardkit {
@@ -78,14 +79,14 @@ class WorkerLease {
   // claims a worker id. Throws ConfigError for bad options, IdGeneratorError
   // when every id of the space is held (naming the space and the count) or
   // the table cannot be reached (naming the redacted dsn).
-  [[nodiscard]] static std::shared_ptr<WorkerLease> Claim(const std::string& dsn, WorkerLeaseOptions options = {});
+  [[nodiscard]] static std::shared_ptr<WorkerLease> Claim(const Dsn& dsn, WorkerLeaseOptions options = {});
 
   // Construction goes through Claim(): only WorkerLease can make the tag.
   class PrivateTag {
     explicit PrivateTag() = default;
     friend class WorkerLease;
   };
-  WorkerLease(PrivateTag, std::string dsn, WorkerLeaseOptions options);
+  WorkerLease(PrivateTag, Dsn dsn, WorkerLeaseOptions options);
   ~WorkerLease();  // stops renewing and releases the id (best effort)
   WorkerLease(const WorkerLease&) = delete;
   WorkerLease& operator=(const WorkerLease&) = delete;
@@ -137,7 +138,7 @@ class WorkerLease {
   void MarkLost() noexcept;
   std::string Describe() const;
 
-  const std::string dsn_;
+  const Dsn dsn_;
   WorkerLeaseOptions options_;
   int worker_id_ = -1;
   std::int64_t claim_version_ = 0;

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/dsn.hpp"
 
 namespace pqxx {
 class connection_base;
@@ -89,7 +90,7 @@ struct SessionFacts {
 // client_encoding set. Returned in key=value form; a string libpq cannot
 // parse is returned as is, so that connecting reports the error. Throws
 // ConfigError for an empty time zone or search path.
-[[nodiscard]] std::string WithSessionSettings(std::string_view dsn, const SessionChoices& choices = {});
+[[nodiscard]] Dsn WithSessionSettings(const Dsn& dsn, const SessionChoices& choices = {});
 
 // One query on `connection`. Throws ShardQueryError naming `shard` if it
 // fails.

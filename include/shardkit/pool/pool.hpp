@@ -26,6 +26,7 @@
 #include <string>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/pg/session.hpp"
 
 namespace pqxx {
@@ -99,7 +100,7 @@ class ConnectionPool {
 
   // Connections are opened lazily. `dsn` is a libpq connection string or URI;
   // it is never shown unredacted.
-  ConnectionPool(ShardId shard, std::string dsn, PoolOptions options = {});
+  ConnectionPool(ShardId shard, Dsn dsn, PoolOptions options = {});
   // Closes the idle connections. Leases still out stay usable: each
   // connection is closed when its lease is released, and the pool's state is
   // freed with the last one. No thread may be inside Acquire/TryAcquire.

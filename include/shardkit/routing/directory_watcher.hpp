@@ -24,6 +24,8 @@
 #include <memory>
 #include <string>
 
+#include "shardkit/core/dsn.hpp"
+
 namespace shardkit {
 
 class BucketShardResolver;
@@ -52,7 +54,7 @@ class DirectoryWatcher {
  public:
   // Starts the watching thread. Reads nothing synchronously: call
   // RefreshNow() first if the resolver must be current before use.
-  DirectoryWatcher(BucketShardResolver& resolver, std::string catalog_dsn, DirectoryWatcherOptions options = {});
+  DirectoryWatcher(BucketShardResolver& resolver, Dsn catalog_dsn, DirectoryWatcherOptions options = {});
   ~DirectoryWatcher();
   DirectoryWatcher(const DirectoryWatcher&) = delete;
   DirectoryWatcher& operator=(const DirectoryWatcher&) = delete;

@@ -38,6 +38,8 @@
 #include <string_view>
 #include <vector>
 
+#include "shardkit/core/dsn.hpp"
+
 namespace shardkit {
 
 struct ClusterConfig;
@@ -110,7 +112,7 @@ struct SqlDirectory {
 // connection strings are identical are one server with several roles.
 struct MigrationServer {
   std::string name;  // "shard0", "reference", "catalog"
-  std::string dsn;
+  Dsn dsn;
   std::vector<ServerRole> roles;
 
   [[nodiscard]] bool Takes(const Migration& migration) const noexcept;  // any role among the targets

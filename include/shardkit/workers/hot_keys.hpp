@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/core/thread_annotations.hpp"
 #include "shardkit/resharding/placement.hpp"
 
@@ -124,7 +125,7 @@ class HotKeys {
 class HotKeyRegistry {
  public:
   // Connects lazily; nothing is read until Refresh() (Current() is empty until then).
-  HotKeyRegistry(std::string catalog_dsn, std::string queue, int partitions = kBucketCount);
+  HotKeyRegistry(Dsn catalog_dsn, std::string queue, int partitions = kBucketCount);
   ~HotKeyRegistry();
   HotKeyRegistry(const HotKeyRegistry&) = delete;
   HotKeyRegistry& operator=(const HotKeyRegistry&) = delete;
@@ -150,7 +151,7 @@ class HotKeyRegistry {
  private:
   pqxx::connection_base& Connection() SHARDKIT_REQUIRES(mutex_);
 
-  const std::string dsn_;
+  const Dsn dsn_;
   const std::string queue_;
   const int partitions_;
   mutable std::mutex mutex_;

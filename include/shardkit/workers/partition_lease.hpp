@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/dsn.hpp"
 #include "shardkit/core/thread_annotations.hpp"
 
 namespace pqxx {
@@ -149,14 +150,14 @@ class PartitionLeases {
   // and runs the first Tick.
   // Throws ConfigError for bad options or a partition count that differs
   // from the group's, LeaseError if the catalog cannot be reached.
-  [[nodiscard]] static std::shared_ptr<PartitionLeases> Join(const std::string& catalog_dsn,
+  [[nodiscard]] static std::shared_ptr<PartitionLeases> Join(const Dsn& catalog_dsn,
                                                              PartitionLeaseOptions options = {});
 
   class PrivateTag {
     explicit PrivateTag() = default;
     friend class PartitionLeases;
   };
-  PartitionLeases(PrivateTag, std::string dsn, PartitionLeaseOptions options);
+  PartitionLeases(PrivateTag, Dsn dsn, PartitionLeaseOptions options);
   ~PartitionLeases();  // Leave() with a short deadline, best effort
   PartitionLeases(const PartitionLeases&) = delete;
   PartitionLeases& operator=(const PartitionLeases&) = delete;
@@ -196,7 +197,7 @@ class PartitionLeases {
   [[nodiscard]] Clock::duration NextInterval() const SHARDKIT_REQUIRES(state_mutex_);
   [[nodiscard]] std::string Describe() const;
 
-  const std::string dsn_;
+  const Dsn dsn_;
   PartitionLeaseOptions options_;
 
   std::mutex catalog_mutex_;  // the connection; one Tick at a time

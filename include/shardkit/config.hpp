@@ -35,6 +35,9 @@
 //   [reference]               # optional: all data unsharded, the ground truth
 //   dsn = "host=127.0.0.1 port=55434 dbname=bookstore user=bookstore"
 //
+//   [sql]                     # optional: Cluster::Execute
+//   reference_tables = ["books"]   # copies on every shard, read with any customer's rows
+//
 // The file is found through --config, else $SHARDKIT_CONFIG, else
 // ./shardkit.toml. It is read strictly: an unknown table or key (a typo
 // such as max_sise), a value of the wrong type, two shards with one name or
@@ -75,6 +78,7 @@ struct ClusterConfig {
   BucketDirectory directory = BucketDirectory::EvenSplit(1);  // from the file (kConfig)
   std::optional<std::string> reference_dsn;
   std::optional<std::string> catalog_dsn;  // [catalog] dsn: the control database
+  std::vector<std::string> reference_tables;  // [sql] reference_tables
   std::string origin;  // where it was read from, for messages
 };
 

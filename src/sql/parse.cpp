@@ -53,11 +53,20 @@ class WireReader {
   }
   void Skip(std::uint32_t wire_type) {
     switch (wire_type) {
-      case 0: Varint(); return;
-      case 1: Advance(8); return;
-      case 2: Nested(); return;
-      case 5: Advance(4); return;
-      default: throw Error("sql: malformed scanner result (wire type)");
+      case 0:
+        Varint();
+        return;
+      case 1:
+        Advance(8);
+        return;
+      case 2:
+        Nested();
+        return;
+      case 5:
+        Advance(4);
+        return;
+      default:
+        throw Error("sql: malformed scanner result (wire type)");
     }
   }
 
@@ -93,10 +102,17 @@ std::vector<Token> DecodeScanResult(const std::uint8_t* data, std::size_t size) 
       }
       const auto value = static_cast<int>(static_cast<std::int32_t>(message.Varint()));
       switch (field >> 3) {
-        case 1: token.start = value; break;
-        case 2: token.end = value; break;
-        case 4: token.kind = value; break;
-        default: break;
+        case 1:
+          token.start = value;
+          break;
+        case 2:
+          token.end = value;
+          break;
+        case 4:
+          token.kind = value;
+          break;
+        default:
+          break;
       }
     }
     tokens.push_back(token);
@@ -131,10 +147,9 @@ ParsedStatement ParseStatement(const std::string& text) {
   }
   if (stmts->size() > 1) {
     int location = (*stmts)[1].value("stmt_location", 0);
-    while (location < static_cast<int>(text.size()) && (text[static_cast<std::size_t>(location)] == ' ' ||
-                                                         text[static_cast<std::size_t>(location)] == '\n' ||
-                                                         text[static_cast<std::size_t>(location)] == '\t' ||
-                                                         text[static_cast<std::size_t>(location)] == '\r')) {
+    while (location < static_cast<int>(text.size()) &&
+           (text[static_cast<std::size_t>(location)] == ' ' || text[static_cast<std::size_t>(location)] == '\n' ||
+            text[static_cast<std::size_t>(location)] == '\t' || text[static_cast<std::size_t>(location)] == '\r')) {
       ++location;
     }
     throw Refusal(text, location, "a second statement",

@@ -18,7 +18,7 @@ namespace shardkit::sql {
 struct Token {
   int start = 0;  // byte offsets into the text: [start, end)
   int end = 0;
-  int kind = 0;   // libpg_query's Token number: a character's code for single-character tokens
+  int kind = 0;  // libpg_query's Token number: a character's code for single-character tokens
 };
 
 // Token numbers used here (pg_query.proto, enum Token).

@@ -8,11 +8,11 @@
 // pins nothing, so it is refused, never routed on a guess.
 #include "sql/router.hpp"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <functional>
-#include <fmt/format.h>
 #include <limits>
 #include <set>
 
@@ -113,7 +113,8 @@ std::optional<std::string> StringValue(const json& node) {
   const json* s = Field(node, "String");
   if (s == nullptr) return std::nullopt;
   const json* v = Field(*s, "sval");
-  return v != nullptr && v->is_string() ? std::optional<std::string>(v->get<std::string>()) : std::optional<std::string>("");
+  return v != nullptr && v->is_string() ? std::optional<std::string>(v->get<std::string>())
+                                        : std::optional<std::string>("");
 }
 
 std::optional<std::int64_t> ParseInteger(std::string_view digits, bool negative) {
@@ -183,7 +184,8 @@ class Analyzer {
   }
   int Find(int node) {
     while (parent_[static_cast<std::size_t>(node)] != node) {
-      parent_[static_cast<std::size_t>(node)] = parent_[static_cast<std::size_t>(parent_[static_cast<std::size_t>(node)])];
+      parent_[static_cast<std::size_t>(node)] =
+          parent_[static_cast<std::size_t>(parent_[static_cast<std::size_t>(node)])];
       node = parent_[static_cast<std::size_t>(node)];
     }
     return node;
@@ -231,10 +233,15 @@ class Analyzer {
   }
 
   void AnalyzeSelectNode(const json& node, Level* column_parent, const CteScope* ctes) {
-    const json& select = node.at("SelectStmt");
+    AnalyzeSelect(node.at("SelectStmt"), column_parent, ctes);
+  }
+
+  // A SelectStmt's fields (set operations hold their arms so, unwrapped).
+  void AnalyzeSelect(const json& select, Level* column_parent, const CteScope* ctes) {
     seen_.insert(&select);
     if (Field(select, "intoClause") != nullptr) {
-      Refuse(LocationOf(select.at("intoClause")), "SELECT INTO", "it creates a table", "create tables with a migration");
+      Refuse(LocationOf(select.at("intoClause")), "SELECT INTO", "it creates a table",
+             "create tables with a migration");
     }
     if (const json* locking = Field(select, "lockingClause"); locking != nullptr) {
       Refuse(locking->empty() ? -1 : LocationOf(locking->front()), "a locking clause (FOR UPDATE/SHARE)",
@@ -242,8 +249,8 @@ class Analyzer {
     }
     ctes = AnalyzeWith(Field(select, "withClause"), column_parent, ctes);
     if (select.value("op", "SETOP_NONE") != "SETOP_NONE") {
-      AnalyzeSelectNode(select.at("larg"), column_parent, ctes);
-      AnalyzeSelectNode(select.at("rarg"), column_parent, ctes);
+      AnalyzeSelect(select.at("larg"), column_parent, ctes);
+      AnalyzeSelect(select.at("rarg"), column_parent, ctes);
       Level& level = NewLevel(column_parent);
       WalkExcept(select, level, ctes, {"larg", "rarg", "withClause"});
       return;
@@ -262,7 +269,8 @@ class Analyzer {
     Level& target_level = NewLevel(nullptr);
     Entry* target = AddTable(insert.at("relation"), target_level, ctes, true);
     target_level.from.push_back(Leaf(target));
-    const SqlTable* table = catalog_.FindSharded(SchemaOf(insert.at("relation")), insert.at("relation").value("relname", ""));
+    const SqlTable* table =
+        catalog_.FindSharded(SchemaOf(insert.at("relation")), insert.at("relation").value("relname", ""));
     if (const json* conflict = Field(insert, "onConflictClause"); conflict != nullptr) {
       Refuse(LocationOf(*conflict), "INSERT ... ON CONFLICT",
              "the conflicting row may be another customer's, on another shard, when the unique key lacks customer_id",
@@ -312,7 +320,8 @@ class Analyzer {
       ++row_number;
       const json& items = row_node.at("List").at("items");
       if (items.size() <= key_index || (!named && items.size() <= bucket_index)) {
-        Refuse(items.empty() ? target->location : LocationOf(items.back()), fmt::format("row {} of the VALUES", row_number),
+        Refuse(items.empty() ? target->location : LocationOf(items.back()),
+               fmt::format("row {} of the VALUES", row_number),
                fmt::format("it gives no {}", items.size() <= key_index ? "customer_id" : "bucket"),
                "name the columns: INSERT INTO t (customer_id, ...) VALUES (...)");
       }
@@ -327,7 +336,8 @@ class Analyzer {
       Walk(items, values_level, ctes);
     }
     if (named && bucket_at == columns.end()) FindSplicePlaces(insert, static_cast<int>(plan_.rows.size()));
-    if (const json* returning = Field(insert, "returningList"); returning != nullptr) Walk(*returning, target_level, ctes);
+    if (const json* returning = Field(insert, "returningList"); returning != nullptr)
+      Walk(*returning, target_level, ctes);
   }
 
   void AnalyzeUpdateOrDelete(const json& statement, bool update) {
@@ -533,9 +543,10 @@ class Analyzer {
           all.unknown = all.unknown || c.unknown;
         }
         if (all.found.size() > 1) {
-          Refuse(location, "the unqualified column customer_id",
-                 fmt::format("it is ambiguous: {} and {} both have it", DisplayOf(all.found[0]), DisplayOf(all.found[1])),
-                 "qualify it with the table's name or alias");
+          Refuse(
+              location, "the unqualified column customer_id",
+              fmt::format("it is ambiguous: {} and {} both have it", DisplayOf(all.found[0]), DisplayOf(all.found[1])),
+              "qualify it with the table's name or alias");
         }
         if (all.found.size() == 1) return all.found.front().entry;
         if (all.unknown) return nullptr;
@@ -598,15 +609,18 @@ class Analyzer {
       if (Field(type, "arrayBounds") != nullptr) return std::nullopt;
       const json& names = type.at("names");
       const std::optional<std::string> name = names.empty() ? std::nullopt : StringValue(names.back());
-      static const std::set<std::string> kIntegerTypes = {"int2", "int4", "int8", "smallint", "integer", "bigint", "int"};
+      static const std::set<std::string> kIntegerTypes = {"int2",    "int4",   "int8", "smallint",
+                                                          "integer", "bigint", "int"};
       if (!name || !kIntegerTypes.contains(*name)) return std::nullopt;
-      if (names.size() == 2 && StringValue(names.front()) != std::optional<std::string>("pg_catalog")) return std::nullopt;
+      if (names.size() == 2 && StringValue(names.front()) != std::optional<std::string>("pg_catalog"))
+        return std::nullopt;
       if (names.size() > 2) return std::nullopt;
       const json& arg = cast->at("arg");
       if (const json* constant = Field(arg, "A_Const"); constant != nullptr && Field(*constant, "sval") != nullptr) {
         const std::string text = constant->at("sval").value("sval", "");
         const bool negative = !text.empty() && text[0] == '-';
-        const std::optional<std::int64_t> value = ParseInteger(std::string_view(text).substr(negative ? 1 : 0), negative);
+        const std::optional<std::int64_t> value =
+            ParseInteger(std::string_view(text).substr(negative ? 1 : 0), negative);
         if (!value) return std::nullopt;
         return KeySource{value, 0, constant->value("location", -1)};
       }
@@ -620,7 +634,8 @@ class Analyzer {
   enum class Role { kRestricted, kFixed };
 
   static void Conjuncts(const json& expr, std::vector<const json*>& out) {
-    if (const json* boolean = Field(expr, "BoolExpr"); boolean != nullptr && boolean->value("boolop", "") == "AND_EXPR") {
+    if (const json* boolean = Field(expr, "BoolExpr");
+        boolean != nullptr && boolean->value("boolop", "") == "AND_EXPR") {
       for (const json& arg : boolean->at("args")) Conjuncts(arg, out);
       return;
     }
@@ -651,7 +666,8 @@ class Analyzer {
       const json* op = Field(*conjunct, "A_Expr");
       if (op == nullptr || op->value("kind", "") != "AEXPR_OP") continue;
       const json* name = Field(*op, "name");
-      if (name == nullptr || name->size() != 1 || StringValue(name->front()) != std::optional<std::string>("=")) continue;
+      if (name == nullptr || name->size() != 1 || StringValue(name->front()) != std::optional<std::string>("="))
+        continue;
       const json* lexpr = Field(*op, "lexpr");
       const json* rexpr = Field(*op, "rexpr");
       if (lexpr == nullptr || rexpr == nullptr) continue;
@@ -697,7 +713,7 @@ class Analyzer {
       if (restricted != nullptr) {
         Facts(*item.quals, level, [&](const Entry* e) {
           return std::find(restricted->begin(), restricted->end(), e) != restricted->end() ? Role::kRestricted
-                                                                                          : Role::kFixed;
+                                                                                           : Role::kFixed;
         });
       }
       Walk(*item.quals, level, ctes);
@@ -790,7 +806,8 @@ class Analyzer {
     const auto& tokens = parsed_.tokens;
     const auto fail = [&]() {
       Refuse(LocationOf(insert.at("relation")), "INSERT without bucket",
-             "the places to add the bucket column and values were not found", "give bucket = bucket_of(customer_id) yourself");
+             "the places to add the bucket column and values were not found",
+             "give bucket = bucket_of(customer_id) yourself");
     };
     const auto match = [&](std::size_t open) -> std::size_t {
       int depth = 0;
@@ -841,7 +858,8 @@ class Analyzer {
         }
       }
     }
-    std::sort(sharded_.begin(), sharded_.end(), [](const Entry* a, const Entry* b) { return a->location < b->location; });
+    std::sort(sharded_.begin(), sharded_.end(),
+              [](const Entry* a, const Entry* b) { return a->location < b->location; });
     for (const Entry* e : sharded_) {
       const auto& pins = pins_[static_cast<std::size_t>(Find(e->node))];
       if (pins.empty()) {
@@ -941,10 +959,10 @@ BoundRoute BindRoute(const SqlPlan& plan, const SqlParams& params) {
       return;
     }
     if (first->first != value) {
-      throw Refusal(plan.text, key.location, fmt::format("customer_id {}", value),
-                    fmt::format("the statement also names customer {}, and their rows may be on different shards",
-                                first->first),
-                    "run one statement per customer");
+      throw Refusal(
+          plan.text, key.location, fmt::format("customer_id {}", value),
+          fmt::format("the statement also names customer {}, and their rows may be on different shards", first->first),
+          "run one statement per customer");
     }
   };
   for (const KeySource& key : plan.keys) agree(key, KeyValue(plan, key, params));

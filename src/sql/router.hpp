@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
-#include "shardkit/routing/directory.hpp"
 #include "shardkit/queries/scatter.hpp"
+#include "shardkit/routing/directory.hpp"
 #include "shardkit/sql/sql_plan_info.hpp"
 #include "sql/sql_catalog.hpp"
 
@@ -36,7 +36,7 @@ namespace shardkit::sql {
 // Where a customer_id value comes from: a literal, or parameter $n.
 struct KeySource {
   std::optional<std::int64_t> literal;
-  int param = 0;     // 1-based, when not a literal
+  int param = 0;      // 1-based, when not a literal
   int location = -1;  // byte offset of the value in the text
   friend bool operator==(const KeySource& a, const KeySource& b) {
     return a.literal == b.literal && a.param == b.param;
@@ -74,7 +74,7 @@ struct ParsedStatement;
 
 // The customers a plan runs for, with these parameters.
 struct BoundRoute {
-  std::optional<CustomerId> customer;      // kRouted: the one customer it routes by
+  std::optional<CustomerId> customer;     // kRouted: the one customer it routes by
   std::vector<CustomerId> row_customers;  // INSERT: each row's
 };
 // Throws SqlError: a key parameter missing, NULL, not an integer or out of

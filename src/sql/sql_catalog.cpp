@@ -22,7 +22,8 @@ std::vector<SqlTable> ReadTables(pqxx::transaction_base& tx, const std::string& 
       "SELECT n.nspname, c.relname, pg_table_is_visible(c.oid), a.attname "
       "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
       "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
-      "WHERE " + where + " ORDER BY c.oid, a.attnum";
+      "WHERE " +
+      where + " ORDER BY c.oid, a.attnum";
   const pqxx::result rows = param.empty() ? tx.exec(sql) : tx.exec_params(sql, param);
   std::vector<SqlTable> tables;
   for (const auto& row : rows) {
@@ -71,7 +72,8 @@ SqlCatalog LoadSqlCatalog(pqxx::connection_base& connection, const std::vector<s
   }
   // Functions a statement may call that the router cannot look into
   // (FirstNormalObjectId: 16384); bucket_of is shardkit's own and pure.
-  for (const auto& row : tx.exec("SELECT DISTINCT proname FROM pg_proc WHERE oid >= 16384 AND proname <> 'bucket_of'")) {
+  for (const auto& row :
+       tx.exec("SELECT DISTINCT proname FROM pg_proc WHERE oid >= 16384 AND proname <> 'bucket_of'")) {
     catalog.AddUserFunction(row[0].c_str());
   }
   tx.commit();

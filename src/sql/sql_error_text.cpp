@@ -1,12 +1,14 @@
 #include "sql/sql_error_text.hpp"
 
-#include <algorithm>
 #include <fmt/format.h>
+#include <algorithm>
 
 namespace shardkit::sql {
 namespace {
 
-bool IsContinuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+bool IsContinuation(char c) {
+  return (static_cast<unsigned char>(c) & 0xC0) == 0x80;
+}
 
 struct Place {
   int line = 0;
@@ -44,7 +46,8 @@ std::string CaretLines(const Place& place) {
   const std::string prefix = fmt::format("LINE {}: ", place.line);
   std::string line(place.line_text);
   std::replace(line.begin(), line.end(), '\t', ' ');
-  return fmt::format("\n{}{}\n{}^", prefix, line, std::string(prefix.size() + static_cast<std::size_t>(place.column - 1), ' '));
+  return fmt::format("\n{}{}\n{}^", prefix, line,
+                     std::string(prefix.size() + static_cast<std::size_t>(place.column - 1), ' '));
 }
 
 }  // namespace
@@ -93,7 +96,8 @@ SqlError Refusal(std::string_view text, int location, const std::string& constru
     caret = CaretLines(place);
   }
   details.message = fmt::format("{}{}: {}{}{}", construct, where, reason, advice.empty() ? "" : "; ", advice);
-  return SqlError("shardkit: " + details.message + caret, std::move(details));
+  const std::string what = "shardkit: " + details.message + caret;
+  return SqlError(what, std::move(details));
 }
 
 }  // namespace shardkit::sql

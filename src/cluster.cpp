@@ -7,6 +7,8 @@
 #include <thread>
 #include <utility>
 
+#include "sql/sql_engine.hpp"
+
 namespace shardkit {
 
 std::unique_ptr<Cluster> Cluster::Open(const ClusterConfig& config, ClusterOptions options) {
@@ -23,6 +25,7 @@ Cluster::Cluster(const ClusterConfig& config, ClusterOptions options) : config_(
   scatter_ = std::make_unique<ScatterGather>(*resolver_, options.scatter_threads);
   scatter_->FollowDirectory(watcher_.get());
   transactions_ = std::make_unique<RoutedTransactions>(*resolver_, watcher_.get());
+  sql_ = std::make_unique<sql::SqlEngine>(*resolver_, *transactions_, config_.reference_tables);
 }
 
 Cluster::~Cluster() = default;
@@ -92,6 +95,14 @@ TopKResult<std::int64_t> Cluster::TopK(const TopKQuery& query, TopKMethod method
 
 TopKResult<Decimal> Cluster::TopKDecimal(const TopKQuery& query, TopKMethod method, const ScatterOptions& options) {
   return TopKFollowingDirectory<Decimal>(*resolver_, *scatter_, watcher_.get(), query, method, options);
+}
+
+SqlResult Cluster::Execute(const std::string& sql, const SqlParams& params, const SqlOptions& options) {
+  return sql_->Execute(sql, params, options);
+}
+
+SqlPlanInfo Cluster::Explain(const std::string& sql, const SqlParams& params) {
+  return sql_->Explain(sql, params);
 }
 
 ClusterStats Cluster::Stats() const {

@@ -191,7 +191,7 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
   ClusterConfig config;
   config.origin = origin;
   try {
-    RequireKnownKeys(root, "", {"shard", "pool", "directory", "reference", "catalog"});
+    RequireKnownKeys(root, "", {"shard", "pool", "directory", "reference", "catalog", "sql"});
     if (root.contains("pool")) {
       RequireKnownKeys(
           root.at("pool"), "pool",
@@ -201,6 +201,7 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
       RequireKnownKeys(root.at("directory"), "directory", {"source", "version", "buckets"});
     if (root.contains("reference")) RequireKnownKeys(root.at("reference"), "reference", {"dsn"});
     if (root.contains("catalog")) RequireKnownKeys(root.at("catalog"), "catalog", {"dsn"});
+    if (root.contains("sql")) RequireKnownKeys(root.at("sql"), "sql", {"reference_tables"});
     if (!root.contains("shard") || !root.at("shard").is_array() || root.at("shard").as_array().empty()) {
       throw ConfigError("shard", "no shards: add one [[shard]] table with name and dsn per shard");
     }
@@ -287,6 +288,16 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
       if (!catalog.is_table()) throw ConfigError("catalog", "must be a table with dsn");
       config.catalog_dsn = Dsn(StringAt(catalog, "catalog", "dsn"));
       if (config.catalog_dsn->empty()) throw ConfigError("catalog.dsn", "is empty");
+    }
+    if (root.contains("sql") && root.at("sql").contains("reference_tables")) {
+      const toml::value& tables = root.at("sql").at("reference_tables");
+      if (!tables.is_array()) throw ConfigError("sql.reference_tables", "must be an array of table names");
+      for (const toml::value& table : tables.as_array()) {
+        if (!table.is_string() || table.as_string().str.empty()) {
+          throw ConfigError("sql.reference_tables", "must list table names as strings, like [\"books\"]");
+        }
+        config.reference_tables.push_back(table.as_string().str);
+      }
     }
     if (config.directory_source == DirectorySource::kCatalog && !config.catalog_dsn) {
       throw ConfigError("catalog.dsn",

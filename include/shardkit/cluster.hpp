@@ -50,9 +50,15 @@
 #include "shardkit/queries/topk.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/routing/resolver.hpp"
+#include "shardkit/sql/sql_options.hpp"
+#include "shardkit/sql/sql_result.hpp"
 #include "shardkit/writes/routed.hpp"
 
 namespace shardkit {
+
+namespace sql {
+class SqlEngine;
+}
 
 struct ClusterOptions {
   // Worker threads for scatters (default: the shard count).
@@ -104,6 +110,20 @@ class Cluster {
   [[nodiscard]] TopKResult<Decimal> TopKDecimal(const TopKQuery& query, TopKMethod method = TopKMethod::kAuto,
                                                 const ScatterOptions& options = {});
 
+  // One SQL statement, answered as one unsharded server would answer it, or
+  // SqlError: a syntax error, or a refusal saying why it cannot be answered
+  // exactly and what to do. Routed when every sharded table in it has its
+  // customer_id pinned to one customer (customer_id = 42 or = $1 in an
+  // AND-conjunct of its WHERE or inner JOIN ... ON, or equated to a pinned
+  // one): it runs as Run() does, on that customer's shard; an INSERT whose
+  // column list lacks bucket gets it. Reading only reference tables
+  // ([sql] reference_tables) it runs on any one shard. Plans are cached by
+  // the exact text; the shards' registered sharded tables are read once.
+  [[nodiscard]] SqlResult Execute(const std::string& sql, const SqlParams& params = {}, const SqlOptions& options = {});
+  // Where Execute would run the statement with these parameters (Describe():
+  // in words), without running it.
+  [[nodiscard]] SqlPlanInfo Explain(const std::string& sql, const SqlParams& params = {});
+
   [[nodiscard]] ClusterStats Stats() const;
 
   [[nodiscard]] const ClusterConfig& Config() const noexcept { return config_; }
@@ -123,6 +143,7 @@ class Cluster {
   std::unique_ptr<DirectoryWatcher> watcher_;
   std::unique_ptr<ScatterGather> scatter_;
   std::unique_ptr<RoutedTransactions> transactions_;
+  std::unique_ptr<sql::SqlEngine> sql_;
 };
 
 }  // namespace shardkit

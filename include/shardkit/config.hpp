@@ -36,6 +36,9 @@
 //   [reference]               # optional: all data unsharded, the ground truth
 //   dsn = "host=127.0.0.1 port=55434 dbname=bookstore user=bookstore"
 //
+//   [sql]                     # optional: Cluster::Execute
+//   reference_tables = ["books"]   # copies on every shard, read with any customer's rows
+//
 // The file is found through --config, else $SHARDKIT_CONFIG, else
 // ./shardkit.toml. It is read strictly: an unknown table or key (a typo
 // such as max_sise), a value of the wrong type, two shards with one name or
@@ -76,8 +79,9 @@ struct ClusterConfig {
   DirectorySource directory_source = DirectorySource::kConfig;
   BucketDirectory directory = BucketDirectory::EvenSplit(1);  // from the file (kConfig)
   std::optional<Dsn> reference_dsn;
-  std::optional<Dsn> catalog_dsn;  // [catalog] dsn: the control database
-  std::string origin;              // where it was read from, for messages
+  std::optional<Dsn> catalog_dsn;             // [catalog] dsn: the control database
+  std::vector<std::string> reference_tables;  // [sql] reference_tables
+  std::string origin;                         // where it was read from, for messages
 };
 
 // Parses TOML text; throws ConfigError naming the key (and line) at fault.

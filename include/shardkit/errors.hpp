@@ -272,4 +272,42 @@ class JobError : public Error {
   std::optional<ShardId> shard_;
 };
 
+// A statement given as SQL text (Cluster::Execute, sql/) is not valid SQL, or
+// cannot be answered exactly on one shard. For a syntax error message() is
+// PostgreSQL's own; for a refusal construct() names what is refused, reason()
+// why it cannot be answered exactly across shards and advice() what to do.
+// position() is the 1-based character offset in the statement (0: none),
+// line() and column() the same as 1-based line and column. what() reads as
+// psql prints an error:
+//
+//   ERROR:  syntax error at or near "SELEC"
+//   LINE 1: SELEC 1
+//           ^
+class SqlError : public Error {
+ public:
+  enum class Kind { kSyntax, kRefused };
+  struct Details {
+    Kind kind = Kind::kRefused;
+    std::string message;  // syntax: PostgreSQL's; refusal: "<construct> at line L, column C: <reason>; <advice>"
+    std::string construct{};
+    std::string reason{};
+    std::string advice{};
+    int position = 0;
+    int line = 0;
+    int column = 0;
+  };
+  SqlError(const std::string& what, Details details) : Error(what), details_(std::move(details)) {}
+  [[nodiscard]] Kind kind() const noexcept { return details_.kind; }
+  [[nodiscard]] const std::string& message() const noexcept { return details_.message; }
+  [[nodiscard]] const std::string& construct() const noexcept { return details_.construct; }
+  [[nodiscard]] const std::string& reason() const noexcept { return details_.reason; }
+  [[nodiscard]] const std::string& advice() const noexcept { return details_.advice; }
+  [[nodiscard]] int position() const noexcept { return details_.position; }
+  [[nodiscard]] int line() const noexcept { return details_.line; }
+  [[nodiscard]] int column() const noexcept { return details_.column; }
+
+ private:
+  Details details_;
+};
+
 }  // namespace shardkit

@@ -38,3 +38,4 @@ void AddShardsEnrollCommand(CLI::App& shards, CliContext& context);  // shards e
 void AddOwnershipCommand(CLI::App& app, CliContext& context);        // ownership
 void AddPlacementCommand(CLI::App& app, CliContext& context);        // placement-sim
 void AddWorkersCommand(CLI::App& app, CliContext& context);          // workers
+void AddSqlCommand(CLI::App& app, CliContext& context);              // sql

@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   AddOwnershipCommand(app, context);
   AddPlacementCommand(app, context);
   AddWorkersCommand(app, context);
+  AddSqlCommand(app, context);
 
   try {
     app.parse(argc, argv);
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
   } catch (const shardkit::ConfigError& e) {  // a bad configuration file is bad usage
     std::cerr << "shardctl: error: " << e.what() << "\n";
     return 2;
+  } catch (const shardkit::SqlError& e) {  // psql's form: ERROR:  ... / LINE n: ... / caret
+    std::cerr << e.what() << "\n";
+    return 1;
   } catch (const shardkit::Error& e) {
     std::cerr << "shardctl: error: " << e.what() << "\n";
     return 1;

@@ -1,0 +1,27 @@
+// shardkit/sql/sql_result.hpp — what Cluster::Execute returns: the columns,
+// their types and the rows, values as the server prints them.
+//
+//   shardkit::SqlResult r = cluster->Execute("SELECT order_id, total FROM orders WHERE customer_id = $1", {"4242"});
+//   for (const auto& row : r.rows) use(*row[0], row[1].value_or("NULL"));
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardkit/sql/sql_plan_info.hpp"
+
+namespace shardkit {
+
+struct SqlResult {
+  std::vector<std::string> columns;
+  std::vector<unsigned> types;  // each column's type Oid
+  // Text as the server prints it; nullopt is NULL.
+  std::vector<std::vector<std::optional<std::string>>> rows;
+  // INSERT/UPDATE/DELETE: the rows the statement affected (also without
+  // RETURNING); SELECT: the rows returned.
+  std::size_t affected = 0;
+  SqlPlanInfo plan;
+};
+
+}  // namespace shardkit

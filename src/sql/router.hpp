@@ -1,0 +1,92 @@
+// Whether one SQL statement can run on one customer's shard with the answer
+// one unsharded server would give, and how.
+//
+// A statement routes when every reference to a sharded table anywhere in it
+// (FROM, JOINs, subqueries, CTEs) has its customer_id pinned to one value:
+// `customer_id = <integer literal | $n | a cast of those>` in an AND-conjunct
+// of its own query level's WHERE or of an inner JOIN's ON, or equated there
+// to another pinned reference's customer_id (also `JOIN ... USING
+// (customer_id)`). A LEFT (RIGHT) JOIN's ON pins only its nullable side,
+// from the preserved side or a constant; a FULL JOIN's pins nothing. A
+// correlated subquery's customer_id may be equated to an outer pinned one.
+// INSERT ... VALUES routes when each row's customer_id is a literal or a
+// parameter (all rows on one shard at execution); a column list without
+// bucket gets it, with the bucket of each row's customer, spliced into the
+// text. Statements reading no sharded table run on any one shard. Anything
+// else is refused with an SqlError saying why and what to do.
+//
+// Plans depend on the text and the catalog only, never on parameter values:
+// BindRoute() evaluates them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardkit/core/bucket.hpp"
+#include "shardkit/queries/scatter.hpp"
+#include "shardkit/routing/directory.hpp"
+#include "shardkit/sql/sql_plan_info.hpp"
+#include "sql/sql_catalog.hpp"
+
+namespace shardkit::sql {
+
+// Where a customer_id value comes from: a literal, or parameter $n.
+struct KeySource {
+  std::optional<std::int64_t> literal;
+  int param = 0;      // 1-based, when not a literal
+  int location = -1;  // byte offset of the value in the text
+  friend bool operator==(const KeySource& a, const KeySource& b) {
+    return a.literal == b.literal && a.param == b.param;
+  }
+};
+
+struct InsertRow {
+  KeySource key;
+  int close_paren = -1;  // byte offset of the row's ')' (where ", <bucket>" goes)
+};
+
+struct SqlPlan {
+  std::string text;
+  SqlPlanInfo::Kind kind = SqlPlanInfo::Kind::kRouted;
+  std::string statement;  // SELECT, INSERT, UPDATE, DELETE
+  bool read_only = true;
+  // The values every pinned sharded reference (and an INSERT's reads) are
+  // pinned to: all must be one customer.
+  std::vector<KeySource> keys;
+  // INSERT ... VALUES: one per row.
+  std::vector<InsertRow> rows;
+  // INSERT whose column list omits bucket: the column list's ')'.
+  int columns_close_paren = -1;
+  std::vector<std::string> sharded_tables;
+  std::vector<std::string> reference_tables;
+  [[nodiscard]] bool AddsBucket() const noexcept { return columns_close_paren >= 0; }
+};
+
+struct ParsedStatement;
+
+// Parses and analyses one statement; throws SqlError (syntax or refusal).
+[[nodiscard]] std::shared_ptr<const SqlPlan> PlanStatement(const std::string& text, const SqlCatalog& catalog);
+// Analyses a parsed statement (parse.hpp).
+[[nodiscard]] std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, const SqlCatalog& catalog);
+
+// The customers a plan runs for, with these parameters.
+struct BoundRoute {
+  std::optional<CustomerId> customer;     // kRouted: the one customer it routes by
+  std::vector<CustomerId> row_customers;  // INSERT: each row's
+};
+// Throws SqlError: a key parameter missing, NULL, not an integer or out of
+// range; pinned values that differ.
+[[nodiscard]] BoundRoute BindRoute(const SqlPlan& plan, const SqlParams& params);
+
+// An INSERT's rows must all be on one shard of `directory` (one statement is
+// atomic on one shard only): SqlError naming two that are not.
+void RequireOneShard(const SqlPlan& plan, const BoundRoute& route, const BucketDirectory& directory);
+
+// The text to run: the plan's, with ", bucket" and each row's bucket added
+// when the INSERT's column list omits it.
+[[nodiscard]] std::string StatementText(const SqlPlan& plan, const BoundRoute& route);
+
+}  // namespace shardkit::sql

@@ -1,0 +1,83 @@
+#include "sql/sql_catalog.hpp"
+
+#include <algorithm>
+#include <map>
+#include <pqxx/pqxx>
+
+namespace shardkit::sql {
+namespace {
+
+const SqlTable* Find(const std::vector<SqlTable>& tables, const std::optional<std::string>& schema,
+                     const std::string& name) {
+  for (const SqlTable& t : tables) {
+    if (t.name != name) continue;
+    if (schema ? t.schema == *schema : t.visible) return &t;
+  }
+  return nullptr;
+}
+
+// One row per column of the tables the query's WHERE selects (by c.oid).
+std::vector<SqlTable> ReadTables(pqxx::transaction_base& tx, const std::string& where, const std::string& param) {
+  const std::string sql =
+      "SELECT n.nspname, c.relname, pg_table_is_visible(c.oid), a.attname "
+      "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+      "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+      "WHERE " +
+      where + " ORDER BY c.oid, a.attnum";
+  const pqxx::result rows = param.empty() ? tx.exec(sql) : tx.exec_params(sql, param);
+  std::vector<SqlTable> tables;
+  for (const auto& row : rows) {
+    const std::string schema = row[0].c_str();
+    const std::string name = row[1].c_str();
+    if (tables.empty() || tables.back().schema != schema || tables.back().name != name) {
+      tables.push_back(SqlTable{schema, name, row[2].as<bool>(), {}});
+    }
+    tables.back().columns.emplace_back(row[3].c_str());
+  }
+  return tables;
+}
+
+}  // namespace
+
+bool SqlTable::HasColumn(const std::string& column) const {
+  return std::find(columns.begin(), columns.end(), column) != columns.end();
+}
+
+const SqlTable* SqlCatalog::FindSharded(const std::optional<std::string>& schema, const std::string& name) const {
+  return Find(sharded_, schema, name);
+}
+
+const SqlTable* SqlCatalog::FindReference(const std::optional<std::string>& schema, const std::string& name) const {
+  return Find(reference_, schema, name);
+}
+
+SqlCatalog LoadSqlCatalog(pqxx::connection_base& connection, const std::vector<std::string>& reference_tables) {
+  SqlCatalog catalog;
+  pqxx::read_transaction tx{connection};
+  for (SqlTable& t : ReadTables(tx, "c.oid IN (SELECT table_name FROM shardkit_sharded_tables)", "")) {
+    catalog.AddSharded(std::move(t));
+  }
+  for (const std::string& declared : reference_tables) {
+    std::vector<SqlTable> found = ReadTables(tx, "c.oid = to_regclass($1)", declared);
+    if (!found.empty()) {
+      catalog.AddReference(std::move(found.front()));
+      continue;
+    }
+    const auto dot = declared.find('.');
+    if (dot == std::string::npos) {
+      catalog.AddReference(SqlTable{"", declared, true, {}});
+    } else {
+      catalog.AddReference(SqlTable{declared.substr(0, dot), declared.substr(dot + 1), false, {}});
+    }
+  }
+  // Functions a statement may call that the router cannot look into
+  // (FirstNormalObjectId: 16384); bucket_of is shardkit's own and pure.
+  for (const auto& row :
+       tx.exec("SELECT DISTINCT proname FROM pg_proc WHERE oid >= 16384 AND proname <> 'bucket_of'")) {
+    catalog.AddUserFunction(row[0].c_str());
+  }
+  tx.commit();
+  return catalog;
+}
+
+}  // namespace shardkit::sql

@@ -1,0 +1,59 @@
+// The SQL layer of a Cluster: plans statements (cached by text), reads the
+// shards' catalog once when first needed, and runs routed statements as the
+// cluster's routed transactions. Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "shardkit/core/thread_annotations.hpp"
+#include "shardkit/queries/scatter.hpp"
+#include "shardkit/sql/sql_options.hpp"
+#include "shardkit/sql/sql_result.hpp"
+#include "sql/plan_cache.hpp"
+#include "sql/router.hpp"
+#include "sql/sql_catalog.hpp"
+
+namespace shardkit {
+class BucketShardResolver;
+class RoutedTransactions;
+}  // namespace shardkit
+
+namespace shardkit::sql {
+
+class SqlEngine {
+ public:
+  static constexpr std::size_t kDefaultCacheCapacity = 1024;
+  SqlEngine(BucketShardResolver& resolver, RoutedTransactions& transactions, std::vector<std::string> reference_tables,
+            std::size_t cache_capacity = kDefaultCacheCapacity);
+
+  [[nodiscard]] SqlResult Execute(const std::string& sql, const SqlParams& params, const SqlOptions& options);
+  [[nodiscard]] SqlPlanInfo Explain(const std::string& sql, const SqlParams& params);
+
+  // The plan of a statement, from the cache or new (`cached` says which).
+  [[nodiscard]] std::shared_ptr<const SqlPlan> Plan(const std::string& sql, bool* cached = nullptr);
+  // Read from a shard on the first call.
+  [[nodiscard]] std::shared_ptr<const SqlCatalog> Catalog();
+
+ private:
+  struct Bound {
+    std::shared_ptr<const SqlPlan> plan;
+    BoundRoute route;
+    CustomerId customer{};
+    bool cached = false;
+  };
+  Bound Bind(const std::string& sql, const SqlParams& params);
+  SqlPlanInfo Info(const Bound& bound, ShardId shard) const;
+
+  BucketShardResolver& resolver_;
+  RoutedTransactions& transactions_;
+  const std::vector<std::string> reference_tables_;
+  PlanCache cache_;
+  std::mutex catalog_mutex_;
+  std::shared_ptr<const SqlCatalog> catalog_ SHARDKIT_GUARDED_BY(catalog_mutex_);
+};
+
+}  // namespace shardkit::sql

@@ -1,0 +1,24 @@
+// SqlError for a place in a statement's text: the 1-based character
+// position, line and column of a byte offset, and what() as psql prints an
+// error with its LINE and caret lines.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "shardkit/errors.hpp"
+
+namespace shardkit::sql {
+
+// A syntax error: PostgreSQL's message at a 1-based character position (0: none).
+[[nodiscard]] SqlError SyntaxError(std::string_view text, const std::string& message, int char_position);
+
+// A refusal of `construct` at byte offset `location` (negative: none):
+//   shardkit: <construct> at line L, column C: <reason>; <advice>
+[[nodiscard]] SqlError Refusal(std::string_view text, int location, const std::string& construct,
+                               const std::string& reason, const std::string& advice);
+
+// 1-based character position of a byte offset (0 for a negative offset).
+[[nodiscard]] int CharPosition(std::string_view text, int byte_offset);
+
+}  // namespace shardkit::sql

@@ -1,0 +1,378 @@
+// Cluster::Execute on a scratch cluster loaded with the Bookstore: a corpus
+// of routed statements answers exactly what the unsharded reference server
+// answers; writes land on the owning shard only, with the right bucket;
+// refusals and syntax errors come back as SqlError; and shardctl sql exits 1
+// with the position of a syntax error.
+#include "shardkit/cluster.hpp"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <pqxx/pqxx>
+#include <string>
+#include <vector>
+
+#include "shardkit/errors.hpp"
+#include "support/bookstore_rows.hpp"
+#include "support/test_cluster.hpp"
+
+extern char** environ;
+
+namespace shardkit {
+namespace {
+
+using Rows = std::vector<std::vector<std::optional<std::string>>>;
+
+class SqlExecutePg : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    scratch_ = new test::ScratchCluster("sql_execute_pgtest", test::ScratchOptions().Shards(3));
+    test::FillBookstore(*scratch_, 300);
+    scratch_->ExecEverywhere(
+        "INSERT INTO books (book_id, title, category, price) SELECT i, 'Book ' || i, "
+        "(ARRAY['fiction', 'science', 'history'])[1 + i % 3], 5 + (i % 7) * 2.5 FROM generate_series(0, 49) i");
+    ClusterConfig config = scratch_->Config();
+    config.reference_tables = {"books"};
+    cluster_ = Cluster::Open(config).release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+    delete scratch_;
+    scratch_ = nullptr;
+  }
+
+  static Rows OnReference(const std::string& sql, const SqlParams& params) {
+    pqxx::connection c{scratch_->ReferenceDsn().Reveal()};
+    pqxx::nontransaction tx{c};
+    // The shards' pinned session (session.hpp).
+    tx.exec(
+        "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET extra_float_digits = 3; "
+        "SET IntervalStyle = 'postgres'");
+    const pqxx::result r = tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
+    Rows rows;
+    for (const auto& row : r) {
+      auto& out = rows.emplace_back();
+      for (const auto& f : row) {
+        out.push_back(f.is_null() ? std::nullopt : std::optional<std::string>(std::string(f.c_str(), f.size())));
+      }
+    }
+    return rows;
+  }
+
+  // Every row of a sharded table on each shard, all buckets visible.
+  static std::vector<std::int64_t> CountPerShard(const std::string& where) {
+    std::vector<std::int64_t> counts;
+    for (int s = 0; s < scratch_->ShardCount(); ++s) {
+      pqxx::connection c{scratch_->ShardDsn(s).Reveal()};
+      pqxx::work tx{c};
+      tx.exec("SET LOCAL shardkit.buckets = 'all'");
+      counts.push_back(tx.exec("SELECT count(*) FROM " + where)[0][0].as<std::int64_t>());
+    }
+    return counts;
+  }
+
+  static inline test::ScratchCluster* scratch_ = nullptr;
+  static inline Cluster* cluster_ = nullptr;
+};
+
+struct Case {
+  std::string sql;  // {c}: the customer; $1 is the customer when `param`
+  bool ordered;     // ORDER BY orders the rows completely
+  bool param = false;
+};
+
+const std::vector<Case>& Corpus() {
+  static const std::vector<Case> corpus = {
+      {"SELECT order_id, ordered_at, total FROM orders WHERE customer_id = {c} ORDER BY ordered_at DESC, order_id",
+       true},
+      {"SELECT count(*), sum(total), avg(total), min(ordered_at), max(ordered_at) FROM orders WHERE customer_id = {c}",
+       true},
+      {"SELECT o.order_id, i.line_no, b.title, i.quantity * i.unit_price AS amount FROM orders o JOIN order_items i "
+       "ON i.customer_id = o.customer_id AND i.order_id = o.order_id JOIN books b ON b.book_id = i.book_id "
+       "WHERE o.customer_id = {c} ORDER BY 1, 2",
+       true},
+      {"SELECT b.category, sum(i.quantity) FROM order_items i JOIN books b USING (book_id) WHERE i.customer_id = {c} "
+       "GROUP BY b.category",
+       false},
+      {"SELECT * FROM orders WHERE customer_id = {c} AND total > (SELECT avg(total) FROM orders o2 "
+       "WHERE o2.customer_id = {c})",
+       false},
+      {"WITH mine AS (SELECT order_id, total FROM orders WHERE customer_id = {c}) SELECT order_id, total, "
+       "sum(total) OVER (ORDER BY order_id) FROM mine ORDER BY order_id",
+       true},
+      {"SELECT order_id, total, rank() OVER (ORDER BY total DESC, order_id) FROM orders WHERE customer_id = $1 "
+       "ORDER BY 3",
+       true, true},
+      {"SELECT c.name, c.email, (SELECT count(*) FROM orders o WHERE o.customer_id = c.customer_id) FROM customers c "
+       "WHERE c.customer_id = $1",
+       true, true},
+      {"SELECT c.customer_id, o.order_id FROM customers c LEFT JOIN orders o ON o.customer_id = c.customer_id "
+       "WHERE c.customer_id = {c}",
+       false},
+      {"SELECT order_id FROM orders WHERE customer_id = {c} ORDER BY total DESC, order_id LIMIT 2", true},
+      {"SELECT status, count(*) FROM orders WHERE customer_id = {c} GROUP BY status ORDER BY status", true},
+      {"SELECT i.order_id, count(*), sum(i.quantity) FROM order_items i WHERE i.customer_id = {c} GROUP BY i.order_id "
+       "HAVING count(*) > 1",
+       false},
+      {"SELECT c.customer_id, c.bucket, c.name, c.email FROM customers c WHERE c.customer_id = {c} AND "
+       "EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.customer_id)",
+       true},
+      {"SELECT o.order_id, last.book_id FROM orders o, LATERAL (SELECT book_id FROM order_items i "
+       "WHERE i.customer_id = o.customer_id AND i.order_id = o.order_id ORDER BY line_no DESC LIMIT 1) last "
+       "WHERE o.customer_id = {c}",
+       false},
+      {"SELECT order_id FROM orders WHERE customer_id = {c} UNION SELECT order_id FROM order_items "
+       "WHERE customer_id = {c} ORDER BY 1",
+       true},
+      {"SELECT o.order_id, o.total, coalesce(sum(i.quantity * i.unit_price), 0) FROM orders o LEFT JOIN order_items i "
+       "USING (customer_id, order_id) WHERE customer_id = $1 GROUP BY o.order_id, o.total",
+       false, true},
+      {"SELECT b.title, b.price FROM books b WHERE b.book_id IN (SELECT book_id FROM order_items "
+       "WHERE customer_id = {c}) ORDER BY b.book_id",
+       true},
+      {"SELECT date_trunc('month', ordered_at) AS m, count(*) FROM orders WHERE customer_id = {c}::int GROUP BY 1 "
+       "ORDER BY 1",
+       true},
+      {"SELECT row_number() OVER w, order_id, lag(total) OVER w FROM orders WHERE customer_id = '{c}'::integer "
+       "WINDOW w AS (ORDER BY ordered_at, order_id) ORDER BY 1",
+       true},
+      {"SELECT count(DISTINCT book_id), max(quantity), string_agg(book_id::text, ',' ORDER BY order_id, line_no) "
+       "FROM order_items WHERE customer_id = {c}",
+       true},
+      {"SELECT o.order_id, i.line_no FROM orders o JOIN order_items i ON i.customer_id = {c} AND "
+       "o.customer_id = i.customer_id AND o.order_id = i.order_id ORDER BY 1, 2",
+       true},
+      {"SELECT c.name, o.total FROM orders o RIGHT JOIN customers c USING (customer_id) WHERE customer_id = $1", false,
+       true},
+  };
+  return corpus;
+}
+
+Rows Sorted(Rows rows) {
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+TEST_F(SqlExecutePg, RoutedStatementsAnswerAsTheReferenceServer) {
+  int statements = 0;
+  int nonempty = 0;
+  for (const int customer : {1, 42, 77, 150, 299}) {
+    for (const Case& c : Corpus()) {
+      std::string sql = c.sql;
+      for (std::size_t at; (at = sql.find("{c}")) != std::string::npos;) sql.replace(at, 3, std::to_string(customer));
+      const SqlParams params = c.param ? SqlParams{std::to_string(customer)} : SqlParams{};
+      SCOPED_TRACE(sql);
+      const SqlResult got = cluster_->Execute(sql, params);
+      const Rows want = OnReference(sql, params);
+      EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kRouted);
+      ASSERT_TRUE(got.plan.customer);
+      EXPECT_EQ(ToInt(*got.plan.customer), customer);
+      EXPECT_EQ(got.plan.shard, cluster_->Route(CustomerId{customer}).shard);
+      if (c.ordered) {
+        EXPECT_EQ(got.rows, want);
+      } else {
+        EXPECT_EQ(Sorted(got.rows), Sorted(want));
+      }
+      ++statements;
+      if (!want.empty()) ++nonempty;
+    }
+  }
+  EXPECT_GE(statements, 60);
+  EXPECT_GE(nonempty, statements / 2);
+
+  // Reference tables alone: any shard.
+  const std::string books = "SELECT category, count(*), min(price), max(title) FROM books GROUP BY 1 ORDER BY 1";
+  const SqlResult got = cluster_->Execute(books);
+  EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kAnyShard);
+  EXPECT_EQ(got.rows, OnReference(books, {}));
+  EXPECT_EQ(got.columns, (std::vector<std::string>{"category", "count", "min", "max"}));
+  EXPECT_EQ(got.types, (std::vector<unsigned>{25, 20, 1700, 25}));
+}
+
+TEST_F(SqlExecutePg, WritesLandOnTheOwningShardWithTheirBucket) {
+  const CustomerId customer{4242};  // bucket 44
+  const Route route = cluster_->Route(customer);
+  const auto owner = static_cast<std::size_t>(ToInt(route.shard));
+
+  const SqlResult inserted =
+      cluster_->Execute("INSERT INTO customers (customer_id, name, email) VALUES (4242, 'Ada', 'ada@example.org')");
+  EXPECT_EQ(inserted.affected, 1U);
+  EXPECT_EQ(inserted.plan.shard, route.shard);
+  EXPECT_EQ(inserted.plan.Describe(), fmt::format("routed: shard {} (bucket 44, customer 4242)", ToInt(route.shard)));
+  std::vector<std::int64_t> expected(static_cast<std::size_t>(scratch_->ShardCount()), 0);
+  expected[owner] = 1;
+  EXPECT_EQ(CountPerShard("customers WHERE customer_id = 4242 AND bucket = 44"), expected);
+
+  const SqlResult order = cluster_->Execute(
+      "INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES ($1, $2, now(), 12.50), "
+      "($1, $3, now(), 7) RETURNING bucket, order_id",
+      {"4242", "900001", "900002"});
+  EXPECT_EQ(order.affected, 2U);
+  ASSERT_EQ(order.rows.size(), 2U);
+  EXPECT_EQ(order.rows[0][0], "44");
+  expected[owner] = 2;
+  EXPECT_EQ(CountPerShard("orders WHERE customer_id = 4242 AND bucket = 44"), expected);
+
+  const SqlResult updated =
+      cluster_->Execute("UPDATE orders SET status = 'shipped' WHERE customer_id = $1 AND order_id = 900001", {"4242"});
+  EXPECT_EQ(updated.affected, 1U);
+  expected[owner] = 1;
+  EXPECT_EQ(CountPerShard("orders WHERE customer_id = 4242 AND status = 'shipped'"), expected);
+  const SqlResult mine =
+      cluster_->Execute("SELECT order_id, status, total FROM orders WHERE customer_id = 4242 ORDER BY order_id");
+  EXPECT_EQ(mine.rows, (Rows{{"900001", "shipped", "12.50"}, {"900002", "placed", "7.00"}}));
+
+  const SqlResult deleted = cluster_->Execute("DELETE FROM orders WHERE customer_id = 4242");
+  EXPECT_EQ(deleted.affected, 2U);
+  expected[owner] = 0;
+  EXPECT_EQ(CountPerShard("orders WHERE customer_id = 4242"), expected);
+  EXPECT_EQ(cluster_->Execute("DELETE FROM customers WHERE customer_id = 4242").affected, 1U);
+
+  // Explain runs nothing.
+  const SqlPlanInfo plan =
+      cluster_->Explain("INSERT INTO customers (customer_id, name, email) VALUES ($1, 'x', 'y')", {"4242"});
+  EXPECT_EQ(plan.shard, route.shard);
+  EXPECT_FALSE(plan.read_only);
+  EXPECT_EQ(CountPerShard("customers WHERE customer_id = 4242"),
+            std::vector<std::int64_t>(static_cast<std::size_t>(scratch_->ShardCount()), 0));
+}
+
+TEST_F(SqlExecutePg, RefusalsAndSyntaxErrorsAreSqlErrors) {
+  try {
+    (void)cluster_->Execute("SELECT * FROM orders WHERE customer_id = 1 OR customer_id = 2");
+    ADD_FAILURE() << "a scatter ran";
+  } catch (const SqlError& e) {
+    EXPECT_EQ(e.kind(), SqlError::Kind::kRefused);
+    EXPECT_EQ(e.column(), 15);
+  }
+  try {
+    (void)cluster_->Execute("SELECT * FROM orders WHERE customer_id = = 1");
+    ADD_FAILURE() << "no syntax error";
+  } catch (const SqlError& e) {
+    EXPECT_EQ(e.kind(), SqlError::Kind::kSyntax);
+    EXPECT_EQ(e.position(), 42);
+  }
+  EXPECT_THROW((void)cluster_->Execute("SELECT * FROM shardkit_bucket_ownership"), SqlError);
+  EXPECT_THROW((void)cluster_->Execute("SELECT * FROM orders WHERE customer_id = $1", {std::nullopt}), SqlError);
+  EXPECT_THROW((void)cluster_->Execute("INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES "
+                                       "(1, 1, now(), 1), (2, 2, now(), 1), (3, 3, now(), 1), (4, 4, now(), 1)"),
+               SqlError);
+  // A server's error is the shard's, as from Run().
+  EXPECT_THROW((void)cluster_->Execute("SELECT no_such_column FROM orders WHERE customer_id = 1"), std::exception);
+}
+
+TEST_F(SqlExecutePg, CachedPlansNeedNoParse) {
+  using Clock = std::chrono::steady_clock;
+  const std::string sql =
+      "SELECT order_id, ordered_at, total FROM orders WHERE customer_id = $1 ORDER BY ordered_at DESC";
+  EXPECT_FALSE(cluster_->Explain(sql + " /* first */", {"42"}).cached);
+  EXPECT_TRUE(cluster_->Explain(sql + " /* first */", {"43"}).cached);
+
+  constexpr int kRuns = 2000;
+  auto started = Clock::now();
+  for (int i = 0; i < kRuns; ++i) (void)cluster_->Explain(sql, {std::to_string(i)});
+  const double cached_us = std::chrono::duration<double, std::micro>(Clock::now() - started).count() / kRuns;
+  started = Clock::now();
+  for (int i = 0; i < kRuns; ++i) (void)cluster_->Explain(sql + " -- " + std::to_string(i), {"42"});
+  const double new_us = std::chrono::duration<double, std::micro>(Clock::now() - started).count() / kRuns;
+
+  constexpr int kQueries = 300;
+  started = Clock::now();
+  for (int i = 0; i < kQueries; ++i) (void)cluster_->Execute(sql, {std::to_string(1 + i % 300)});
+  const double execute_us = std::chrono::duration<double, std::micro>(Clock::now() - started).count() / kQueries;
+  started = Clock::now();
+  for (int i = 0; i < kQueries; ++i) {
+    const Route route = cluster_->Route(CustomerId{1 + i % 300});
+    auto lease = route.pool.Acquire();
+    pqxx::read_transaction tx{*lease};
+    tx.exec("SELECT set_config('shardkit.buckets', 'all', true)");
+    (void)tx.exec_params(sql, 1 + i % 300);
+    tx.commit();
+  }
+  const double raw_us = std::chrono::duration<double, std::micro>(Clock::now() - started).count() / kQueries;
+  std::printf("plan (Explain): cached %.1f us, new %.1f us; my orders: Execute %.0f us, Resolve + libpqxx %.0f us\n",
+              cached_us, new_us, execute_us, raw_us);
+  EXPECT_LT(cached_us, new_us);
+}
+
+#ifdef SHARDCTL_PATH
+// Runs shardctl; its stdout and stderr together, and its exit status.
+std::pair<std::string, int> RunShardctl(const std::vector<std::string>& args) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  std::vector<std::string> text{SHARDCTL_PATH};
+  text.insert(text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, SHARDCTL_PATH, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    throw std::runtime_error("cannot start " SHARDCTL_PATH);
+  }
+  std::string output;
+  std::array<char, 4096> buffer{};
+  for (ssize_t n; (n = ::read(fds[0], buffer.data(), buffer.size())) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    output.append(buffer.data(), static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return {output, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)};
+}
+
+TEST_F(SqlExecutePg, ShardctlSqlExitsOneWithTheSyntaxErrorsPosition) {
+  const auto path = std::filesystem::temp_directory_path() / fmt::format("sql_execute_pgtest_{}.toml", ::getpid());
+  {
+    // The scratch cluster's shards, with the reference table declared.
+    std::ofstream out(path);
+    out << "[directory]\nsource = \"catalog\"\n[catalog]\ndsn = \"" << scratch_->CatalogDsn().Reveal() << "\"\n"
+        << "[sql]\nreference_tables = [\"books\"]\n";
+    for (int s = 0; s < scratch_->ShardCount(); ++s) {
+      out << "[[shard]]\nname = \"shard" << s << "\"\ndsn = \"" << scratch_->ShardDsn(s).Reveal() << "\"\n";
+    }
+  }
+  const auto [syntax, syntax_rc] = RunShardctl({"--config", path.string(), "sql", "SELECT *\nFROM orders WHERE = 1"});
+  EXPECT_EQ(syntax_rc, 1) << syntax;
+  EXPECT_EQ(syntax,
+            "ERROR:  syntax error at or near \"=\"\nLINE 2: FROM orders WHERE = 1\n"
+            "                          ^\n");
+  const auto [refused, refused_rc] = RunShardctl({"--config", path.string(), "sql", "SELECT * FROM orders"});
+  EXPECT_EQ(refused_rc, 1) << refused;
+  EXPECT_EQ(refused.rfind("shardkit: the table orders at line 1, column 15: ", 0), 0U) << refused;
+  const auto [rows, rows_rc] =
+      RunShardctl({"--config", path.string(), "sql", "SELECT name FROM customers WHERE customer_id = $1", "-p", "42"});
+  EXPECT_EQ(rows_rc, 0) << rows;
+  EXPECT_NE(rows.find("(1 row)"), std::string::npos) << rows;
+  const auto [plan, plan_rc] =
+      RunShardctl({"--config", path.string(), "sql", "--explain", "SELECT * FROM orders WHERE customer_id = 4242"});
+  EXPECT_EQ(plan_rc, 0) << plan;
+  EXPECT_EQ(plan, fmt::format("routed: shard {} (bucket 44, customer 4242)\n",
+                              ToInt(cluster_->Route(CustomerId{4242}).shard)));
+  std::filesystem::remove(path);
+}
+#endif
+
+}  // namespace
+}  // namespace shardkit

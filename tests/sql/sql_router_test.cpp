@@ -1,0 +1,394 @@
+// The SQL router without a server: libpg_query's parse, which statements
+// route to one customer and which are refused (with the place and reason),
+// and the bucket spliced into an INSERT's text.
+#include "sql/router.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "shardkit/errors.hpp"
+#include "sql/parse.hpp"
+#include "sql/sql_catalog.hpp"
+
+namespace shardkit::sql {
+namespace {
+
+SqlCatalog BookstoreCatalog() {
+  SqlCatalog catalog;
+  catalog.AddSharded({"public", "customers", true, {"customer_id", "bucket", "name", "email", "created_at"}});
+  catalog.AddSharded(
+      {"public", "orders", true, {"customer_id", "bucket", "order_id", "ordered_at", "status", "total"}});
+  catalog.AddSharded({"public",
+                      "order_items",
+                      true,
+                      {"customer_id", "bucket", "order_id", "line_no", "book_id", "quantity", "unit_price"}});
+  catalog.AddReference({"public", "books", true, {"book_id", "title", "category", "price"}});
+  catalog.AddUserFunction("discount_for");
+  return catalog;
+}
+
+const SqlCatalog& Catalog() {
+  static const SqlCatalog catalog = BookstoreCatalog();
+  return catalog;
+}
+
+// The customer a statement routes to (nullopt: any shard).
+std::optional<std::int32_t> RoutesTo(const std::string& sql, const SqlParams& params = {}) {
+  const auto plan = PlanStatement(sql, Catalog());
+  const BoundRoute route = BindRoute(*plan, params);
+  if (plan->kind == SqlPlanInfo::Kind::kAnyShard) return std::nullopt;
+  EXPECT_TRUE(route.customer.has_value()) << sql;
+  return route.customer ? std::optional<std::int32_t>(ToInt(*route.customer)) : std::nullopt;
+}
+
+SqlError RefusalOf(const std::string& sql, const SqlParams& params = {}) {
+  try {
+    const auto plan = PlanStatement(sql, Catalog());
+    const BoundRoute route = BindRoute(*plan, params);
+    RequireOneShard(*plan, route, BucketDirectory::EvenSplit(2));
+  } catch (const SqlError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "not refused: " << sql;
+  return SqlError("", {});
+}
+
+TEST(SqlParse, OneStatementAsJsonWithTokens) {
+  const ParsedStatement parsed = ParseStatement("SELECT a FROM t WHERE x = -5");
+  EXPECT_EQ(parsed.tree.begin().key(), "SelectStmt");
+  ASSERT_EQ(parsed.tokens.size(), 9U);
+  EXPECT_EQ(parsed.TokenText(parsed.tokens[7]), "-");
+  EXPECT_EQ(parsed.TokenText(parsed.tokens[8]), "5");
+  EXPECT_EQ(parsed.tokens[8].kind, kTokenIconst);
+}
+
+TEST(SqlParse, SyntaxErrorsReadAsPsqlPrintsThem) {
+  const SqlError e = RefusalOf("SELEC 1");
+  EXPECT_EQ(e.kind(), SqlError::Kind::kSyntax);
+  EXPECT_EQ(e.message(), "syntax error at or near \"SELEC\"");
+  EXPECT_EQ(e.position(), 1);
+  EXPECT_EQ(e.line(), 1);
+  EXPECT_EQ(e.column(), 1);
+  EXPECT_STREQ(e.what(), "ERROR:  syntax error at or near \"SELEC\"\nLINE 1: SELEC 1\n        ^");
+
+  const SqlError deep = RefusalOf("SELECT *\nFROM orders\nWHERE customer_id = = 5");
+  EXPECT_EQ(deep.kind(), SqlError::Kind::kSyntax);
+  EXPECT_EQ(deep.position(), 42);
+  EXPECT_EQ(deep.line(), 3);
+  EXPECT_EQ(deep.column(), 21);
+  EXPECT_STREQ(deep.what(),
+               "ERROR:  syntax error at or near \"=\"\nLINE 3: WHERE customer_id = = 5\n"
+               "                            ^");
+}
+
+TEST(SqlParse, SeveralStatementsAreRefusedAtTheSecond) {
+  const SqlError e = RefusalOf("SELECT 1;\n  SELECT 2");
+  EXPECT_EQ(e.kind(), SqlError::Kind::kRefused);
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_EQ(e.column(), 3);
+  EXPECT_EQ(RefusalOf("").construct(), "an empty statement");
+}
+
+TEST(SqlRouter, PinnedSelectsRouteToTheirCustomer) {
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE customer_id = 4242"), 4242);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE customer_id = $1", {"4242"}), 4242);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE 4242 = customer_id AND total > 5"), 4242);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE customer_id = -5"), -5);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE customer_id = 0"), 0);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE customer_id = '77'::int"), 77);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE customer_id = 77::bigint"), 77);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE customer_id = CAST($2 AS integer) AND status = $1", {"x", "9"}), 9);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE (customer_id = 3 AND total > 1) AND status <> 'x'"), 3);
+  EXPECT_EQ(RoutesTo("SELECT * FROM public.orders o WHERE o.customer_id = 3"), 3);
+  // The same parameter twice, or a literal and a parameter of one value.
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders o JOIN customers c ON c.customer_id = $1 WHERE o.customer_id = $1", {"8"}),
+            8);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders o, customers c WHERE c.customer_id = 8 AND o.customer_id = $1", {"8"}), 8);
+}
+
+TEST(SqlRouter, JoinsPinThroughEqualities) {
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders o JOIN order_items i ON i.customer_id = o.customer_id AND i.order_id = "
+                     "o.order_id WHERE o.customer_id = 7"),
+            7);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders JOIN order_items USING (customer_id, order_id) WHERE customer_id = 7"), 7);
+  EXPECT_EQ(
+      RoutesTo("SELECT * FROM orders o JOIN order_items i ON i.customer_id = 7 AND o.customer_id = i.customer_id"), 7);
+  EXPECT_EQ(RoutesTo("SELECT b.title FROM order_items i JOIN books b ON b.book_id = i.book_id WHERE i.customer_id = 7"),
+            7);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders o, order_items i WHERE o.customer_id = 7 AND i.customer_id = o.customer_id"),
+            7);
+  // Unqualified: the only table at its level with customer_id.
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders o JOIN books b ON true WHERE customer_id = 7"), 7);
+}
+
+TEST(SqlRouter, OuterJoinsPinOnlyTheirNullableSide) {
+  // LEFT: the preserved side pins the nullable one...
+  EXPECT_EQ(RoutesTo("SELECT * FROM customers c LEFT JOIN orders o ON o.customer_id = c.customer_id "
+                     "WHERE c.customer_id = 7"),
+            7);
+  EXPECT_EQ(RoutesTo("SELECT * FROM customers c LEFT JOIN orders o USING (customer_id) WHERE customer_id = 7"), 7);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders o RIGHT JOIN customers c USING (customer_id) WHERE customer_id = 7"), 7);
+  EXPECT_EQ(RoutesTo("SELECT * FROM customers c LEFT JOIN orders o ON o.customer_id = 7 WHERE c.customer_id = 7"), 7);
+  // ...never the other way round.
+  const SqlError reverse = RefusalOf(
+      "SELECT * FROM customers c LEFT JOIN orders o ON o.customer_id = c.customer_id "
+      "WHERE o.customer_id = 7");
+  EXPECT_EQ(reverse.construct(), "the table customers");
+  EXPECT_EQ(reverse.column(), 15);
+  const SqlError preserved = RefusalOf(
+      "SELECT * FROM orders o LEFT JOIN customers c ON c.customer_id = o.customer_id "
+      "AND o.customer_id = 7");
+  EXPECT_EQ(preserved.construct(), "the table orders");
+  const SqlError right = RefusalOf(
+      "SELECT * FROM orders o RIGHT JOIN customers c ON o.customer_id = c.customer_id "
+      "WHERE o.customer_id = 7");
+  EXPECT_EQ(right.construct(), "the table customers");
+  // FULL JOIN pins nothing.
+  const SqlError full = RefusalOf(
+      "SELECT * FROM orders a FULL JOIN orders b ON a.customer_id = b.customer_id "
+      "WHERE a.customer_id = 7");
+  EXPECT_EQ(full.construct(), "the table orders");
+  EXPECT_EQ(full.column(), 34);
+  EXPECT_TRUE(RefusalOf("SELECT * FROM customers c FULL JOIN orders o USING (customer_id) WHERE customer_id = 7")
+                  .reason()
+                  .find("not pinned") != std::string::npos);
+}
+
+TEST(SqlRouter, OrAndNotPinNothing) {
+  const SqlError e = RefusalOf("SELECT * FROM orders WHERE customer_id = 1 OR customer_id = 2");
+  EXPECT_EQ(e.kind(), SqlError::Kind::kRefused);
+  EXPECT_EQ(e.construct(), "the table orders");
+  EXPECT_EQ(e.line(), 1);
+  EXPECT_EQ(e.column(), 15);
+  EXPECT_EQ(e.position(), 15);
+  EXPECT_NE(e.reason().find("scatter SELECTs are not supported yet"), std::string::npos);
+  EXPECT_EQ(std::string(e.what()).substr(0, 51), "shardkit: the table orders at line 1, column 15: it");
+  EXPECT_NE(std::string(e.what()).find("\nLINE 1: SELECT * FROM orders WHERE customer_id = 1 OR customer_id = 2\n"
+                                       "                      ^"),
+            std::string::npos);
+  RefusalOf("SELECT * FROM orders WHERE NOT (customer_id = 1)");
+  RefusalOf("SELECT * FROM orders WHERE (customer_id = 1 OR false) AND total > 0");
+  RefusalOf("SELECT * FROM orders WHERE customer_id = 1.0");
+  RefusalOf("SELECT * FROM orders WHERE customer_id = 1 + 1");
+  RefusalOf("SELECT * FROM orders WHERE customer_id IN (1, 2)");
+  RefusalOf("SELECT * FROM orders WHERE customer_id::int = 1");
+  RefusalOf("SELECT * FROM orders WHERE customer_id = -(5)");
+  RefusalOf("SELECT * FROM orders");
+}
+
+TEST(SqlRouter, SubqueriesAndCtesArePinnedLevelByLevel) {
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE customer_id = 7 AND total > (SELECT avg(total) FROM orders o2 "
+                     "WHERE o2.customer_id = 7)"),
+            7);
+  EXPECT_EQ(RoutesTo("SELECT c.name, (SELECT count(*) FROM orders o WHERE o.customer_id = c.customer_id) "
+                     "FROM customers c WHERE c.customer_id = 7"),
+            7);
+  EXPECT_EQ(RoutesTo("SELECT * FROM customers c WHERE c.customer_id = 7 AND NOT EXISTS (SELECT 1 FROM orders o "
+                     "WHERE o.customer_id = c.customer_id AND o.status = 'placed')"),
+            7);
+  EXPECT_EQ(RoutesTo("WITH mine AS (SELECT * FROM orders WHERE customer_id = $1) SELECT * FROM mine ORDER BY order_id",
+                     {"7"}),
+            7);
+  // A CTE's name is not a table, even where it shadows one.
+  EXPECT_EQ(RoutesTo("WITH orders AS (SELECT * FROM order_items WHERE customer_id = 7) SELECT * FROM orders"), 7);
+  EXPECT_EQ(RoutesTo("SELECT * FROM customers c, LATERAL (SELECT * FROM orders o WHERE o.customer_id = "
+                     "c.customer_id ORDER BY ordered_at DESC LIMIT 3) last3 WHERE c.customer_id = 7"),
+            7);
+  EXPECT_EQ(RoutesTo("SELECT order_id FROM orders WHERE customer_id = 3 UNION SELECT order_id FROM order_items "
+                     "WHERE customer_id = 3"),
+            3);
+  EXPECT_EQ(RoutesTo("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3) "
+                     "SELECT * FROM n, orders o WHERE o.customer_id = 3"),
+            3);
+  EXPECT_EQ(RoutesTo("SELECT * FROM (SELECT * FROM orders WHERE customer_id = 5) s WHERE s.total > 1"), 5);
+
+  const SqlError sub = RefusalOf(
+      "SELECT * FROM orders WHERE customer_id = 7 AND total >\n"
+      "  (SELECT avg(total) FROM orders)");
+  EXPECT_EQ(sub.construct(), "the table orders");
+  EXPECT_EQ(sub.line(), 2);
+  EXPECT_EQ(sub.column(), 27);
+  const SqlError cte = RefusalOf(
+      "WITH all_orders AS (SELECT * FROM orders) SELECT * FROM all_orders "
+      "WHERE customer_id = 7");
+  EXPECT_EQ(cte.column(), 35);
+  // A pin outside a subquery in FROM does not reach into it.
+  RefusalOf("SELECT * FROM (SELECT * FROM orders) s WHERE s.customer_id = 5");
+  // An outer query's unpinned customer does not pin the subquery.
+  RefusalOf("SELECT * FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.customer_id)");
+  // A subquery's equality does not pin the outer query.
+  RefusalOf(
+      "SELECT * FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.customer_id "
+      "AND c.customer_id = 7 AND o.customer_id = 7)");
+  RefusalOf("SELECT order_id FROM orders WHERE customer_id = 3 UNION SELECT order_id FROM order_items");
+  RefusalOf("WITH x AS (DELETE FROM orders WHERE customer_id = 1 RETURNING *) SELECT * FROM x");
+}
+
+TEST(SqlRouter, AmbiguousOrConflictingKeysAreRefused) {
+  const SqlError ambiguous = RefusalOf(
+      "SELECT * FROM orders o JOIN customers c ON c.customer_id = o.customer_id "
+      "WHERE customer_id = 7");
+  EXPECT_EQ(ambiguous.construct(), "the unqualified column customer_id");
+  EXPECT_EQ(ambiguous.column(), 80);
+  EXPECT_NE(ambiguous.reason().find("ambiguous"), std::string::npos);
+
+  const SqlError two = RefusalOf("SELECT * FROM orders WHERE customer_id = 1 AND customer_id = 2");
+  EXPECT_NE(two.reason().find("customers 1 and 2"), std::string::npos);
+  RefusalOf("SELECT * FROM orders a, orders b WHERE a.customer_id = 1 AND b.customer_id = 2");
+  RefusalOf("SELECT * FROM orders WHERE customer_id = 1 UNION ALL SELECT * FROM orders WHERE customer_id = 2");
+  // Parameters that differ are refused when bound.
+  const SqlError params =
+      RefusalOf("SELECT * FROM orders a, orders b WHERE a.customer_id = $1 AND b.customer_id = $2", {"1", "2"});
+  EXPECT_EQ(params.column(), 79);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders a, orders b WHERE a.customer_id = $1 AND b.customer_id = $2", {"1", "1"}),
+            1);
+}
+
+TEST(SqlRouter, KeyParametersMustBeIntegers) {
+  const std::string sql = "SELECT * FROM orders WHERE customer_id = $1";
+  EXPECT_EQ(RefusalOf(sql, {std::nullopt}).construct(), "the parameter $1");
+  EXPECT_EQ(RefusalOf(sql, {"abc"}).column(), 42);
+  RefusalOf(sql, {"1.5"});
+  RefusalOf(sql, {"99999999999"});
+  RefusalOf(sql, {});
+  EXPECT_EQ(RoutesTo(sql, {"-12"}), -12);
+}
+
+TEST(SqlRouter, ReferenceTablesAloneRunOnAnyShard) {
+  EXPECT_EQ(RoutesTo("SELECT * FROM books ORDER BY book_id"), std::nullopt);
+  EXPECT_EQ(RoutesTo("SELECT 1"), std::nullopt);
+  EXPECT_EQ(RoutesTo("SELECT category, count(*) FROM books GROUP BY 1"), std::nullopt);
+  const auto plan = PlanStatement("SELECT * FROM books b JOIN orders o ON o.customer_id = 1", Catalog());
+  EXPECT_EQ(plan->kind, SqlPlanInfo::Kind::kRouted);
+  EXPECT_EQ(plan->reference_tables, std::vector<std::string>{"books"});
+  EXPECT_EQ(plan->sharded_tables, std::vector<std::string>{"orders"});
+}
+
+TEST(SqlRouter, WritesRouteWithTheirKey) {
+  const auto update =
+      PlanStatement("UPDATE orders SET status = 'shipped' WHERE customer_id = 5 AND order_id = 1", Catalog());
+  EXPECT_FALSE(update->read_only);
+  EXPECT_EQ(update->statement, "UPDATE");
+  EXPECT_EQ(RoutesTo("UPDATE orders SET status = 'shipped' WHERE customer_id = 5 AND order_id = 1"), 5);
+  EXPECT_EQ(RoutesTo("DELETE FROM order_items WHERE customer_id = $1 AND order_id = $2", {"6", "1"}), 6);
+  EXPECT_EQ(RoutesTo("UPDATE orders o SET total = i.s FROM (SELECT order_id, sum(unit_price) s FROM order_items "
+                     "WHERE customer_id = 5 GROUP BY 1) i WHERE o.customer_id = 5 AND o.order_id = i.order_id"),
+            5);
+  EXPECT_EQ(
+      RoutesTo("DELETE FROM orders o USING customers c WHERE o.customer_id = c.customer_id AND c.customer_id = 4"), 4);
+
+  const SqlError unpinned = RefusalOf("UPDATE orders SET status = 'x' WHERE order_id = 5");
+  EXPECT_EQ(unpinned.construct(), "UPDATE orders");
+  EXPECT_EQ(unpinned.column(), 8);
+  EXPECT_EQ(RefusalOf("DELETE FROM orders").construct(), "DELETE orders");
+  EXPECT_EQ(RefusalOf("UPDATE orders SET customer_id = 6 WHERE customer_id = 5").construct(), "SET customer_id");
+  EXPECT_EQ(RefusalOf("UPDATE orders SET bucket = 6 WHERE customer_id = 5").construct(), "SET bucket");
+  EXPECT_EQ(RefusalOf("UPDATE books SET price = 1").construct(), "a write to the reference table books");
+  RefusalOf("DELETE FROM orders WHERE customer_id = 5 AND order_id IN (SELECT order_id FROM order_items)");
+}
+
+TEST(SqlRouter, InsertsRouteByTheirRowsAndGetTheirBucket) {
+  const std::string sql =
+      "INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES (4242, 1, now(), 5), (4242, 2, now(), 6)";
+  const auto plan = PlanStatement(sql, Catalog());
+  EXPECT_TRUE(plan->AddsBucket());
+  const BoundRoute route = BindRoute(*plan, {});
+  ASSERT_TRUE(route.customer);
+  EXPECT_EQ(ToInt(*route.customer), 4242);
+  EXPECT_EQ(StatementText(*plan, route),
+            "INSERT INTO orders (customer_id, order_id, ordered_at, total, bucket) VALUES (4242, 1, now(), 5, 44), "
+            "(4242, 2, now(), 6, 44)");
+
+  // Parameters, nested parentheses, comments and line breaks stay as written.
+  const std::string with_params =
+      "INSERT INTO order_items AS i (order_id, customer_id, line_no, book_id, quantity, unit_price)\n"
+      "VALUES ($1, $2, 1, 7, (1 + (2)), 9.5) /* ) */ RETURNING i.bucket, (i.quantity)";
+  const auto params_plan = PlanStatement(with_params, Catalog());
+  const BoundRoute params_route = BindRoute(*params_plan, {"10", "4243"});
+  EXPECT_EQ(StatementText(*params_plan, params_route),
+            "INSERT INTO order_items AS i (order_id, customer_id, line_no, book_id, quantity, unit_price, bucket)\n"
+            "VALUES ($1, $2, 1, 7, (1 + (2)), 9.5, 20) /* ) */ RETURNING i.bucket, (i.quantity)");
+
+  // bucket given: the text is the statement's own.
+  const std::string given = "INSERT INTO customers (customer_id, bucket, name, email) VALUES (4242, 44, 'a', 'b')";
+  const auto given_plan = PlanStatement(given, Catalog());
+  EXPECT_FALSE(given_plan->AddsBucket());
+  EXPECT_EQ(StatementText(*given_plan, BindRoute(*given_plan, {})), given);
+  EXPECT_EQ(RoutesTo("INSERT INTO customers VALUES (4242, 44, 'a', 'b', now())"), 4242);
+
+  // Several customers on one shard: one statement.
+  const auto same_shard = PlanStatement(
+      "INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES "
+      "(4242, 1, now(), 5), (77777, 2, now(), 6)",
+      Catalog());
+  const BoundRoute both = BindRoute(*same_shard, {});
+  ASSERT_EQ(BucketDirectory::EvenSplit(2).ShardFor(CustomerId{4242}),
+            BucketDirectory::EvenSplit(2).ShardFor(CustomerId{77777}));
+  RequireOneShard(*same_shard, both, BucketDirectory::EvenSplit(2));
+  EXPECT_EQ(StatementText(*same_shard, both),
+            "INSERT INTO orders (customer_id, order_id, ordered_at, total, bucket) VALUES (4242, 1, now(), 5, 44), "
+            "(77777, 2, now(), 6, 53)");
+}
+
+TEST(SqlRouter, InsertsOnTwoShardsOrWithoutAKnownKeyAreRefused) {
+  // 4242: bucket 44, shard 1; 4243: bucket 20, shard 0 (two shards).
+  const SqlError two = RefusalOf(
+      "INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES\n"
+      "  (4242, 1, now(), 5),\n  (4243, 2, now(), 6)");
+  EXPECT_EQ(two.construct(), "row 2 of the VALUES");
+  EXPECT_EQ(two.line(), 3);
+  EXPECT_EQ(two.column(), 4);
+  EXPECT_NE(two.reason().find("atomic"), std::string::npos);
+  EXPECT_NE(two.advice().find("statement of its own"), std::string::npos);
+  RefusalOf("INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES ($1, 1, now(), 5), ($2, 2, now(), 6)",
+            {"4242", "4243"});
+
+  EXPECT_EQ(RefusalOf("INSERT INTO orders (customer_id, order_id) SELECT customer_id, order_id FROM orders "
+                      "WHERE customer_id = 1")
+                .construct(),
+            "INSERT ... SELECT");
+  EXPECT_EQ(RefusalOf("INSERT INTO orders (customer_id, order_id) VALUES (1 + 1, 2)").construct(),
+            "the customer_id of row 1");
+  EXPECT_EQ(RefusalOf("INSERT INTO orders (order_id) VALUES (2)").construct(), "INSERT INTO orders");
+  RefusalOf("INSERT INTO orders DEFAULT VALUES");
+  RefusalOf("INSERT INTO orders (customer_id, order_id) VALUES (1, 2) ON CONFLICT DO NOTHING");
+  RefusalOf("INSERT INTO orders VALUES (1)");
+  RefusalOf("INSERT INTO books (book_id, title, category, price) VALUES (1, 'a', 'b', 1)");
+  RefusalOf(
+      "INSERT INTO order_items (customer_id, order_id, line_no, book_id, quantity, unit_price) VALUES "
+      "(1, (SELECT max(order_id) FROM orders), 1, 1, 1, 1)");
+  EXPECT_EQ(RoutesTo("INSERT INTO order_items (customer_id, order_id, line_no, book_id, quantity, unit_price) VALUES "
+                     "(1, (SELECT max(order_id) FROM orders WHERE customer_id = 1), 1, 1, 1, 1)"),
+            1);
+  RefusalOf(
+      "INSERT INTO order_items (customer_id, order_id, line_no, book_id, quantity, unit_price) VALUES "
+      "(2, (SELECT max(order_id) FROM orders WHERE customer_id = 1), 1, 1, 1, 1)");
+}
+
+TEST(SqlRouter, OtherStatementsAndUnknownTablesAreRefused) {
+  for (const char* sql : {"CREATE TABLE x (a int)", "SET search_path = x", "BEGIN", "COPY orders FROM STDIN",
+                          "EXPLAIN SELECT 1", "VACUUM orders", "TRUNCATE orders"}) {
+    const SqlError e = RefusalOf(sql);
+    EXPECT_EQ(e.kind(), SqlError::Kind::kRefused) << sql;
+    EXPECT_NE(e.reason().find("only SELECT, INSERT, UPDATE and DELETE"), std::string::npos) << sql;
+  }
+  EXPECT_EQ(RefusalOf("BEGIN").construct(), "a BEGIN statement");
+
+  const SqlError unknown = RefusalOf("SELECT 'é' FROM widgets");
+  EXPECT_EQ(unknown.construct(), "the table widgets");
+  EXPECT_EQ(unknown.column(), 17);  // characters, not bytes
+  EXPECT_NE(unknown.advice().find("shardkit_shard_table('widgets')"), std::string::npos);
+  EXPECT_NE(unknown.advice().find("reference_tables"), std::string::npos);
+  RefusalOf("SELECT * FROM pg_class");
+  RefusalOf("SELECT * FROM other.orders WHERE customer_id = 1");
+  RefusalOf("SELECT * FROM orders TABLESAMPLE SYSTEM (10) WHERE customer_id = 1");
+  RefusalOf("SELECT * INTO copy FROM orders WHERE customer_id = 1");
+  RefusalOf("SELECT * FROM orders WHERE customer_id = 1 FOR UPDATE");
+  EXPECT_EQ(RefusalOf("SELECT discount_for(total) FROM orders WHERE customer_id = 1").construct(),
+            "the function discount_for");
+  EXPECT_EQ(RefusalOf("SELECT nextval('s')").construct(), "the function nextval");
+}
+
+}  // namespace
+}  // namespace shardkit::sql

@@ -25,7 +25,7 @@ Cluster::Cluster(const ClusterConfig& config, ClusterOptions options) : config_(
   scatter_ = std::make_unique<ScatterGather>(*resolver_, options.scatter_threads);
   scatter_->FollowDirectory(watcher_.get());
   transactions_ = std::make_unique<RoutedTransactions>(*resolver_, watcher_.get());
-  sql_ = std::make_unique<sql::SqlEngine>(*resolver_, *transactions_, config_.reference_tables);
+  sql_ = std::make_unique<sql::SqlEngine>(*resolver_, *transactions_, *scatter_, config_.reference_tables);
 }
 
 Cluster::~Cluster() = default;

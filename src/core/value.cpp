@@ -262,6 +262,16 @@ PgTypeInfo TypeInfoFor(TypeOid oid) {
   return PgTypeInfo{oid, "type oid " + std::to_string(oid), Value::Kind::kText, false, false, false};
 }
 
+TypeOid TypeOidNamed(std::string_view name) {
+  for (const auto& row : kTypes) {
+    if (row.name == name) return row.oid;
+  }
+  for (const auto& row : kOtherTypeNames) {
+    if (row.name == name) return row.oid;
+  }
+  return 0;
+}
+
 std::string GroupingAdvice(TypeOid oid) {
   switch (oid) {
     case kIntervalOid:

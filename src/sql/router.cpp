@@ -14,6 +14,7 @@
 #include <charconv>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "shardkit/errors.hpp"
@@ -162,6 +163,9 @@ class Analyzer {
     }
     CheckEverythingSeen(parsed_.tree);
     Finish();
+    if (plan_.kind == SqlPlanInfo::Kind::kScatter) {
+      plan_.scatter = std::make_shared<const ScatterPlan>(PlanScatter(parsed_, catalog_));
+    }
     return std::make_shared<const SqlPlan>(std::move(plan_));
   }
 
@@ -256,6 +260,7 @@ class Analyzer {
       return;
     }
     Level& level = NewLevel(column_parent);
+    if (&select == &parsed_.tree.begin().value()) top_level_ = &level;
     if (const json* from = Field(select, "fromClause"); from != nullptr) {
       for (const json& item : *from) level.from.push_back(AnalyzeFromItem(item, level, ctes));
     }
@@ -860,8 +865,13 @@ class Analyzer {
     }
     std::sort(sharded_.begin(), sharded_.end(),
               [](const Entry* a, const Entry* b) { return a->location < b->location; });
+    std::vector<const Entry*> unpinned;
     for (const Entry* e : sharded_) {
       const auto& pins = pins_[static_cast<std::size_t>(Find(e->node))];
+      if (pins.empty() && !e->write_target && plan_.statement == "SELECT") {
+        unpinned.push_back(e);
+        continue;
+      }
       if (pins.empty()) {
         if (e->write_target) {
           Refuse(e->location, fmt::format("{} {}", plan_.statement, e->display),
@@ -871,8 +881,7 @@ class Analyzer {
                              "customers, one statement per customer"));
         }
         Refuse(e->location, fmt::format("the table {}", e->display),
-               "its customer_id is not pinned to one value at its query level, so its rows may be on every shard "
-               "(scatter SELECTs are not supported yet)",
+               "its customer_id is not pinned to one value at its query level, so its rows may be on every shard",
                fmt::format("add {}.customer_id = <customer> (or = $n) to that level's WHERE or inner JOIN ... ON, "
                            "joined by AND, or equate it to a pinned table's customer_id",
                            e->name));
@@ -880,6 +889,12 @@ class Analyzer {
       for (const KeySource& k : pins) {
         if (std::find(plan_.keys.begin(), plan_.keys.end(), k) == plan_.keys.end()) plan_.keys.push_back(k);
       }
+    }
+    if (!unpinned.empty()) {
+      RequireScatterable(unpinned);
+      plan_.kind = SqlPlanInfo::Kind::kScatter;
+      plan_.keys.clear();
+      return;
     }
     std::optional<KeySource> literal;
     for (const KeySource& k : plan_.keys) {
@@ -903,9 +918,64 @@ class Analyzer {
     if (plan_.statement == "SELECT" && sharded_.empty()) plan_.kind = SqlPlanInfo::Kind::kAnyShard;
   }
 
+  // A SELECT over every shard: its unpinned sharded tables are all at the
+  // top level, joined to each other on customer_id (co-located: joined rows
+  // are on one shard), and no other sharded table is pinned.
+  void RequireScatterable(const std::vector<const Entry*>& unpinned) {
+    if (parsed_.tree.begin().value().value("op", "SETOP_NONE") != "SETOP_NONE") {
+      Refuse(unpinned.front()->location, "a set operation (UNION, INTERSECT, EXCEPT) over sharded tables",
+             "combining set operations across shards is not supported yet",
+             "run each arm as a statement of its own and combine the answers, or pin customer_id in every arm");
+    }
+    for (const Entry* e : unpinned) {
+      if (e->level != top_level_) {
+        Refuse(e->location, fmt::format("the table {}", e->display),
+               "its customer_id is not pinned in a subquery or CTE, which in a statement over every shard would read "
+               "each shard's rows only",
+               fmt::format("pin {}.customer_id, or move the table into the top-level FROM joined on customer_id",
+                           e->name));
+      }
+    }
+    if (unpinned.size() != sharded_.size()) {
+      const Entry* pinned = nullptr;
+      for (const Entry* e : sharded_) {
+        if (std::find(unpinned.begin(), unpinned.end(), e) == unpinned.end()) pinned = e;
+      }
+      Refuse(unpinned.front()->location, fmt::format("the table {}", unpinned.front()->display),
+             fmt::format("its customer_id is not pinned while {}'s is, so matching rows may be on different shards "
+                         "(it would need repartitioning)",
+                         pinned->display),
+             fmt::format("pin {}.customer_id too, or join it on customer_id", unpinned.front()->name));
+    }
+    // Joined on customer_id: one class once equalities in either direction count.
+    std::map<int, int> joined;
+    const std::function<int(int)> root = [&](int n) {
+      n = Find(n);
+      const auto it = joined.find(n);
+      return it == joined.end() || it->second == n ? n : root(it->second);
+    };
+    for (const auto& [from, to] : directed_) {
+      const int a = root(from);
+      const int b = root(to);
+      if (a != b) joined[b] = a;
+    }
+    const int first = root(unpinned.front()->node);
+    for (const Entry* e : unpinned) {
+      if (root(e->node) != first) {
+        Refuse(e->location, fmt::format("the table {}", e->display),
+               fmt::format("it is not joined to {} on customer_id, so matching rows may be on different shards "
+                           "(it would need repartitioning)",
+                           unpinned.front()->display),
+               fmt::format("join the sharded tables on customer_id (e.g. USING (customer_id)), or pin "
+                           "customer_id"));
+      }
+    }
+  }
+
   const ParsedStatement& parsed_;
   const SqlCatalog& catalog_;
   SqlPlan plan_;
+  const Level* top_level_ = nullptr;
   std::vector<std::unique_ptr<Level>> levels_;
   std::vector<std::unique_ptr<CteScope>> scopes_;
   std::set<const json*> seen_;

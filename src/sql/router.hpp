@@ -12,8 +12,9 @@
 // INSERT ... VALUES routes when each row's customer_id is a literal or a
 // parameter (all rows on one shard at execution); a column list without
 // bucket gets it, with the bucket of each row's customer, spliced into the
-// text. Statements reading no sharded table run on any one shard. Anything
-// else is refused with an SqlError saying why and what to do.
+// text. Statements reading no sharded table run on any one shard. A SELECT
+// whose top level reads sharded tables joined on customer_id, none of them
+// pinned, scatters (scatter_plan.hpp). Anything else is refused with an SqlError saying why and what to do.
 //
 // Plans depend on the text and the catalog only, never on parameter values:
 // BindRoute() evaluates them.
@@ -29,6 +30,7 @@
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/sql/sql_plan_info.hpp"
+#include "sql/scatter_plan.hpp"
 #include "sql/sql_catalog.hpp"
 
 namespace shardkit::sql {
@@ -62,6 +64,8 @@ struct SqlPlan {
   int columns_close_paren = -1;
   std::vector<std::string> sharded_tables;
   std::vector<std::string> reference_tables;
+  // kScatter: how it runs on every shard.
+  std::shared_ptr<const ScatterPlan> scatter;
   [[nodiscard]] bool AddsBucket() const noexcept { return columns_close_paren >= 0; }
 };
 

@@ -76,6 +76,9 @@ SqlCatalog LoadSqlCatalog(pqxx::connection_base& connection, const std::vector<s
        tx.exec("SELECT DISTINCT proname FROM pg_proc WHERE oid >= 16384 AND proname <> 'bucket_of'")) {
     catalog.AddUserFunction(row[0].c_str());
   }
+  for (const auto& row : tx.exec("SELECT DISTINCT proname FROM pg_proc WHERE prokind = 'a'")) {
+    catalog.AddAggregate(row[0].c_str());
+  }
   tx.commit();
   return catalog;
 }

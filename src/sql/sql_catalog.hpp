@@ -2,7 +2,9 @@
 // registered in shardkit_sharded_tables, sql/010: shard key customer_id,
 // bucket column bucket), the reference tables the configuration declares
 // ([sql] reference_tables) with their columns, and the names of functions
-// that are not built in (they may read tables the router cannot see).
+// that are not built in (they may read tables the router cannot see), and
+// the names of the aggregates (looked up, not guessed: a scatter must never
+// return each shard's value of an aggregate it does not recognise).
 #pragma once
 
 #include <optional>
@@ -33,16 +35,20 @@ class SqlCatalog {
   void AddSharded(SqlTable table) { sharded_.push_back(std::move(table)); }
   void AddReference(SqlTable table) { reference_.push_back(std::move(table)); }
   void AddUserFunction(std::string name) { user_functions_.insert(std::move(name)); }
+  void AddAggregate(std::string name) { aggregates_.insert(std::move(name)); }
 
   // The table a FROM item names (schema-qualified or by search_path), or null.
   [[nodiscard]] const SqlTable* FindSharded(const std::optional<std::string>& schema, const std::string& name) const;
   [[nodiscard]] const SqlTable* FindReference(const std::optional<std::string>& schema, const std::string& name) const;
   [[nodiscard]] bool IsUserFunction(const std::string& name) const { return user_functions_.contains(name); }
+  // An aggregate function of that name exists (pg_proc), whatever its arguments.
+  [[nodiscard]] bool IsAggregate(const std::string& name) const { return aggregates_.contains(name); }
 
  private:
   std::vector<SqlTable> sharded_;
   std::vector<SqlTable> reference_;
   std::set<std::string> user_functions_;
+  std::set<std::string> aggregates_;
 };
 
 // Reads the catalog from one shard. A declared reference table the shard

@@ -4,17 +4,21 @@
 #include <pqxx/pqxx>
 
 #include "shardkit/errors.hpp"
+#include "shardkit/queries/scatter.hpp"
+#include "shardkit/queries/scatter_merge.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/writes/routed.hpp"
 #include "sql/parse.hpp"
+#include "sql/row_merge.hpp"
 #include "sql/sql_error_text.hpp"
 
 namespace shardkit::sql {
 
-SqlEngine::SqlEngine(BucketShardResolver& resolver, RoutedTransactions& transactions,
+SqlEngine::SqlEngine(BucketShardResolver& resolver, RoutedTransactions& transactions, ScatterGather& scatter,
                      std::vector<std::string> reference_tables, std::size_t cache_capacity)
     : resolver_(resolver),
       transactions_(transactions),
+      scatter_(scatter),
       reference_tables_(std::move(reference_tables)),
       cache_(cache_capacity) {}
 
@@ -74,6 +78,11 @@ SqlPlanInfo SqlEngine::Info(const Bound& bound, ShardId shard) const {
   info.sharded_tables = bound.plan->sharded_tables;
   info.reference_tables = bound.plan->reference_tables;
   info.cached = bound.cached;
+  if (const auto& scatter = bound.plan->scatter; scatter) {
+    info.shard_count = resolver_.ShardCount();
+    info.shard_sql = scatter->shard_sql;
+    info.merge = scatter->DescribeMerge();
+  }
   return info;
 }
 
@@ -82,8 +91,90 @@ SqlPlanInfo SqlEngine::Explain(const std::string& sql, const SqlParams& params) 
   return Info(bound, resolver_.Resolve(bound.customer).shard);
 }
 
+namespace {
+
+std::optional<std::string> FieldText(const pqxx::field& field) {
+  if (field.is_null()) return std::nullopt;
+  return std::string(field.c_str(), field.size());
+}
+
+// The result's columns from a shard's rows.
+void ReadColumns(const pqxx::result& rows, SqlResult& result) {
+  for (pqxx::row::size_type c = 0; c < rows.columns(); ++c) {
+    result.columns.emplace_back(rows.column_name(c));
+    result.types.push_back(static_cast<unsigned>(rows.column_type(c)));
+  }
+}
+
+void AppendRows(const pqxx::result& rows, SqlResult& result) {
+  for (const auto& row : rows) {
+    auto& out = result.rows.emplace_back();
+    out.reserve(row.size());
+    for (const auto& field : row) out.push_back(FieldText(field));
+  }
+}
+
+}  // namespace
+
+SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params, const SqlOptions& options) {
+  const ScatterPlan& plan = *bound.plan->scatter;
+  ScatterOptions scatter_options;
+  scatter_options.deadline = options.deadline;
+  scatter_options.label = options.label;
+  SqlResult result;
+  result.plan = Info(bound, ShardId{0});
+  const auto refuse = [&](const UnmergeableQuery& e, const std::string& reason) {
+    throw Refusal(bound.plan->text, 0, "this statement over every shard", reason.empty() ? e.what() : reason,
+                  "pin customer_id so that it runs on one customer's shard");
+  };
+  if (plan.rows) {
+    const ScatterResult scattered = scatter_.Run(plan.shard_sql, params, scatter_options);
+    try {
+      SqlPlanInfo keep = std::move(result.plan);
+      result = MergeSortedRows(scattered, *plan.rows);
+      result.plan = std::move(keep);
+    } catch (const UnmergeableQuery& e) {
+      refuse(e, "");
+    }
+  } else if (!plan.merge) {
+    const ScatterResult scattered = scatter_.Run(plan.shard_sql, params, scatter_options);
+    for (const ShardResult& shard : scattered.shards) {
+      if (result.columns.empty()) ReadColumns(shard.rows, result);
+      AppendRows(shard.rows, result);
+    }
+  } else {
+    MergedResult merged;
+    try {
+      merged = ScatterMerge(scatter_, *plan.merge, params, scatter_options);
+    } catch (const UnmergeableQuery& e) {
+      // What only the shards' column types tell (a type the merge cannot order or group).
+      std::string reason = e.what();
+      for (std::size_t i = plan.column_names.size(); i-- > 0;) {
+        const std::string internal = fmt::format("\"_c{}\"", i + 1);
+        for (std::size_t at; (at = reason.find(internal)) != std::string::npos;) {
+          reason.replace(at, internal.size(), fmt::format("\"{}\"", plan.column_names[i]));
+        }
+      }
+      refuse(e, reason);
+    }
+    result.columns = plan.column_names;
+    for (const std::string& type : merged.column_types) result.types.push_back(TypeOidNamed(type));
+    result.rows.reserve(merged.rows.size());
+    for (const auto& row : merged.rows) {
+      auto& out = result.rows.emplace_back();
+      out.reserve(row.size());
+      for (const Value& v : row) {
+        out.push_back(v.IsNull() ? std::nullopt : std::optional<std::string>(v.ToString()));
+      }
+    }
+  }
+  result.affected = result.rows.size();
+  return result;
+}
+
 SqlResult SqlEngine::Execute(const std::string& sql, const SqlParams& params, const SqlOptions& options) {
   const Bound bound = Bind(sql, params);
+  if (bound.plan->kind == SqlPlanInfo::Kind::kScatter) return ExecuteScatter(bound, params, options);
   const std::string text = StatementText(*bound.plan, bound.route);
   RoutedOptions routed;
   routed.deadline = options.deadline;
@@ -96,23 +187,9 @@ SqlResult SqlEngine::Execute(const std::string& sql, const SqlParams& params, co
       [&](pqxx::transaction_base& tx, const RoutedContext& at) {
         const pqxx::result rows = tx.exec_params(text, pqxx::prepare::make_dynamic_params(params));
         result = SqlResult{};
-        const auto columns = rows.columns();
-        for (pqxx::row::size_type c = 0; c < columns; ++c) {
-          result.columns.emplace_back(rows.column_name(c));
-          result.types.push_back(static_cast<unsigned>(rows.column_type(c)));
-        }
+        ReadColumns(rows, result);
         result.rows.reserve(rows.size());
-        for (const auto& row : rows) {
-          auto& out = result.rows.emplace_back();
-          out.reserve(columns);
-          for (const auto& field : row) {
-            if (field.is_null()) {
-              out.emplace_back(std::nullopt);
-            } else {
-              out.emplace_back(std::string(field.c_str(), field.size()));
-            }
-          }
-        }
+        AppendRows(rows, result);
         result.affected = bound.plan->read_only ? rows.size() : static_cast<std::size_t>(rows.affected_rows());
         result.plan = Info(bound, at.shard);
       },

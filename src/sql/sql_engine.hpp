@@ -1,6 +1,7 @@
 // The SQL layer of a Cluster: plans statements (cached by text), reads the
-// shards' catalog once when first needed, and runs routed statements as the
-// cluster's routed transactions. Thread-safe.
+// shards' catalog once when first needed, runs routed statements as the
+// cluster's routed transactions and scatters through its ScatterGather
+// (both follow the directory through bucket moves). Thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +21,7 @@
 namespace shardkit {
 class BucketShardResolver;
 class RoutedTransactions;
+class ScatterGather;
 }  // namespace shardkit
 
 namespace shardkit::sql {
@@ -27,8 +29,8 @@ namespace shardkit::sql {
 class SqlEngine {
  public:
   static constexpr std::size_t kDefaultCacheCapacity = 1024;
-  SqlEngine(BucketShardResolver& resolver, RoutedTransactions& transactions, std::vector<std::string> reference_tables,
-            std::size_t cache_capacity = kDefaultCacheCapacity);
+  SqlEngine(BucketShardResolver& resolver, RoutedTransactions& transactions, ScatterGather& scatter,
+            std::vector<std::string> reference_tables, std::size_t cache_capacity = kDefaultCacheCapacity);
 
   [[nodiscard]] SqlResult Execute(const std::string& sql, const SqlParams& params, const SqlOptions& options);
   [[nodiscard]] SqlPlanInfo Explain(const std::string& sql, const SqlParams& params);
@@ -47,9 +49,11 @@ class SqlEngine {
   };
   Bound Bind(const std::string& sql, const SqlParams& params);
   SqlPlanInfo Info(const Bound& bound, ShardId shard) const;
+  SqlResult ExecuteScatter(const Bound& bound, const SqlParams& params, const SqlOptions& options);
 
   BucketShardResolver& resolver_;
   RoutedTransactions& transactions_;
+  ScatterGather& scatter_;
   const std::vector<std::string> reference_tables_;
   PlanCache cache_;
   std::mutex catalog_mutex_;

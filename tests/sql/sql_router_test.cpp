@@ -25,6 +25,9 @@ SqlCatalog BookstoreCatalog() {
                       {"customer_id", "bucket", "order_id", "line_no", "book_id", "quantity", "unit_price"}});
   catalog.AddReference({"public", "books", true, {"book_id", "title", "category", "price"}});
   catalog.AddUserFunction("discount_for");
+  for (const char* aggregate : {"count", "sum", "avg", "min", "max", "string_agg", "bool_and", "percentile_cont"}) {
+    catalog.AddAggregate(aggregate);
+  }
   return catalog;
 }
 
@@ -136,10 +139,12 @@ TEST(SqlRouter, OuterJoinsPinOnlyTheirNullableSide) {
       "WHERE o.customer_id = 7");
   EXPECT_EQ(reverse.construct(), "the table customers");
   EXPECT_EQ(reverse.column(), 15);
-  const SqlError preserved = RefusalOf(
-      "SELECT * FROM orders o LEFT JOIN customers c ON c.customer_id = o.customer_id "
-      "AND o.customer_id = 7");
-  EXPECT_EQ(preserved.construct(), "the table orders");
+  // The preserved side unpinned: every shard, the join co-located on customer_id.
+  EXPECT_EQ(PlanStatement("SELECT * FROM orders o LEFT JOIN customers c ON c.customer_id = o.customer_id "
+                          "AND o.customer_id = 7",
+                          Catalog())
+                ->kind,
+            SqlPlanInfo::Kind::kScatter);
   const SqlError right = RefusalOf(
       "SELECT * FROM orders o RIGHT JOIN customers c ON o.customer_id = c.customer_id "
       "WHERE o.customer_id = 7");
@@ -152,29 +157,70 @@ TEST(SqlRouter, OuterJoinsPinOnlyTheirNullableSide) {
   EXPECT_EQ(full.column(), 34);
   EXPECT_TRUE(RefusalOf("SELECT * FROM customers c FULL JOIN orders o USING (customer_id) WHERE customer_id = 7")
                   .reason()
-                  .find("not pinned") != std::string::npos);
+                  .find("repartitioning") != std::string::npos);
 }
 
-TEST(SqlRouter, OrAndNotPinNothing) {
-  const SqlError e = RefusalOf("SELECT * FROM orders WHERE customer_id = 1 OR customer_id = 2");
+// Statements over every shard (their answers: sql_execute_pgtest).
+TEST(SqlRouter, OrInAndNotPinNothingAndScatter) {
+  for (const char* sql : {
+           "SELECT * FROM orders WHERE customer_id = 1 OR customer_id = 2",
+           "SELECT * FROM orders WHERE NOT (customer_id = 1)",
+           "SELECT * FROM orders WHERE (customer_id = 1 OR false) AND total > 0",
+           "SELECT * FROM orders WHERE customer_id = 1.0",
+           "SELECT * FROM orders WHERE customer_id = 1 + 1",
+           "SELECT * FROM orders WHERE customer_id IN (1, 2)",
+           "SELECT * FROM orders WHERE customer_id::int = 1",
+           "SELECT * FROM orders WHERE customer_id = -(5)",
+           "SELECT * FROM orders",
+           "SELECT count(*) FROM orders o JOIN order_items i USING (customer_id, order_id)",
+       }) {
+    const auto plan = PlanStatement(sql, Catalog());
+    EXPECT_EQ(plan->kind, SqlPlanInfo::Kind::kScatter) << sql;
+    ASSERT_TRUE(plan->scatter) << sql;
+    EXPECT_TRUE(BindRoute(*plan, {}).customer == std::nullopt) << sql;
+  }
+  const auto concatenated = PlanStatement("SELECT * FROM orders WHERE total > 5", Catalog());
+  EXPECT_FALSE(concatenated->scatter->merge);
+  EXPECT_EQ(concatenated->scatter->shard_sql, "SELECT * FROM orders WHERE total > 5");
+
+  const auto merged = PlanStatement(
+      "SELECT status, count(*) AS n, avg(total) FROM orders WHERE total > $1 GROUP BY status "
+      "HAVING sum(total) > 10 ORDER BY n DESC, 1 LIMIT 3",
+      Catalog());
+  ASSERT_TRUE(merged->scatter->merge);
+  const MergePlan& plan = *merged->scatter->merge;
+  EXPECT_EQ(plan.LimitCount(), 3);
+  ASSERT_EQ(plan.SortKeys().size(), 2U);
+  EXPECT_EQ(plan.SortKeys()[0].column, "_c2");  // merged columns are numbered; the names are the result's
+  EXPECT_EQ(plan.SortKeys()[0].direction, SortDirection::kDesc);
+  EXPECT_EQ(plan.SortKeys()[1].column, "_c1");
+  EXPECT_EQ(merged->scatter->column_names, (std::vector<std::string>{"status", "n", "avg"}));
+  ASSERT_EQ(plan.HavingTerms().size(), 1U);
+  EXPECT_EQ(plan.HavingTerms()[0].op, CompareOp::kGt);
+  // The HAVING aggregate is merged too, but not returned.
+  ASSERT_EQ(plan.Columns().size(), 4U);
+  EXPECT_TRUE(plan.Columns()[3].hidden);
+  // The limit is applied after the merge, never on the shards.
+  EXPECT_EQ(plan.ShardSql().find("LIMIT"), std::string::npos) << plan.ShardSql();
+  EXPECT_NE(plan.ShardSql().find("WHERE (total > $1)"), std::string::npos) << plan.ShardSql();
+}
+
+TEST(SqlRouter, ScatterRefusalsSayWhereAndWhy) {
+  const SqlError e = RefusalOf("SELECT * FROM orders o JOIN order_items i ON i.order_id = o.order_id");
   EXPECT_EQ(e.kind(), SqlError::Kind::kRefused);
-  EXPECT_EQ(e.construct(), "the table orders");
+  EXPECT_EQ(e.construct(), "the table order_items");
   EXPECT_EQ(e.line(), 1);
-  EXPECT_EQ(e.column(), 15);
-  EXPECT_EQ(e.position(), 15);
-  EXPECT_NE(e.reason().find("scatter SELECTs are not supported yet"), std::string::npos);
-  EXPECT_EQ(std::string(e.what()).substr(0, 51), "shardkit: the table orders at line 1, column 15: it");
-  EXPECT_NE(std::string(e.what()).find("\nLINE 1: SELECT * FROM orders WHERE customer_id = 1 OR customer_id = 2\n"
-                                       "                      ^"),
-            std::string::npos);
-  RefusalOf("SELECT * FROM orders WHERE NOT (customer_id = 1)");
-  RefusalOf("SELECT * FROM orders WHERE (customer_id = 1 OR false) AND total > 0");
-  RefusalOf("SELECT * FROM orders WHERE customer_id = 1.0");
-  RefusalOf("SELECT * FROM orders WHERE customer_id = 1 + 1");
-  RefusalOf("SELECT * FROM orders WHERE customer_id IN (1, 2)");
-  RefusalOf("SELECT * FROM orders WHERE customer_id::int = 1");
-  RefusalOf("SELECT * FROM orders WHERE customer_id = -(5)");
-  RefusalOf("SELECT * FROM orders");
+  EXPECT_EQ(e.column(), 29);
+  EXPECT_NE(e.reason().find("would need repartitioning"), std::string::npos);
+  EXPECT_EQ(std::string(e.what()).substr(0, 56), "shardkit: the table order_items at line 1, column 29: it");
+  EXPECT_NE(std::string(e.what()).find("\nLINE 1: SELECT * FROM orders o JOIN order_items i ON i.order_id = "
+                                       "o.order_id\n                                    ^"),
+            std::string::npos)
+      << e.what();
+  EXPECT_EQ(RefusalOf("SELECT round(avg(total), 2) FROM orders").construct(), "the expression round(avg(total), 2)");
+  EXPECT_EQ(RefusalOf("SELECT order_id FROM orders\nORDER BY total USING < LIMIT 5").line(), 2);
+  EXPECT_EQ(RefusalOf("SELECT status, count(*) FROM orders GROUP BY CUBE (status)").column(), 46);
+  EXPECT_NE(RefusalOf("SELECT bool_and(total > 0) FROM orders").construct().find("bool_and"), std::string::npos);
 }
 
 TEST(SqlRouter, SubqueriesAndCtesArePinnedLevelByLevel) {

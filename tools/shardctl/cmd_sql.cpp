@@ -61,12 +61,19 @@ void PrintAligned(const shardkit::SqlResult& result) {
 
 nlohmann::json PlanJson(const shardkit::SqlPlanInfo& plan) {
   nlohmann::json out{{"plan", plan.Describe()},
-                     {"kind", plan.kind == shardkit::SqlPlanInfo::Kind::kRouted ? "routed" : "any_shard"},
+                     {"kind", plan.kind == shardkit::SqlPlanInfo::Kind::kRouted    ? "routed"
+                              : plan.kind == shardkit::SqlPlanInfo::Kind::kScatter ? "scatter"
+                                                                                   : "any_shard"},
                      {"shard", shardkit::ToInt(plan.shard)},
                      {"statement", plan.statement},
                      {"read_only", plan.read_only},
                      {"sharded_tables", plan.sharded_tables},
                      {"reference_tables", plan.reference_tables}};
+  if (plan.kind == shardkit::SqlPlanInfo::Kind::kScatter) {
+    out["shard_count"] = plan.shard_count;
+    out["shard_sql"] = plan.shard_sql;
+    out["merge"] = plan.merge;
+  }
   if (plan.customer) out["customer_id"] = shardkit::ToInt(*plan.customer);
   if (plan.bucket) out["bucket"] = shardkit::ToInt(*plan.bucket);
   return out;
@@ -75,7 +82,9 @@ nlohmann::json PlanJson(const shardkit::SqlPlanInfo& plan) {
 }  // namespace
 
 void AddSqlCommand(CLI::App& app, CliContext& context) {
-  auto* sql = app.add_subcommand("sql", "run one SQL statement routed to its customer's shard (or say why not)");
+  auto* sql = app.add_subcommand("sql",
+                                 "run one SQL statement: on its customer's shard, or over every shard merged into the "
+                                 "unsharded answer (or say why not)");
   auto text = std::make_shared<std::string>();
   auto params = std::make_shared<std::vector<std::string>>();
   auto explain = std::make_shared<bool>(false);

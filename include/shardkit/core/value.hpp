@@ -105,6 +105,8 @@ struct PgTypeInfo {
   bool known = false;      // listed in shardkit's table; unknown types are carried as text
 };
 [[nodiscard]] PgTypeInfo TypeInfoFor(TypeOid oid);
+// The OID of a type shardkit knows by the name format_type() prints (0: not known).
+[[nodiscard]] TypeOid TypeOidNamed(std::string_view name);
 
 // For a type that is not groupable: what to write instead, e.g. for
 // interval "group by justify_interval(x)::text".

@@ -17,6 +17,7 @@ struct SqlPlanInfo {
   enum class Kind {
     kRouted,    // every sharded table pinned to one customer: that customer's shard
     kAnyShard,  // no sharded table (reference tables only, or none): any one shard answers
+    kScatter,   // a SELECT over every shard, combined into the unsharded answer
   };
   Kind kind = Kind::kRouted;
   // The shard it runs on (for kAnyShard the one chosen), and for kRouted
@@ -30,11 +31,17 @@ struct SqlPlanInfo {
   // The tables it reads or writes, as written (sharded and reference).
   std::vector<std::string> sharded_tables;
   std::vector<std::string> reference_tables;
+  // kScatter: the shards it runs on, what each runs and how the answers are
+  // combined ("concatenation", or the merge's columns).
+  int shard_count = 0;
+  std::string shard_sql;
+  std::string merge;
   // The plan came from the plan cache (no parse).
   bool cached = false;
 
   // "routed: shard 1 (bucket 44, customer 4242)", or
-  // "any shard: shard 0 (reference tables only: books)".
+  // "any shard: shard 0 (reference tables only: books)", or
+  // "scatter over 2 shards, per-shard SQL: SELECT ...; merge: sold = SUM(_p1)".
   [[nodiscard]] std::string Describe() const;
 };
 

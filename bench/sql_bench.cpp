@@ -1,0 +1,150 @@
+// Plain SQL through Cluster::Execute next to the same work without the SQL
+// layer: a routed "my orders" statement vs Resolve + raw libpqxx on the
+// shard's pool (and vs Cluster::Run, the routed transaction Execute uses), a
+// scatter aggregate vs the same AggregateQuery through Cluster::Merge, and
+// planning a statement from the plan cache vs parsing a new one. Needs the
+// local cluster (lab/cluster start).
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <memory>
+#include <pqxx/pqxx>
+#include <string>
+
+#include "shardkit/cluster.hpp"
+#include "shardkit/queries/aggregate_query.hpp"
+#include "support/bookstore_rows.hpp"
+#include "support/test_cluster.hpp"
+
+namespace {
+
+constexpr shardkit::CustomerId kCustomer{4242};
+constexpr const char* kMyOrders =
+    "SELECT order_id, ordered_at, total FROM orders WHERE customer_id = $1 ORDER BY ordered_at DESC";
+constexpr const char* kBestSellers =
+    "SELECT book_id, sum(quantity) AS sold FROM order_items GROUP BY book_id ORDER BY sold DESC, book_id LIMIT 10";
+
+struct Setup {
+  std::unique_ptr<shardkit::test::ScratchCluster> scratch;
+  std::unique_ptr<shardkit::Cluster> cluster;
+};
+
+// One scratch cluster for the whole run: the Bookstore's customers, and
+// customer 4242 with ten orders.
+Setup& Shared() {
+  static Setup setup = [] {
+    Setup s;
+    s.scratch = std::make_unique<shardkit::test::ScratchCluster>("sql_bench");
+    shardkit::test::FillBookstore(*s.scratch, 2000);
+    s.scratch->ExecEverywhere(
+        "INSERT INTO books (book_id, title, category, price) SELECT i, 'Book ' || i, 'fiction', 10 "
+        "FROM generate_series(0, 49) i");
+    const int shard = shardkit::ToInt(s.scratch->MakeResolver()->ShardFor(kCustomer));
+    s.scratch->ExecOnShard(
+        shard,
+        fmt::format(
+            "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) "
+            "SELECT {0}, bucket_of({0}), 1000 + g, now() - g * interval '1 day', 10 * g FROM generate_series(1, 10) g",
+            kCustomer));
+    shardkit::ClusterConfig config = s.scratch->Config();
+    config.reference_tables = {"books"};
+    s.cluster = shardkit::Cluster::Open(config);
+    return s;
+  }();
+  return setup;
+}
+
+void BM_MyOrdersResolveRawLibpqxx(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  for (auto _ : state) {
+    auto lease = cluster.Route(kCustomer).pool.Acquire();
+    pqxx::read_transaction tx{*lease};
+    const auto rows = tx.exec_params(kMyOrders, kCustomer);
+    tx.commit();
+    if (rows.size() != 10) state.SkipWithError("expected 10 orders");
+  }
+}
+BENCHMARK(BM_MyOrdersResolveRawLibpqxx)->UseRealTime();
+
+void BM_MyOrdersClusterRun(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  shardkit::RoutedOptions options;
+  options.read_only = true;
+  for (auto _ : state) {
+    const auto n = cluster.Run(
+        kCustomer,
+        [&](pqxx::transaction_base& tx, const shardkit::RoutedContext&) {
+          return tx.exec_params(kMyOrders, kCustomer).size();
+        },
+        options);
+    if (n != 10) state.SkipWithError("expected 10 orders");
+  }
+}
+BENCHMARK(BM_MyOrdersClusterRun)->UseRealTime();
+
+void BM_MyOrdersExecute(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  const shardkit::SqlParams params{std::to_string(shardkit::ToInt(kCustomer))};
+  for (auto _ : state) {
+    const shardkit::SqlResult result = cluster.Execute(kMyOrders, params);
+    if (result.rows.size() != 10) state.SkipWithError("expected 10 orders");
+  }
+}
+BENCHMARK(BM_MyOrdersExecute)->UseRealTime();
+
+void BM_BestSellersMerge(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  const shardkit::MergePlan plan = shardkit::AggregateQuery::From("order_items")
+                                       .GroupBy("book_id")
+                                       .Sum("quantity", "sold")
+                                       .OrderBy("sold", shardkit::SortDirection::kDesc)
+                                       .OrderBy("book_id")
+                                       .Limit(10)
+                                       .Plan();
+  for (auto _ : state) {
+    const shardkit::MergedResult merged = cluster.Merge(plan);
+    if (merged.rows.size() != 10) state.SkipWithError("expected 10 books");
+  }
+}
+BENCHMARK(BM_BestSellersMerge)->UseRealTime();
+
+void BM_BestSellersExecute(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  for (auto _ : state) {
+    const shardkit::SqlResult result = cluster.Execute(kBestSellers);
+    if (result.rows.size() != 10) state.SkipWithError("expected 10 books");
+  }
+}
+BENCHMARK(BM_BestSellersExecute)->UseRealTime();
+
+// Explain binds the plan to its parameters and resolves the customer, as
+// Execute does before it runs anything.
+void BM_PlanCached(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  const shardkit::SqlParams params{"4242"};
+  (void)cluster.Explain(kMyOrders, params);
+  for (auto _ : state) benchmark::DoNotOptimize(cluster.Explain(kMyOrders, params));
+}
+BENCHMARK(BM_PlanCached);
+
+void BM_PlanNew(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  const shardkit::SqlParams params{"4242"};
+  std::int64_t n = 0;
+  for (auto _ : state) {
+    // A new text each time: parsed and analysed (the cache is bounded).
+    benchmark::DoNotOptimize(cluster.Explain(fmt::format("{} -- {}", kMyOrders, ++n), params));
+  }
+}
+BENCHMARK(BM_PlanNew);
+
+void BM_PlanNewScatterAggregate(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  std::int64_t n = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(cluster.Explain(fmt::format("{} -- {}", kBestSellers, ++n)));
+}
+BENCHMARK(BM_PlanNewScatterAggregate);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "queries/stale_directory_retry.hpp"
 #include "sql/sql_engine.hpp"
 
 namespace shardkit {
@@ -47,42 +48,19 @@ namespace {
 
 // Top-k runs its phases in one session per shard; a shard that refuses a
 // bucket for a stale directory fails the session, so the whole top-k runs
-// again on the refreshed directory, as a scatter does: at most 3 newer
-// directories, and while the catalog has nothing newer yet (a move's
-// cutover, between the source's retirement and the flip) again after short
-// pauses, for up to 250 ms; never past the deadline.
+// again on the refreshed directory, as a scatter does.
 template <class Measure>
 TopKResult<Measure> TopKFollowingDirectory(BucketShardResolver& resolver, ScatterGather& scatter,
                                            DirectoryWatcher* watcher, const TopKQuery& query, TopKMethod method,
                                            const ScatterOptions& options) {
-  using Clock = std::chrono::steady_clock;
-  constexpr int kMaxNewerDirectories = 3;
-  constexpr auto kMaxFlipWait = std::chrono::milliseconds(250);
-  int newer = 0;
-  auto waited = std::chrono::milliseconds(0);
-  auto pause = std::chrono::milliseconds(1);
+  StaleDirectoryRetry retry(resolver, watcher,
+                            options.deadline.value_or(StaleDirectoryRetry::Clock::time_point::max()));
   for (;;) {
-    const std::int64_t used = resolver.Directory()->Version();
+    retry.Attempting();
     try {
       return TopKBySum<Measure>(scatter, query, method, options);
     } catch (const ScatterError& e) {
-      const bool stale = std::any_of(e.failures().begin(), e.failures().end(),
-                                     [](const ScatterError::Failure& f) { return f.stale_directory; });
-      if (!stale || watcher == nullptr) throw;
-      std::int64_t now_version = used;
-      try {
-        now_version = watcher->RefreshNow();
-      } catch (const Error&) {
-        throw e;
-      }
-      if (now_version > used) {
-        if (++newer > kMaxNewerDirectories) throw;
-        continue;
-      }
-      if (waited >= kMaxFlipWait || (options.deadline && Clock::now() + pause >= *options.deadline)) throw;
-      std::this_thread::sleep_for(pause);
-      waited += pause;
-      pause = std::min(pause * 2, std::chrono::milliseconds(32));
+      if (!retry.Again(e)) throw;
     }
   }
 }

@@ -119,10 +119,7 @@ struct BucketSetups {
 
   BucketSetups(std::shared_ptr<const BucketDirectory> d, int shards) : directory(std::move(d)) {
     for (int s = 0; s < shards; ++s) {
-      // A number list computed here (SET takes no parameters); set_config
-      // runs before the check: a target list is evaluated in order.
-      by_shard.push_back(fmt::format("SELECT set_config('shardkit.buckets', '{}', true), shardkit_check_buckets()",
-                                     BucketSet::Of(*directory, ShardId{s}).Setting()));
+      by_shard.push_back(BucketSet::Of(*directory, ShardId{s}).FenceSql());
     }
   }
 };

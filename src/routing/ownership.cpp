@@ -84,6 +84,11 @@ std::string BucketSet::Setting() const {
   return std::to_string(static_cast<std::int64_t>(bits_));
 }
 
+std::string BucketSet::FenceSql() const {
+  // A number computed here, not a caller's text (SET takes no parameters).
+  return "SELECT set_config('shardkit.buckets', '" + Setting() + "', true), shardkit_check_buckets()";
+}
+
 std::string BucketSet::Ranges() const {
   std::string out;
   int b = 0;

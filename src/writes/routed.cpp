@@ -89,7 +89,7 @@ void RoutedTransactions::RunErased(CustomerId customer,
   const auto deadline = options.deadline.value_or(start + kDefaultTimeout);
   const std::string label = options.label.empty() ? "routed transaction" : options.label;
   const BucketId bucket = BucketOf(customer);
-  const std::string bucket_setting = BucketSet::One(bucket).Setting();
+  const std::string fence_sql = BucketSet::One(bucket).FenceSql();
   RoutedOutcome outcome;
   // A refusal named where the bucket went: while the directory still sends
   // us to the refusing shard (`first`), go to the named owner (`second`).
@@ -171,12 +171,8 @@ void RoutedTransactions::RunErased(CustomerId customer,
         pqxx::nontransaction tx{*lease};
         std::string begin = BeginSql(options.isolation);
         if (options.read_only) begin += " READ ONLY";
-        // The values are numbers computed here, not a caller's text; SET takes
-        // no parameters.
-        tx.exec(
-            fmt::format("{}; SET LOCAL statement_timeout = {}; SET LOCAL shardkit.buckets = '{}'; "
-                        "SELECT shardkit_check_buckets()",
-                        begin, left.count(), bucket_setting));
+        // The timeout is a number computed here (SET takes no parameters).
+        tx.exec(fmt::format("{}; SET LOCAL statement_timeout = {}; {}", begin, left.count(), fence_sql));
         fn(tx, at);
       }
       committing = true;

@@ -90,6 +90,12 @@ class BucketSet {
   [[nodiscard]] std::vector<BucketId> Buckets() const;
   // The value of shardkit.buckets: the mask as a signed 64-bit decimal.
   [[nodiscard]] std::string Setting() const;
+  // The fence, first in every transaction that reads or writes sharded
+  // rows: shardkit.buckets = these buckets for the transaction, then
+  // shardkit_check_buckets(), which refuses a bucket the shard does not
+  // serve (sql/010, sql/014). One statement (set_config runs before the
+  // check: a target list is evaluated in order).
+  [[nodiscard]] std::string FenceSql() const;
   // "0-20, 54-63"
   [[nodiscard]] std::string Ranges() const;
   friend constexpr bool operator==(BucketSet, BucketSet) noexcept = default;

@@ -1,11 +1,14 @@
 // The Bookstore service: HTTP/JSON endpoints over a sharded Bookstore, built
 // on shardkit's public API only.
 //
-//   GET  /customers/{id}/orders[?limit=20]  the customer's newest orders, from its shard
+//   GET  /customers/{id}/orders[?limit=20]  the customer's newest orders with their items: one routed
+//                                           statement (customer_id = $1) through Cluster::Execute
 //   POST /orders                            {"customer_id": 4242, "items": [{"book_id": 17, "quantity": 2}]}
-//                                           one transaction on the customer's shard
-//   GET  /reports/top-books[?days=30&k=10]  exact best sellers over every shard (TPUT top-k)
-//   GET  /reports/category-avg[?days=30]    average order amount per category (merged SUM + COUNT)
+//                                           one routed transaction (Cluster::Run) on the customer's shard
+//   GET  /reports/top-books[?days=30&k=10]  exact best sellers over every shard: plain SQL through
+//                                           Cluster::Execute, merged (GROUP BY, ORDER BY, LIMIT)
+//   GET  /reports/category-avg[?days=30]    average order amount per category: a merge plan's SUM and
+//                                           COUNT (Execute refuses the per-order subquery it needs)
 //   GET  /health                            each shard's reachability; 503 naming any that is not
 //   GET  /metrics                           Prometheus text: pools, scatters, directory, HTTP
 //

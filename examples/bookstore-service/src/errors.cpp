@@ -78,6 +78,20 @@ ErrorAnswer AnswerFor(const std::exception& error, const std::function<std::stri
     answer.body["failed_shards"] = std::move(failed);
     return answer;
   }
+  if (const auto* sql = dynamic_cast<const shardkit::SqlError*>(&error)) {
+    // Every statement is the service's own text (request values go in
+    // parameters): a syntax error or a refusal is a bug in the service.
+    const bool syntax = sql->kind() == shardkit::SqlError::Kind::kSyntax;
+    ErrorAnswer answer = Answer(500, std::string(syntax ? "a statement of the service has a syntax error: "
+                                                        : "shardkit refused a statement of the service: ") +
+                                         sql->what());
+    nlohmann::json detail = {{"kind", syntax ? "syntax" : "refused"}, {"line", sql->line()}, {"column", sql->column()}};
+    if (!sql->construct().empty()) detail["construct"] = sql->construct();
+    if (!sql->reason().empty()) detail["reason"] = sql->reason();
+    if (!sql->advice().empty()) detail["advice"] = sql->advice();
+    answer.body["sql_error"] = std::move(detail);
+    return answer;
+  }
   if (dynamic_cast<const shardkit::IdGeneratorError*>(&error) != nullptr) {
     return Answer(503, std::string("cannot issue order ids: ") + error.what());
   }

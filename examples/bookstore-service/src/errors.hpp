@@ -8,7 +8,10 @@
 //        40P01, 25006: read-only during a failover or a move); Retry-After
 //   504  a statement was cut at the request's deadline (57014)
 //   409  unique violation (23505); 422 other integrity or data errors
-//   500  everything else (a schema that does not match, a bug)
+//   500  everything else (a schema that does not match, a bug); also a
+//        shardkit::SqlError (a syntax error or a refused statement: the
+//        service writes every statement itself, so it is a bug), with its
+//        kind, construct, reason, advice, line and column in "sql_error"
 #pragma once
 
 #include <functional>

@@ -86,5 +86,36 @@ TEST(AnswerFor, RefusedRequestsKeepTheirStatusAndDetail) {
   EXPECT_EQ(AnswerFor(std::runtime_error("boom"), Name).status, 500);
 }
 
+// The service writes every statement itself: a refusal or a syntax error is
+// its own bug, a 500 that says what shardkit said.
+TEST(AnswerFor, SqlErrorsAreTheServicesBugsWithTheRefusalSpelledOut) {
+  shardkit::SqlError::Details refused;
+  refused.kind = shardkit::SqlError::Kind::kRefused;
+  refused.construct = "the table order_items";
+  refused.reason = "its customer_id is not pinned in a subquery or CTE";
+  refused.advice = "pin i.customer_id";
+  refused.line = 1;
+  refused.column = 135;
+  const auto answer = AnswerFor(
+      shardkit::SqlError("the table order_items at line 1, column 135: its customer_id is not pinned", refused), Name);
+  EXPECT_EQ(answer.status, 500);
+  EXPECT_FALSE(answer.retry_after_seconds.has_value());
+  EXPECT_NE(answer.body["error"].get<std::string>().find("refused"), std::string::npos) << answer.body;
+  EXPECT_NE(answer.body["error"].get<std::string>().find("line 1, column 135"), std::string::npos) << answer.body;
+  EXPECT_EQ(answer.body["sql_error"]["kind"], "refused");
+  EXPECT_EQ(answer.body["sql_error"]["construct"], "the table order_items");
+  EXPECT_EQ(answer.body["sql_error"]["advice"], "pin i.customer_id");
+  EXPECT_EQ(answer.body["sql_error"]["line"], 1);
+  EXPECT_EQ(answer.body["sql_error"]["column"], 135);
+
+  shardkit::SqlError::Details syntax;
+  syntax.kind = shardkit::SqlError::Kind::kSyntax;
+  syntax.message = "syntax error at or near \"FORM\"";
+  const auto bad = AnswerFor(shardkit::SqlError("syntax error at or near \"FORM\"", syntax), Name);
+  EXPECT_EQ(bad.status, 500);
+  EXPECT_EQ(bad.body["sql_error"]["kind"], "syntax");
+  EXPECT_NE(bad.body["error"].get<std::string>().find("FORM"), std::string::npos) << bad.body;
+}
+
 }  // namespace
 }  // namespace bookstore

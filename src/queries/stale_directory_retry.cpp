@@ -14,7 +14,9 @@ constexpr auto kMaxFlipWait = std::chrono::milliseconds(250);
 constexpr auto kMaxPause = std::chrono::milliseconds(32);
 }  // namespace
 
-void StaleDirectoryRetry::Attempting() { used_ = resolver_.Directory()->Version(); }
+void StaleDirectoryRetry::Attempting() {
+  used_ = resolver_.Directory()->Version();
+}
 
 bool StaleDirectoryRetry::Again(const ScatterError& e) {
   const bool stale = std::any_of(e.failures().begin(), e.failures().end(),

@@ -133,6 +133,7 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
       SqlPlanInfo keep = std::move(result.plan);
       result = MergeSortedRows(scattered, *plan.rows);
       result.plan = std::move(keep);
+      result.rows_received = scattered.TotalRows();
     } catch (const UnmergeableQuery& e) {
       refuse(e, "");
     }
@@ -142,6 +143,7 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
       if (result.columns.empty()) ReadColumns(shard.rows, result);
       AppendRows(shard.rows, result);
     }
+    result.rows_received = result.rows.size();
   } else {
     MergedResult merged;
     try {
@@ -158,6 +160,7 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
       refuse(e, reason);
     }
     result.columns = plan.column_names;
+    result.rows_received = merged.rows_in;
     for (const std::string& type : merged.column_types) result.types.push_back(TypeOidNamed(type));
     result.rows.reserve(merged.rows.size());
     for (const auto& row : merged.rows) {
@@ -191,6 +194,7 @@ SqlResult SqlEngine::Execute(const std::string& sql, const SqlParams& params, co
         result.rows.reserve(rows.size());
         AppendRows(rows, result);
         result.affected = bound.plan->read_only ? rows.size() : static_cast<std::size_t>(rows.affected_rows());
+        result.rows_received = rows.size();
         result.plan = Info(bound, at.shard);
       },
       routed);

@@ -564,13 +564,12 @@ HttpResponse BookstoreService::TopBooks(const Target& target) {
                       {"category", it == titles.end() ? json() : json(it->second.second)},
                       {"quantity", quantity}});
   }
-  // One phase: the scatter and its merge, inside Execute. Its rows are the
-  // merged rows the statement returned (the shards' partials are merged in
-  // the library and not counted separately).
+  // One phase: the scatter and its merge, inside Execute; its rows are the
+  // partial rows the shards sent (one per book per shard).
   json phases = json::array();
   phases.push_back(
       {{"name", "scatter + merge"},
-       {"rows", top.rows.size()},
+       {"rows", top.rows_received},
        {"shards_asked", top.plan.shard_count},
        {"elapsed_ms",
         static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count()) / 1000.0}});
@@ -580,7 +579,7 @@ HttpResponse BookstoreService::TopBooks(const Target& target) {
                     {"method", "plain SQL, merged (exact)"},
                     {"exact", true},  // every shard's sums merged: the unsharded answer
                     {"books", std::move(ranked)},
-                    {"rows_transferred", top.rows.size()},
+                    {"rows_transferred", top.rows_received},
                     {"phases", std::move(phases)},
                     {"warnings", json::array()}});
 }

@@ -21,6 +21,10 @@ struct SqlResult {
   // INSERT/UPDATE/DELETE: the rows the statement affected (also without
   // RETURNING); SELECT: the rows returned.
   std::size_t affected = 0;
+  // Rows the shards sent: the rows themselves when routed or concatenated;
+  // over every shard, the partial rows (groups per shard) or each shard's
+  // first OFFSET + LIMIT rows that were merged.
+  std::size_t rows_received = 0;
   SqlPlanInfo plan;
 };
 

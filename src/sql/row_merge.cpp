@@ -57,17 +57,19 @@ SqlResult MergeSortedRows(const ScatterResult& scattered, const RowOrder& order)
       const TypeOid type = static_cast<TypeOid>(row[c].type());
       const PgTypeInfo info = TypeInfoFor(type);
       if (!info.orderable) {
-        throw UnmergeableQuery(fmt::format("ORDER BY column {} ({}): shardkit cannot order {} values exactly as the "
-                                           "server does; cast it to an orderable type (text in the C collation, "
-                                           "numeric, timestamp without time zone)",
-                                           c + 1, info.name, info.name));
+        throw UnmergeableQuery(
+            fmt::format("ORDER BY column {} ({}): shardkit cannot order {} values exactly as the "
+                        "server does; cast it to an orderable type (text in the C collation, "
+                        "numeric, timestamp without time zone)",
+                        c + 1, info.name, info.name));
       }
       const auto collation = row[static_cast<pqxx::row::size_type>(index_of(k, true))];
       if (!collation.is_null() && !IsBytewise(collation.c_str())) {
-        throw UnmergeableQuery(fmt::format("ORDER BY column {} is sorted in collation {}, not C: shardkit merges text "
-                                           "in byte order; write the key with COLLATE \"C\" if byte order is what you "
-                                           "want",
-                                           c + 1, collation.c_str()));
+        throw UnmergeableQuery(
+            fmt::format("ORDER BY column {} is sorted in collation {}, not C: shardkit merges text "
+                        "in byte order; write the key with COLLATE \"C\" if byte order is what you "
+                        "want",
+                        c + 1, collation.c_str()));
       }
       const Value v = ReadValue(row[c], type);
       out.keys.push_back(HasComparisonForm(type) ? ComparisonForm(v, type) : v);
@@ -82,8 +84,8 @@ SqlResult MergeSortedRows(const ScatterResult& scattered, const RowOrder& order)
       if (x.IsNull() || y.IsNull()) {
         if (x.IsNull() && y.IsNull()) continue;
         // PostgreSQL's default: NULLS LAST ascending, NULLS FIRST descending.
-        const bool nulls_first = k.nulls == NullsOrder::kFirst ||
-                                 (k.nulls == NullsOrder::kDefault && k.direction == SortDirection::kDesc);
+        const bool nulls_first =
+            k.nulls == NullsOrder::kFirst || (k.nulls == NullsOrder::kDefault && k.direction == SortDirection::kDesc);
         return x.IsNull() == nulls_first;
       }
       const int c = CompareValues(x, y);
@@ -92,13 +94,15 @@ SqlResult MergeSortedRows(const ScatterResult& scattered, const RowOrder& order)
     return false;
   });
   const auto begin = std::min(sorted.size(), static_cast<std::size_t>(order.offset));
-  const auto end = order.limit ? std::min(sorted.size(), begin + static_cast<std::size_t>(*order.limit)) : sorted.size();
+  const auto end =
+      order.limit ? std::min(sorted.size(), begin + static_cast<std::size_t>(*order.limit)) : sorted.size();
   for (std::size_t n = begin; n < end; ++n) {
     auto& out = result.rows.emplace_back();
     out.reserve(visible);
     for (std::size_t c = 0; c < visible; ++c) {
       const auto field = (*sorted[n].row)[static_cast<pqxx::row::size_type>(c)];
-      out.push_back(field.is_null() ? std::nullopt : std::optional<std::string>(std::string(field.c_str(), field.size())));
+      out.push_back(field.is_null() ? std::nullopt
+                                    : std::optional<std::string>(std::string(field.c_str(), field.size())));
     }
   }
   return result;

@@ -283,8 +283,8 @@ class ScatterPlanner {
         const json& by = (*sort)[s].at("SortBy");
         const json& node = by.at("node");
         SortColumn key;
-        key.direction = by.value("sortby_dir", "SORTBY_DEFAULT") == "SORTBY_DESC" ? SortDirection::kDesc
-                                                                                   : SortDirection::kAsc;
+        key.direction =
+            by.value("sortby_dir", "SORTBY_DEFAULT") == "SORTBY_DESC" ? SortDirection::kDesc : SortDirection::kAsc;
         const std::string nulls = by.value("sortby_nulls", "SORTBY_NULLS_DEFAULT");
         key.nulls = nulls == "SORTBY_NULLS_FIRST"  ? NullsOrder::kFirst
                     : nulls == "SORTBY_NULLS_LAST" ? NullsOrder::kLast
@@ -322,14 +322,16 @@ class ScatterPlanner {
           key.column = add_hidden(expression);
         }
         // The collation the shard sorted it in: C (bytewise) or refused.
-        key.collation_column = add_hidden(fmt::format("NULLIF(pg_collation_for(({})::text), '\"default\"')", expression));
+        key.collation_column =
+            add_hidden(fmt::format("NULLIF(pg_collation_for(({})::text), '\"default\"')", expression));
         order.keys.push_back(key);
       }
     }
     const std::size_t select_end = static_cast<std::size_t>(parsed_.tokens[select_list_.end - 1].end);
     const std::size_t body_end =
         tail_.present ? static_cast<std::size_t>(parsed_.tokens[tail_.begin].start) : parsed_.text.size();
-    plan.shard_sql = parsed_.text.substr(0, select_end) + hidden + parsed_.text.substr(select_end, body_end - select_end);
+    plan.shard_sql =
+        parsed_.text.substr(0, select_end) + hidden + parsed_.text.substr(select_end, body_end - select_end);
     while (!plan.shard_sql.empty() && (plan.shard_sql.back() == ' ' || plan.shard_sql.back() == '\n')) {
       plan.shard_sql.pop_back();
     }
@@ -488,8 +490,10 @@ class ScatterPlanner {
       Output out{fmt::format("_c{}", i + 1), WithoutLocations(value), false,
                  aliased ? target.at("name").get<std::string>() : DefaultName(value)};
       if (value.contains("ColumnRef") && value.at("ColumnRef").at("fields").back().contains("A_Star")) {
-        Refuse(LocationOf(value), "* in an aggregate query", "it selects columns that are neither grouped nor "
-                                                             "aggregated", "name the grouped columns");
+        Refuse(LocationOf(value), "* in an aggregate query",
+               "it selects columns that are neither grouped nor "
+               "aggregated",
+               "name the grouped columns");
       }
       if (const auto g = group_index(out.tree); g) {
         out.key = true;

@@ -324,10 +324,27 @@ Value Finalize(const BoundColumn& b, const Accumulator& acc) {
   }
 }
 
+// text, character varying, character and name: their values are their text
+// (character's without trailing blanks: ComparisonForm).
+bool IsCharacterString(TypeOid oid) {
+  constexpr TypeOid kName = 19, kText = 25, kBpchar = 1042, kVarchar = 1043;
+  return oid == kText || oid == kVarchar || oid == kBpchar || oid == kName;
+}
+
 bool HavingHolds(const HavingTerm& term, const Value& v, const BoundColumn& b) {
   if (term.op == CompareOp::kIsNull) return v.IsNull();
   if (term.op == CompareOp::kIsNotNull) return !v.IsNull();
   if (v.IsNull() || term.constant.IsNull()) return false;  // unknown is not true
+  if (term.constant.kind() == Value::Kind::kText && b.typed && !IsCharacterString(b.oid)) {
+    // SQL reads a quoted constant as the column's type: '2026-1-5 5:00' is the
+    // timestamp the shards print as 2026-01-05 05:00:00, 'A0EE...' a uuid
+    // printed in lower case. Compared as text they differ.
+    throw UnmergeableQuery("HAVING \"" + term.column + "\" " + OpText(term.op) + " '" + term.constant.ToString() +
+                           "': the column is " + b.info.name +
+                           ", and the server reads a text constant as that type, which shardkit's text comparison "
+                           "cannot do exactly (equal values are written in several ways); compare text columns with "
+                           "text constants only, filter the rows with WHERE, or filter the merged rows yourself");
+  }
   if (!b.info.orderable && b.spec->role == MergeColumn::Role::kGroupKey && b.typed) {
     throw UnmergeableQuery("HAVING on \"" + term.column + "\": shardkit cannot compare " + b.info.name +
                            " values exactly as the server does");

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardkit/queries/merge.hpp"
@@ -57,6 +58,12 @@ struct ScatterPlan {
   // The merged result's column names, as PostgreSQL names them (merged
   // columns are "_c1".., since SQL lets names repeat).
   std::vector<std::string> column_names;
+  // Merged columns that are not returned (HAVING and ORDER BY aggregates,
+  // GROUP BY keys not selected): internal name -> the statement's text, for
+  // the merge's messages.
+  std::vector<std::pair<std::string, std::string>> hidden_texts;
+  // Where HAVING starts (-1: none), for refusals of its conditions.
+  int having_location = -1;
   // "concatenation" or the merge plan's one-line description.
   [[nodiscard]] std::string DescribeMerge() const;
 };

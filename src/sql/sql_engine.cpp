@@ -123,8 +123,8 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
   scatter_options.label = options.label;
   SqlResult result;
   result.plan = Info(bound, ShardId{0});
-  const auto refuse = [&](const UnmergeableQuery& e, const std::string& reason) {
-    throw Refusal(bound.plan->text, 0, "this statement over every shard", reason.empty() ? e.what() : reason,
+  const auto refuse = [&](const UnmergeableQuery& e, const std::string& reason, int location = 0) {
+    throw Refusal(bound.plan->text, location, "this statement over every shard", reason.empty() ? e.what() : reason,
                   "pin customer_id so that it runs on one customer's shard");
   };
   if (plan.rows) {
@@ -149,13 +149,16 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     } catch (const UnmergeableQuery& e) {
       // What only the shards' column types tell (a type the merge cannot order or group).
       std::string reason = e.what();
-      for (std::size_t i = plan.column_names.size(); i-- > 0;) {
-        const std::string internal = fmt::format("\"_c{}\"", i + 1);
+      const auto rename = [&](const std::string& name, const std::string& text) {
+        const std::string internal = fmt::format("\"{}\"", name);
         for (std::size_t at; (at = reason.find(internal)) != std::string::npos;) {
-          reason.replace(at, internal.size(), fmt::format("\"{}\"", plan.column_names[i]));
+          reason.replace(at, internal.size(), fmt::format("\"{}\"", text));
         }
-      }
-      refuse(e, reason);
+      };
+      for (std::size_t i = plan.column_names.size(); i-- > 0;) rename(fmt::format("_c{}", i + 1), plan.column_names[i]);
+      for (const auto& [name, text] : plan.hidden_texts) rename(name, text);
+      // A HAVING condition the column types make inexact: at HAVING.
+      refuse(e, reason, reason.starts_with("HAVING ") && plan.having_location >= 0 ? plan.having_location : 0);
     }
     result.columns = plan.column_names;
     for (const std::string& type : merged.column_types) result.types.push_back(TypeOidNamed(type));

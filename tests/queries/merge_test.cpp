@@ -387,6 +387,23 @@ TEST(MergeTest, HavingOnMergedValuesAndHiddenColumns) {
             (std::vector<std::string>{"1|NULL"}));
 }
 
+TEST(MergeTest, HavingATextConstantOnlyOnCharacterStrings) {
+  constexpr TypeOid kTimestamp = 1114;
+  const std::vector<std::string> names = {"k", "m"};
+  const auto shard = [&](TypeOid type, const char* value) {
+    return std::vector<PartialRows>{Shard(0, names, {kInt8, type}, {{"1", value}})};
+  };
+  MergePlan text;
+  text.Key("k").Max("m").Having("m", CompareOp::kEq, Value::Text("shipped"));
+  EXPECT_EQ(Lines(Merge(text, shard(kText, "shipped"))), (std::vector<std::string>{"1|shipped"}));
+  // The server reads '2026-1-5 5:00' as the timestamp 2026-01-05 05:00:00:
+  // equal, though the texts differ. Refused rather than compared as text.
+  MergePlan stamp;
+  stamp.Key("k").Max("m").Having("m", CompareOp::kEq, Value::Text("2026-1-5 5:00"));
+  const std::string msg = ErrorOf([&] { (void)Merge(stamp, shard(kTimestamp, "2026-01-05 05:00:00")); });
+  EXPECT_NE(msg.find("timestamp without time zone"), std::string::npos) << msg;
+}
+
 TEST(MergeTest, RefusesRowsThatDoNotFitThePlan) {
   MergePlan plan;
   plan.Key("k").Sum("s");

@@ -104,7 +104,10 @@ struct MergeColumn {
 struct HavingTerm {
   std::string column;
   CompareOp op = CompareOp::kEq;
-  Value constant;  // unused for kIsNull / kIsNotNull
+  // Unused for kIsNull / kIsNotNull. A text constant compares with text,
+  // character varying, character and name columns only (UnmergeableQuery
+  // for others: SQL reads '2026-1-5' as a date, equal to 2026-01-05).
+  Value constant;
 };
 
 struct SortKey {

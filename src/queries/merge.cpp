@@ -20,6 +20,7 @@ using detail::OpText;
 using detail::RoleName;
 
 constexpr TypeOid kRealOid = 700;
+constexpr TypeOid kDoubleOid = 701;
 
 // One shard's rows, whatever they came in.
 class RowsView {
@@ -249,8 +250,13 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
           throw UnmergeableQuery(where +
                                  ": the server adds real values in single precision, rounding after "
                                  "every row, so per-shard sums added in another order differ from "
-                                 "its sum in the last bits; write sum(x::double precision) (or "
-                                 "sum(x::numeric) for an exact sum)");
+                                 "its sum in the last bits; write sum(x::numeric) for an exact sum");
+        }
+        if (b.oid == kDoubleOid) {
+          throw UnmergeableQuery(where +
+                                 ": the server adds double precision values rounding after every row, so "
+                                 "per-shard sums added in another order differ from its sum in the last bits "
+                                 "(4743.13 against 4743.130000000001); write sum(x::numeric) for an exact sum");
         }
         if (kind == Value::Kind::kInt) {
           b.output_type = "bigint";
@@ -275,22 +281,16 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
           throw UnmergeableQuery(where + ": the partial count \"" + col.partial_count + "\" must be an integer, got " +
                                  TypeInfoFor(b.count_oid).name);
         }
-        if (b.oid == kRealOid) {
-          throw UnmergeableQuery(where +
-                                 ": the server adds real values in single precision, rounding after "
-                                 "every row, so per-shard sums added in another order give another "
-                                 "average; write avg(x::double precision), which is what avg(real) "
-                                 "computes anyway");
+        if (b.oid == kRealOid || b.oid == kDoubleOid) {
+          throw UnmergeableQuery(where + ": the server adds " + b.info.name +
+                                 " values rounding after every row, so per-shard sums added in another order "
+                                 "give another average in the last bits; write avg(x::numeric) for an exact "
+                                 "average");
         }
         if (kind == Value::Kind::kInt || kind == Value::Kind::kDecimal) {
           b.output_type = "numeric";
-        } else if (kind == Value::Kind::kDouble) {
-          b.output_type = "double precision";
         } else {
-          throw UnmergeableQuery(where +
-                                 ": shardkit averages integer, numeric and double precision "
-                                 "values, not " +
-                                 b.info.name);
+          throw UnmergeableQuery(where + ": shardkit averages integer and numeric values, not " + b.info.name);
         }
         break;
     }

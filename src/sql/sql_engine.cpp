@@ -1,6 +1,8 @@
 #include "sql/sql_engine.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <pqxx/pqxx>
 
 #include "shardkit/errors.hpp"
@@ -149,16 +151,23 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     } catch (const UnmergeableQuery& e) {
       // What only the shards' column types tell (a type the merge cannot order or group).
       std::string reason = e.what();
-      const auto rename = [&](const std::string& name, const std::string& text) {
+      // The merge's column names as the statement writes them; the refusal
+      // points at the first column named (a HAVING condition: at HAVING).
+      int location = -1;
+      const auto rename = [&](const std::string& name, const std::string& text, int at_column) {
         const std::string internal = fmt::format("\"{}\"", name);
         for (std::size_t at; (at = reason.find(internal)) != std::string::npos;) {
           reason.replace(at, internal.size(), fmt::format("\"{}\"", text));
+          if (location < 0) location = at_column;
         }
       };
-      for (std::size_t i = plan.column_names.size(); i-- > 0;) rename(fmt::format("_c{}", i + 1), plan.column_names[i]);
-      for (const auto& [name, text] : plan.hidden_texts) rename(name, text);
-      // A HAVING condition the column types make inexact: at HAVING.
-      refuse(e, reason, reason.starts_with("HAVING ") && plan.having_location >= 0 ? plan.having_location : 0);
+      if (reason.starts_with("HAVING ")) location = plan.having_location;
+      for (std::size_t i = plan.column_names.size(); i-- > 0;) {
+        rename(fmt::format("_c{}", i + 1), plan.column_names[i],
+               i < plan.column_locations.size() ? plan.column_locations[i] : -1);
+      }
+      for (const auto& hidden : plan.hidden_columns) rename(hidden.name, hidden.text, hidden.location);
+      refuse(e, reason, std::max(location, 0));
     }
     result.columns = plan.column_names;
     for (const std::string& type : merged.column_types) result.types.push_back(TypeOidNamed(type));

@@ -21,6 +21,7 @@
 #include <pqxx/pqxx>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "shardkit/errors.hpp"
@@ -316,6 +317,24 @@ std::vector<Statement> HandWritten() {
        true},
       {"SELECT lower(status) AS ls, order_id FROM orders ORDER BY lower(status), order_id DESC LIMIT 5", true},
       {"SELECT order_id::text AS order_id FROM orders ORDER BY order_id LIMIT 5", true},
+      // Doubles and numerics with many digits.
+      {"SELECT sum(unit_price::float8), avg(unit_price::float8), sum(0.1::float8) FROM order_items", true},
+      {"SELECT status, sum(total::float8) FROM orders GROUP BY status ORDER BY status", true},
+      {"SELECT avg(total / 3), sum(total / 3), max(total / 7) FROM orders", true},
+      {"SELECT total / 3 AS t, count(*) FROM orders GROUP BY 1 ORDER BY 1 LIMIT 5", true},
+      {"SELECT extract(epoch FROM ordered_at) AS e, count(*) FROM orders GROUP BY 1 ORDER BY 1 DESC LIMIT 4", true},
+      {"SELECT customer_id, avg(total) FROM orders GROUP BY customer_id ORDER BY avg(total) DESC, customer_id "
+       "LIMIT 5",
+       true},
+      {"SELECT count(*) FROM orders HAVING count(*) > 1e-2", true},
+      {"SELECT count(*) FROM orders WHERE customer_id = ANY($1::int[])", true, {"{1,2,3,42,150}"}},
+      {"SELECT count(*), sum(total) FROM orders WHERE ordered_at >= $1", true, {"2026-02-01 00:00:00+00"}},
+      {"SELECT count(DISTINCT i.customer_id), count(DISTINCT customer_id) FROM orders o JOIN order_items i "
+       "USING (customer_id, order_id)",
+       true},
+      {"SELECT count(*) FROM (SELECT * FROM orders) o", true},
+      {"SELECT -total AS neg, order_id FROM orders ORDER BY neg, order_id LIMIT 5", true},
+      {"SELECT order_id, total FROM orders ORDER BY total DESC NULLS FIRST, order_id LIMIT 3 OFFSET 2", true},
       // ---- plain rows over every shard ----
       {"SELECT order_id, total FROM orders ORDER BY total DESC, order_id LIMIT 10", true},
       {"SELECT order_id, total FROM orders ORDER BY total, order_id LIMIT 10 OFFSET 20", true},
@@ -882,6 +901,25 @@ TEST_F(SqlCorpusPg, HandWrittenStatementsAnswerAsTheReferenceOrAreRefused) {
   EXPECT_EQ(tally.wrong, 0);
   EXPECT_EQ(tally.failed, 0);
   EXPECT_GE(tally.total, 80);
+
+  // The refusals of what the shards' column types make inexact point at the construct.
+  const std::vector<std::tuple<std::string, int, std::string>> refused = {
+      {"SELECT status, sum(total::float8) FROM orders GROUP BY status", 16, "sum(x::numeric)"},
+      {"SELECT status FROM orders GROUP BY status ORDER BY avg(total::float8)", 52, "avg(x::numeric)"},
+      {"SELECT status FROM orders GROUP BY status HAVING max(ordered_at AT TIME ZONE 'UTC') > '2026-1-5'", 43,
+       "timestamp without time zone"},
+  };
+  for (const auto& [sql, column, reason] : refused) {
+    SCOPED_TRACE(sql);
+    try {
+      (void)cluster_->Execute(sql);
+      ADD_FAILURE() << "answered";
+    } catch (const SqlError& e) {
+      EXPECT_EQ(e.kind(), SqlError::Kind::kRefused) << e.what();
+      EXPECT_EQ(e.column(), column) << e.what();
+      EXPECT_NE(e.reason().find(reason), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST_F(SqlCorpusPg, GeneratedStatementsAnswerAsTheReferenceOrAreRefused) {

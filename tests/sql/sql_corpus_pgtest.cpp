@@ -335,6 +335,31 @@ std::vector<Statement> HandWritten() {
       {"SELECT count(*) FROM (SELECT * FROM orders) o", true},
       {"SELECT -total AS neg, order_id FROM orders ORDER BY neg, order_id LIMIT 5", true},
       {"SELECT order_id, total FROM orders ORDER BY total DESC NULLS FIRST, order_id LIMIT 3 OFFSET 2", true},
+      // DISTINCT inside aggregates: exact on the shard key alone.
+      {"SELECT count(DISTINCT customer_id % 10) FROM orders", true},
+      {"SELECT count(DISTINCT customer_id / 2), count(DISTINCT -customer_id) FROM orders", true},
+      {"SELECT count(DISTINCT (customer_id, order_id)) FROM orders", true},
+      {"SELECT sum(DISTINCT quantity), avg(DISTINCT quantity) FROM order_items", true},
+      {"SELECT sum(DISTINCT customer_id), avg(DISTINCT customer_id), min(DISTINCT total) FROM orders", true},
+      {"SELECT status, count(DISTINCT customer_id) FILTER (WHERE total > 20) FROM orders GROUP BY 1 ORDER BY 1", true},
+      {"SELECT count(DISTINCT o.customer_id), count(DISTINCT c.customer_id) FROM customers c LEFT JOIN orders o "
+       "ON o.customer_id = c.customer_id",
+       true},
+      {"SELECT count(DISTINCT bucket), count(DISTINCT i.customer_id) FROM order_items i", true},
+      {"SELECT count(DISTINCT customer_id::text) FROM orders", true},
+      // Pins that are not what they look like.
+      {"SELECT count(*) FROM orders WHERE customer_id = 42.6::int", true},
+      {"SELECT count(*) FROM orders WHERE customer_id = 42.5", true},
+      {"SELECT count(*) FROM orders WHERE customer_id = '042'::int", true},
+      {"SELECT count(*) FROM orders WHERE customer_id = '42'", true},
+      {"SELECT count(*) FROM orders WHERE customer_id = 4294967338", true},
+      {"SELECT count(*) FROM orders WHERE customer_id = 42::bigint + 1", true},
+      {"SELECT count(*) FROM orders WHERE customer_id::bigint = 42", true},
+      {"SELECT count(*) FROM orders WHERE customer_id = $1::int2", true, {"42"}},
+      {"SELECT count(*) FROM orders WHERE customer_id = $1::bigint", true, {"4294967338"}},
+      {"SELECT count(*) FROM orders WHERE customer_id = 42 OR customer_id = 43", true},
+      {"SELECT count(*) FROM orders WHERE (customer_id = 42) IS NOT FALSE", true},
+      {"SELECT count(*) FROM orders WHERE customer_id IN (42)", true},
       // ---- plain rows over every shard ----
       {"SELECT order_id, total FROM orders ORDER BY total DESC, order_id LIMIT 10", true},
       {"SELECT order_id, total FROM orders ORDER BY total, order_id LIMIT 10 OFFSET 20", true},
@@ -555,6 +580,17 @@ class Generator {
                  {"o.order_id", "i.line_no", "i.quantity", "o.status"},
                  {"o.customer_id", "o.order_id", "i.line_no"},
                  {"o.total > 20", "i.line_no IS NULL", "o.status = 'shipped'", "i.quantity > 2"}});
+      s.push_back(
+          Source{"orders o JOIN order_items i USING (customer_id, order_id) LEFT JOIN books b USING (book_id)",
+                 "customer_id",
+                 {{"b.category", true}, {"o.total"}, {"o.total / 3"}, {"b.price * i.quantity", true}, {"o.status"}},
+                 {"i.quantity", "b.price", "o.total / 3", "i.unit_price * i.quantity"},
+                 {"b.title", "o.status", "o.ordered_at AT TIME ZONE 'UTC'"},
+                 {"customer_id", "o.customer_id", "i.customer_id"},
+                 {"order_id", "i.line_no", "b.title", "o.total", "book_id", "o.status COLLATE \"C\""},
+                 {"customer_id", "order_id", "i.line_no"},
+                 {"book_id IN (SELECT book_id FROM books WHERE category = 'science')", "b.title IS NULL",
+                  "o.total > 20", "i.quantity >= 3", "b.category = 'history' OR o.status = 'placed'"}});
       return s;
     }();
     return sources;
@@ -625,7 +661,8 @@ class Generator {
         call = fmt::format("sum({})", OneOf(src.measures));
         break;
       case 4:
-        call = fmt::format("avg({})", OneOf(src.measures));
+        call = Chance(5) ? fmt::format("avg(({})::float8)", OneOf(src.measures))
+                         : fmt::format("avg({})", OneOf(src.measures));
         break;
       default: {
         const bool numeric = Chance(50);
@@ -817,7 +854,10 @@ class Generator {
       for (int i = 0; i < n; ++i) {
         std::string c = OneOf(src.columns);
         if (Chance(10)) c = "(" + c + ")::text";
-        items.push_back(Item{c, Chance(30) ? fmt::format("c{}", i + 1) : ""});
+        // Aliases named like input columns too: ORDER BY a bare name means the output column.
+        std::string alias = Chance(30) ? fmt::format("c{}", i + 1) : "";
+        if (alias.empty() && Chance(8)) alias = OneOf(std::vector<std::string>{"total", "order_id", "status"});
+        items.push_back(Item{c, alias});
       }
     }
     std::string sql = "SELECT ";

@@ -20,6 +20,7 @@ using detail::OpText;
 using detail::RoleName;
 
 constexpr TypeOid kRealOid = 700;
+constexpr TypeOid kDoubleOid = 701;
 
 // One shard's rows, whatever they came in.
 class RowsView {
@@ -249,8 +250,13 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
           throw UnmergeableQuery(where +
                                  ": the server adds real values in single precision, rounding after "
                                  "every row, so per-shard sums added in another order differ from "
-                                 "its sum in the last bits; write sum(x::double precision) (or "
-                                 "sum(x::numeric) for an exact sum)");
+                                 "its sum in the last bits; write sum(x::numeric) for an exact sum");
+        }
+        if (b.oid == kDoubleOid) {
+          throw UnmergeableQuery(where +
+                                 ": the server adds double precision values rounding after every row, so "
+                                 "per-shard sums added in another order differ from its sum in the last bits "
+                                 "(4743.13 against 4743.130000000001); write sum(x::numeric) for an exact sum");
         }
         if (kind == Value::Kind::kInt) {
           b.output_type = "bigint";
@@ -275,22 +281,16 @@ void Bind(const MergePlan& plan, const Inputs& inputs, std::vector<BoundColumn>&
           throw UnmergeableQuery(where + ": the partial count \"" + col.partial_count + "\" must be an integer, got " +
                                  TypeInfoFor(b.count_oid).name);
         }
-        if (b.oid == kRealOid) {
-          throw UnmergeableQuery(where +
-                                 ": the server adds real values in single precision, rounding after "
-                                 "every row, so per-shard sums added in another order give another "
-                                 "average; write avg(x::double precision), which is what avg(real) "
-                                 "computes anyway");
+        if (b.oid == kRealOid || b.oid == kDoubleOid) {
+          throw UnmergeableQuery(where + ": the server adds " + b.info.name +
+                                 " values rounding after every row, so per-shard sums added in another order "
+                                 "give another average in the last bits; write avg(x::numeric) for an exact "
+                                 "average");
         }
         if (kind == Value::Kind::kInt || kind == Value::Kind::kDecimal) {
           b.output_type = "numeric";
-        } else if (kind == Value::Kind::kDouble) {
-          b.output_type = "double precision";
         } else {
-          throw UnmergeableQuery(where +
-                                 ": shardkit averages integer, numeric and double precision "
-                                 "values, not " +
-                                 b.info.name);
+          throw UnmergeableQuery(where + ": shardkit averages integer and numeric values, not " + b.info.name);
         }
         break;
     }
@@ -324,10 +324,27 @@ Value Finalize(const BoundColumn& b, const Accumulator& acc) {
   }
 }
 
+// text, character varying, character and name: their values are their text
+// (character's without trailing blanks: ComparisonForm).
+bool IsCharacterString(TypeOid oid) {
+  constexpr TypeOid kName = 19, kText = 25, kBpchar = 1042, kVarchar = 1043;
+  return oid == kText || oid == kVarchar || oid == kBpchar || oid == kName;
+}
+
 bool HavingHolds(const HavingTerm& term, const Value& v, const BoundColumn& b) {
   if (term.op == CompareOp::kIsNull) return v.IsNull();
   if (term.op == CompareOp::kIsNotNull) return !v.IsNull();
   if (v.IsNull() || term.constant.IsNull()) return false;  // unknown is not true
+  if (term.constant.kind() == Value::Kind::kText && b.typed && !IsCharacterString(b.oid)) {
+    // SQL reads a quoted constant as the column's type: '2026-1-5 5:00' is the
+    // timestamp the shards print as 2026-01-05 05:00:00, 'A0EE...' a uuid
+    // printed in lower case. Compared as text they differ.
+    throw UnmergeableQuery("HAVING \"" + term.column + "\" " + OpText(term.op) + " '" + term.constant.ToString() +
+                           "': the column is " + b.info.name +
+                           ", and the server reads a text constant as that type, which shardkit's text comparison "
+                           "cannot do exactly (equal values are written in several ways); compare text columns with "
+                           "text constants only, filter the rows with WHERE, or filter the merged rows yourself");
+  }
   if (!b.info.orderable && b.spec->role == MergeColumn::Role::kGroupKey && b.typed) {
     throw UnmergeableQuery("HAVING on \"" + term.column + "\": shardkit cannot compare " + b.info.name +
                            " values exactly as the server does");

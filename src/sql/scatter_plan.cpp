@@ -518,6 +518,7 @@ class ScatterPlanner {
       const std::string name = fmt::format("_group{}", g + 1);
       query.GroupByExpr(group_texts[g], name).Hide(name);
       outputs_.push_back(Output{name, group_trees[g], true, {}});
+      hidden_columns_.push_back({name, group_texts[g], -1});
     }
 
     if (const json* having = Field(select_, "havingClause"); having != nullptr) AddHaving(query, *having);
@@ -534,7 +535,12 @@ class ScatterPlanner {
     }
     ScatterPlan plan;
     plan.merge = query.Plan();
-    for (std::size_t i = 0; i < targets.size(); ++i) plan.column_names.push_back(outputs_[i].display);
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      plan.column_names.push_back(outputs_[i].display);
+      plan.column_locations.push_back(LocationOf(targets[i].at("ResTarget").at("val")));
+    }
+    plan.hidden_columns = hidden_columns_;
+    if (having_.present) plan.having_location = KeywordLocation(having_);
     plan.shard_sql = plan.merge->ShardSql();
     return plan;
   }
@@ -611,6 +617,7 @@ class ScatterPlanner {
       const std::string name = fmt::format("_hidden{}", outputs_.size() + 1);
       AddAggregate(query, expression, CallText(location), name);
       query.Hide(name);
+      hidden_columns_.push_back({name, CallText(location), location});
       outputs_.push_back(Output{name, tree, false, {}});
       return name;
     }
@@ -758,6 +765,7 @@ class ScatterPlanner {
   Range select_list_, from_, where_, group_, having_, order_, tail_;
   std::size_t first_keyword_ = 0;
   std::vector<Output> outputs_;  // the select list's, then hidden ones
+  std::vector<ScatterPlan::HiddenColumn> hidden_columns_;
 };
 
 }  // namespace

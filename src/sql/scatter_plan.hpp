@@ -57,6 +57,18 @@ struct ScatterPlan {
   // The merged result's column names, as PostgreSQL names them (merged
   // columns are "_c1".., since SQL lets names repeat).
   std::vector<std::string> column_names;
+  // Where each select-list item starts (-1: not known), for the merge's refusals.
+  std::vector<int> column_locations;
+  // Merged columns that are not returned (HAVING and ORDER BY aggregates,
+  // GROUP BY keys not selected), for the merge's messages.
+  struct HiddenColumn {
+    std::string name;  // the merge's: "_hidden4", "_group2"
+    std::string text;  // the statement's
+    int location = -1;
+  };
+  std::vector<HiddenColumn> hidden_columns;
+  // Where HAVING starts (-1: none), for refusals of its conditions.
+  int having_location = -1;
   // "concatenation" or the merge plan's one-line description.
   [[nodiscard]] std::string DescribeMerge() const;
 };

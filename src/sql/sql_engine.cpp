@@ -1,6 +1,8 @@
 #include "sql/sql_engine.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <pqxx/pqxx>
 
 #include "shardkit/errors.hpp"
@@ -123,8 +125,8 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
   scatter_options.label = options.label;
   SqlResult result;
   result.plan = Info(bound, ShardId{0});
-  const auto refuse = [&](const UnmergeableQuery& e, const std::string& reason) {
-    throw Refusal(bound.plan->text, 0, "this statement over every shard", reason.empty() ? e.what() : reason,
+  const auto refuse = [&](const UnmergeableQuery& e, const std::string& reason, int location = 0) {
+    throw Refusal(bound.plan->text, location, "this statement over every shard", reason.empty() ? e.what() : reason,
                   "pin customer_id so that it runs on one customer's shard");
   };
   if (plan.rows) {
@@ -151,13 +153,23 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     } catch (const UnmergeableQuery& e) {
       // What only the shards' column types tell (a type the merge cannot order or group).
       std::string reason = e.what();
-      for (std::size_t i = plan.column_names.size(); i-- > 0;) {
-        const std::string internal = fmt::format("\"_c{}\"", i + 1);
+      // The merge's column names as the statement writes them; the refusal
+      // points at the first column named (a HAVING condition: at HAVING).
+      int location = -1;
+      const auto rename = [&](const std::string& name, const std::string& text, int at_column) {
+        const std::string internal = fmt::format("\"{}\"", name);
         for (std::size_t at; (at = reason.find(internal)) != std::string::npos;) {
-          reason.replace(at, internal.size(), fmt::format("\"{}\"", plan.column_names[i]));
+          reason.replace(at, internal.size(), fmt::format("\"{}\"", text));
+          if (location < 0) location = at_column;
         }
+      };
+      if (reason.starts_with("HAVING ")) location = plan.having_location;
+      for (std::size_t i = plan.column_names.size(); i-- > 0;) {
+        rename(fmt::format("_c{}", i + 1), plan.column_names[i],
+               i < plan.column_locations.size() ? plan.column_locations[i] : -1);
       }
-      refuse(e, reason);
+      for (const auto& hidden : plan.hidden_columns) rename(hidden.name, hidden.text, hidden.location);
+      refuse(e, reason, std::max(location, 0));
     }
     result.columns = plan.column_names;
     result.rows_received = merged.rows_in;

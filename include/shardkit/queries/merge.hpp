@@ -18,14 +18,13 @@
 //   auto merged = shardkit::Merge(plan, per_shard_results);
 //
 // Result types are PostgreSQL's: COUNT -> bigint; SUM(smallint|integer) ->
-// bigint, SUM(bigint|numeric) -> numeric, SUM(double precision) -> double
-// precision; AVG(integer types|numeric) -> numeric, AVG(double precision) ->
-// double precision; MIN/MAX keep their type, real included. (These follow
-// from the partials' own types, which the shards report.) SUM(real) and
-// AVG(real) are refused: the server adds reals in single precision, rounding
-// after every row, so partial sums added in another order differ in the
-// last bits; write sum(x::double precision) or avg(x::double precision)
-// (which is what avg(real) computes anyway).
+// bigint, SUM(bigint|numeric) -> numeric; AVG(integer types|numeric) ->
+// numeric; MIN/MAX keep their type, real and double precision included.
+// (These follow from the partials' own types, which the shards report.)
+// SUM and AVG of real and double precision are refused: the server adds
+// floats rounding after every row, so partial sums added in another order
+// differ in the last bits; write sum(x::numeric) or avg(x::numeric) for the
+// exact answer.
 //
 // How values are compared. Group keys are matched, and MIN/MAX, HAVING and
 // ORDER BY compare, by each type's own equality and order, checked against
@@ -104,7 +103,10 @@ struct MergeColumn {
 struct HavingTerm {
   std::string column;
   CompareOp op = CompareOp::kEq;
-  Value constant;  // unused for kIsNull / kIsNotNull
+  // Unused for kIsNull / kIsNotNull. A text constant compares with text,
+  // character varying, character and name columns only (UnmergeableQuery
+  // for others: SQL reads '2026-1-5' as a date, equal to 2026-01-05).
+  Value constant;
 };
 
 struct SortKey {

@@ -334,8 +334,8 @@ void HotCustomer(Demo& d, OrderPlacer& placer, Rng& rng, const std::vector<Custo
            fmt::format("{} partitions", before.hot_partitions.size()));
   r.Expect("workers.salting_spreads_over_s_partitions", after.hot_partitions.size() == kSalt,
            fmt::format("{} partitions", after.hot_partitions.size()));
-  r.Expect("workers.salting_drains_faster", after.drain_s < before.drain_s,
-           fmt::format("{:.2f} s salted vs {:.2f} s unsalted", after.drain_s, before.drain_s));
+  // Drain times are reported (DescribePhase, salting_speedup), never checked: on a loaded machine the wall clock
+  // decides them, not the salting.
   r.Expect("workers.salting_unpins_the_busiest_worker", after.BusiestWorkerShare() < before.BusiestWorkerShare(),
            fmt::format("{} vs {}", Percent(after.BusiestWorkerShare()), Percent(before.BusiestWorkerShare())));
   figures["per_partition_throughput"] = {{"before_salting", PhaseJson(before)}, {"after_salting", PhaseJson(after)}};

@@ -5,6 +5,8 @@
 #include <pqxx/except>
 #include <utility>
 
+#include "pg/libpq_handle.hpp"
+
 namespace shardkit::detail {
 
 namespace {
@@ -64,12 +66,14 @@ PooledConnection::PooledConnection(UniquePGconn open) {
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   connection->inhibit_reactivation(true);
 #pragma GCC diagnostic pop
+  PublishHandle(*connection, handle.get());
 }
 
 PooledConnection::~PooledConnection() {
   if (watch_id != 0) {
     if (auto* watcher = HangupWatcher::Instance()) watcher->Unwatch(watch_id);
   }
+  if (connection) ForgetHandle(*connection);
   connection.reset();
 }
 

@@ -89,7 +89,11 @@ CopyWriter::CopyWriter(pqxx::transaction_base& tx, std::string_view schema, std:
 
 void CopyWriter::Start(pqxx::transaction_base& tx, const std::string& qualified_table,
                        std::vector<std::string> columns) {
-  PGconn* conn = detail::LibpqHandle(tx.conn());
+  const auto* transaction = dynamic_cast<const pqxx::dbtransaction*>(&tx);
+  if (transaction == nullptr) {
+    throw Error(fmt::format("COPY into {}: needs a transaction (pqxx::work), not a nontransaction", label_));
+  }
+  PGconn* conn = detail::LibpqHandle(*transaction);
   if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
     throw Error(fmt::format("COPY into {}: the connection is closed; acquire a live connection", label_));
   }

@@ -138,6 +138,17 @@ TEST_F(CopyTest, AnUnknownColumnOrTableIsRefusedBeforeAnyRow) {
   EXPECT_THROW((CopyWriter{tx, "no_such_table"}), Error);
 }
 
+TEST_F(CopyTest, ANontransactionIsRefusedNamingTheTable) {
+  pqxx::nontransaction tx{*conn_};
+  try {
+    CopyWriter out{tx, "t"};
+    FAIL() << "COPY outside a transaction was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("COPY into t: needs a transaction"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(tx.exec1("SELECT 1")[0].as<int>(), 1) << "the connection is still usable";
+}
+
 TEST_F(CopyTest, AServerSideRejectionFailsCompleteAndTheTransaction) {
   cluster_.ExecOnReference("ALTER TABLE t ADD CHECK (i4 > 0)");
   {

@@ -92,8 +92,9 @@ class CopyWriter {
   // columns in table order. table and columns are identifiers: quoted here
   // ("public.orders" is one name; give a schema-qualified table as
   // "public", "orders" through the two-part constructor). Throws
-  // shardkit::Error naming options.label if the server refuses the COPY or,
-  // in binary format, a column's type has no binary encoding here.
+  // shardkit::Error naming options.label if the server refuses the COPY,
+  // if tx is not a dbtransaction (a pqxx::nontransaction) or, in binary
+  // format, a column's type has no binary encoding here.
   CopyWriter(pqxx::transaction_base& tx, std::string_view table, std::vector<std::string> columns = {},
              CopyOptions options = {});
   CopyWriter(pqxx::transaction_base& tx, std::string_view schema, std::string_view table,

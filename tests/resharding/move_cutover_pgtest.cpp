@@ -29,6 +29,7 @@
 #include "shardkit/schema/verify.hpp"
 #include "shardkit/writes/routed.hpp"
 #include "support/bookstore_rows.hpp"
+#include "support/settled_cluster.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -358,25 +359,7 @@ class MoveCutover : public ::testing::Test {
     }
   }
 
-  static void ExpectSettled(const std::string& where) {
-    SCOPED_TRACE(where);
-    std::vector<std::string> extra;
-    EXPECT_EQ(test::Differences(test::ShardDigests(*cluster_, &extra), test::ReferenceDigests(*cluster_)),
-              std::vector<std::string>{});
-    EXPECT_EQ(extra, std::vector<std::string>{});
-    const BucketDirectory directory = Directory();
-    for (int s = 0; s < cluster_->ShardCount(); ++s) {
-      pqxx::connection c{cluster_->ShardDsn(s).Reveal()};
-      const ShardOwnership own = ReadOwnership(c);
-      EXPECT_EQ(own.InState(OwnershipState::kOwned), BucketSet::Of(directory, ShardId{s})) << "shard " << s;
-      for (const auto& b : own.buckets) EXPECT_FALSE(b.move_id) << "shard " << s << " bucket " << b.bucket;
-    }
-    EXPECT_EQ(LeftoverReplicationObjects(cluster_->Config()), std::vector<std::string>{});
-    BucketMover mover{cluster_->Config()};
-    EXPECT_EQ(mover.List(true).size(), 0U);
-    const VerifyReport report = VerifyCluster(cluster_->Config());
-    for (const auto& f : report.findings) ADD_FAILURE() << "verify: " << f.detail;
-  }
+  static void ExpectSettled(const std::string& where) { test::ExpectSettled(*cluster_, where); }
 
   static ScratchCluster* cluster_;
 };

@@ -25,6 +25,7 @@
 #include "shardkit/schema/migrate.hpp"
 #include "shardkit/writes/routed.hpp"
 #include "support/bookstore_rows.hpp"
+#include "support/settled_cluster.hpp"
 #include "support/temporary_server.hpp"
 #include "support/test_cluster.hpp"
 
@@ -71,35 +72,7 @@ class Move : public ::testing::Test {
     pqxx::connection c{cluster_->ShardDsn(shard).Reveal()};
     return ReadOwnership(c);
   }
-  // Every row on exactly one shard, equal to the reference; each shard owns
-  // exactly what the catalog's directory gives it; no replication object
-  // left anywhere; no live move.
-  static void ExpectConsistent(const std::string& where) {
-    SCOPED_TRACE(where);
-    std::vector<std::string> extra;
-    EXPECT_EQ(test::Differences(test::ShardDigests(*cluster_, &extra), test::ReferenceDigests(*cluster_)),
-              std::vector<std::string>{});
-    EXPECT_EQ(extra, std::vector<std::string>{});
-    const BucketDirectory directory = Directory();
-    const auto per_shard = test::DigestsPerShard(*cluster_);
-    for (int s = 0; s < cluster_->ShardCount(); ++s) {
-      const ShardOwnership own = OwnershipOf(s);
-      EXPECT_EQ(own.InState(OwnershipState::kOwned), BucketSet::Of(directory, ShardId{s})) << "shard " << s;
-      EXPECT_EQ(own.buckets.size(), static_cast<std::size_t>(BucketSet::Of(directory, ShardId{s}).Size()))
-          << "shard " << s << " has ownership rows in other states";
-      for (const auto& b : own.buckets) EXPECT_FALSE(b.move_id) << "shard " << s << " bucket " << b.bucket;
-      // The fence's fast path never admits a bucket the shard does not own.
-      EXPECT_EQ(BucketSet(own.fast_path.Bits() & ~own.InState(OwnershipState::kOwned).Bits()), BucketSet{})
-          << "shard " << s << " fast path " << own.fast_path.Ranges();
-      for (const auto& [key, digest] : per_shard[static_cast<std::size_t>(s)]) {
-        EXPECT_EQ(directory.ShardOf(BucketId{key.second}), ShardId{s})
-            << key.first << " rows of bucket " << key.second << " on shard " << s;
-      }
-    }
-    EXPECT_EQ(LeftoverReplicationObjects(cluster_->Config()), std::vector<std::string>{});
-    BucketMover mover{cluster_->Config()};
-    EXPECT_EQ(mover.List(true).size(), 0U);
-  }
+  static void ExpectSettled(const std::string& where) { test::ExpectSettled(*cluster_, where); }
 
   static ScratchCluster* cluster_;
   static std::vector<test::BucketDigests>* start_;
@@ -119,7 +92,7 @@ TEST_F(Move, MovesABucketWithItsRowsAndLeavesNothingBehind) {
   EXPECT_EQ(after.Version(), before.Version() + 1);
   EXPECT_EQ(after.ShardOf(BucketId{31}), ShardId{2});
   EXPECT_EQ(done.directory_version, after.Version());
-  ExpectConsistent("after moving bucket 31");
+  ExpectSettled("after moving bucket 31");
   EXPECT_TRUE(OwnershipOf(2).fast_path.Contains(BucketId{31})) << "the new owner's writes should take the fast path";
   const auto events = mover.Events(done.move_id);
   std::vector<MoveState> states;
@@ -169,7 +142,7 @@ TEST_F(Move, RefusesToStartWhenTheTargetDiffersIsUnreachableOrTheBucketIsBusy) {
   // Nonsense.
   EXPECT_THROW((void)mover.Move(BucketId{30}, ShardId{0}), MoveError);  // already there
   EXPECT_THROW((void)mover.Move(BucketId{30}, ShardId{7}), MoveError);  // no such shard
-  ExpectConsistent("after the refusals");
+  ExpectSettled("after the refusals");
 }
 
 TEST_F(Move, AStaleRoutersWriteIsRefusedByTheFenceAndLandsOnTheNewOwner) {
@@ -248,7 +221,7 @@ TEST_F(Move, AStaleRoutersWriteIsRefusedByTheFenceAndLandsOnTheNewOwner) {
         tx.exec_params("UPDATE customers SET name = 'stale' WHERE customer_id = $1", customer).affected_rows());
   });
   EXPECT_EQ(updated, 1);
-  ExpectConsistent("after the stale writes");
+  ExpectSettled("after the stale writes");
 }
 
 // A scatter during every phase of a move: one with the current directory,
@@ -330,7 +303,7 @@ TEST_F(Move, ScattersDuringEveryPhaseEqualTheReference) {
   EXPECT_EQ(phases, 11);           // planned .. done
   EXPECT_EQ(current_refusals, 2);  // retired, owned: the source refuses, the catalog still names it
   EXPECT_EQ(stale_refusals, 6);    // retired .. done: the old owner refuses, never answers short
-  ExpectConsistent("after the scatters");
+  ExpectSettled("after the scatters");
 }
 
 TEST_F(Move, AnythingWrittenDuringTheMoveArrivesExactlyOnce) {
@@ -467,7 +440,7 @@ TEST_F(Move, AnythingWrittenDuringTheMoveArrivesExactlyOnce) {
     if (!insert_orders.empty()) cluster_->ExecOnReference("INSERT INTO orders VALUES " + insert_orders);
     if (!insert_items.empty()) cluster_->ExecOnReference("INSERT INTO order_items VALUES " + insert_items);
   }
-  ExpectConsistent("after the concurrent writes");
+  ExpectSettled("after the concurrent writes");
 }
 
 // The mover dies after each step of the journal; `shardctl move resume`
@@ -504,7 +477,7 @@ TEST_P(MoveKilled, ThenResumedOrAbortedEndsConsistent) {
       EXPECT_EQ(survivor.Resume(planned.move_id).state, MoveState::kDone);
       EXPECT_EQ(Directory().ShardOf(bucket), ShardId{2});
     }
-    ExpectConsistent(fmt::format("after dying at {} and {}", MoveStateName(die_at), abort ? "abort" : "resume"));
+    ExpectSettled(fmt::format("after dying at {} and {}", MoveStateName(die_at), abort ? "abort" : "resume"));
   }
 }
 
@@ -548,7 +521,7 @@ TEST_F(Move, ALongTransactionMakesTheFreezeTimeOutAndTheMoveAbort) {
   ASSERT_TRUE(long_tx);
   long_tx->abort();
   EXPECT_EQ(Directory().ShardOf(bucket), ShardId{0});
-  ExpectConsistent("after the timed-out freeze");
+  ExpectSettled("after the timed-out freeze");
   // The bucket is writable again on its owner.
   EXPECT_NO_THROW(
       cluster_->ExecOnShard(0, fmt::format("UPDATE customers SET name = name WHERE bucket = {}", ToInt(bucket))));
@@ -594,7 +567,7 @@ TEST_F(Move, TheTargetGoingDownMidCopyAbortsCleanly) {
   }
   EXPECT_EQ(LeftoverReplicationObjects(four), std::vector<std::string>{});
   EXPECT_EQ(Directory().ShardOf(bucket), ShardId{0});
-  ExpectConsistent("after the target went down");
+  ExpectSettled("after the target went down");
 }
 
 // Last: a rebalance onto the three shards, then every bucket moved back
@@ -611,7 +584,7 @@ TEST_F(Move, ARebalanceThereAndEveryBucketBackLeavesEveryShardAsItWas) {
   const RebalanceReport there = ApplyRebalance(cluster_->Config(), out, options);
   EXPECT_TRUE(there.Ok()) << (there.failures.empty() ? "" : there.failures.front());
   for (const ShardId s : FirstShards(3)) EXPECT_GE(Directory().BucketsOf(s).size(), 21U) << "shard " << s;
-  ExpectConsistent("spread over three shards");
+  ExpectSettled("spread over three shards");
 
   RebalancePlan back;
   back.before = Directory();
@@ -624,7 +597,7 @@ TEST_F(Move, ARebalanceThereAndEveryBucketBackLeavesEveryShardAsItWas) {
   const RebalanceReport returned = ApplyRebalance(cluster_->Config(), back, options);
   EXPECT_TRUE(returned.Ok()) << (returned.failures.empty() ? "" : returned.failures.front());
   EXPECT_EQ(Directory().AssignmentTable(), before.AssignmentTable());
-  ExpectConsistent("every bucket back");
+  ExpectSettled("every bucket back");
   const auto held_after = test::DigestsPerShard(*cluster_);
   for (std::size_t s = 0; s < held_after.size(); ++s) {
     EXPECT_EQ(test::Differences(held_after[s], held_before[s]), std::vector<std::string>{}) << "shard " << s;

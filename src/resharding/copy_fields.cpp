@@ -15,19 +15,7 @@
 
 namespace shardkit {
 
-using detail::copy_format::kBool;
-using detail::copy_format::kBpchar;
-using detail::copy_format::kInt2;
-using detail::copy_format::kInt4;
-using detail::copy_format::kInt8;
-using detail::copy_format::kNumeric;
-using detail::copy_format::kText;
-using detail::copy_format::kTimestamp;
-using detail::copy_format::kTimestamptz;
-using detail::copy_format::kVarchar;
-using detail::copy_format::Put16;
-using detail::copy_format::Put32;
-using detail::copy_format::Put64;
+using namespace detail::copy_format;  // the format's type oids and byte writers
 
 namespace {
 

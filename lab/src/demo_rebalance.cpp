@@ -61,7 +61,7 @@ DemoResult RunRebalance(Lab& lab, const RebalanceDemoOptions& options) {
     r.text = "error: no customers loaded\n";
     return r;
   }
-  const rebalance_demo::OrderIds ids = rebalance_demo::ClaimOrderIds(*config.catalog_dsn);
+  const OrderIds ids = ClaimOrderIds(*config.catalog_dsn, "bookstore-lab rebalance demo", 1001);
 
   RoutedTransactions routed{resolver, &watcher};
   ScatterGather& scatter = lab.Scatter();

@@ -43,7 +43,7 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
   const std::string executable = options.executable.empty() ? DefaultExecutable() : options.executable;
   CleanUp(lab, catalog, queue_name, false);
 
-  const OrderIds ids = ClaimOrderIds(catalog);
+  const OrderIds ids = ClaimOrderIds(catalog, "bookstore-lab workers demo", 1000);
   auto registry = std::make_shared<HotKeyRegistry>(catalog, queue_name, kBucketCount);
   (void)registry->Refresh();
   const JobQueue queue{{.queue = queue_name, .partition_count = kBucketCount}, registry};

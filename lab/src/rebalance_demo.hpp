@@ -21,6 +21,7 @@
 
 #include "demos.hpp"
 #include "lab.hpp"
+#include "order_ids.hpp"
 #include "shardkit/ids/snowflake.hpp"
 #include "shardkit/ids/worker_lease.hpp"
 #include "shardkit/resharding/move.hpp"
@@ -115,12 +116,6 @@ struct GroundTruth {
 
 // Order ids: Snowflake IDs from a leased worker id (a fixed one if the
 // catalog has no lease table).
-struct OrderIds {
-  std::shared_ptr<WorkerLease> lease;
-  std::unique_ptr<SnowflakeGenerator> ids;
-};
-[[nodiscard]] OrderIds ClaimOrderIds(const Dsn& catalog_dsn);
-
 // What the writers and readers did, shared by their threads.
 struct LoadResults {
   std::mutex orders_mutex;  // guards the orders, failed_writes and the errors

@@ -196,22 +196,6 @@ GroundTruth ReadGroundTruth(Lab& lab) {
   return truth;
 }
 
-OrderIds ClaimOrderIds(const Dsn& catalog_dsn) {
-  OrderIds out;
-  SnowflakeOptions id_options;
-  id_options.epoch_unix_ms = kLabIdEpochMs;
-  try {
-    WorkerLeaseOptions lo;
-    lo.id_space = "bookstore-lab-orders";
-    lo.owner = "bookstore-lab rebalance demo";
-    out.lease = WorkerLease::Claim(catalog_dsn, lo);
-    out.ids = std::make_unique<SnowflakeGenerator>(out.lease, id_options);
-  } catch (const Error&) {
-    out.ids = std::make_unique<SnowflakeGenerator>(1001, id_options);
-  }
-  return out;
-}
-
 std::vector<std::thread> StartLoad(Load& load) {
   std::vector<std::thread> threads;
   for (int w = 0; w < load.options.writers; ++w) {

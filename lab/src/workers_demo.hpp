@@ -23,6 +23,7 @@
 #include "dataset.hpp"
 #include "demos.hpp"
 #include "lab.hpp"
+#include "order_ids.hpp"
 #include "shardkit/ids/snowflake.hpp"
 #include "shardkit/ids/worker_lease.hpp"
 #include "shardkit/workers/hot_keys.hpp"
@@ -78,12 +79,6 @@ class OrderPlacer {
 
 // Order and job ids: Snowflake IDs from a leased worker id (a fixed one if
 // the catalog has no lease table).
-struct OrderIds {
-  std::shared_ptr<WorkerLease> lease;
-  std::unique_ptr<SnowflakeGenerator> ids;
-};
-[[nodiscard]] OrderIds ClaimOrderIds(const Dsn& catalog_dsn);
-
 // Every customer of the shards, in order.
 [[nodiscard]] std::vector<CustomerId> Customers(Lab& lab);
 

@@ -45,22 +45,6 @@ PlacedOrder OrderPlacer::Place(CustomerId customer, std::uint64_t random) {
   return o;
 }
 
-OrderIds ClaimOrderIds(const Dsn& catalog_dsn) {
-  OrderIds out;
-  SnowflakeOptions id_options;
-  id_options.epoch_unix_ms = kLabIdEpochMs;
-  try {
-    WorkerLeaseOptions lo;
-    lo.id_space = "bookstore-lab-orders";
-    lo.owner = "bookstore-lab workers demo";
-    out.lease = WorkerLease::Claim(catalog_dsn, lo);
-    out.ids = std::make_unique<SnowflakeGenerator>(out.lease, id_options);
-  } catch (const Error&) {
-    out.ids = std::make_unique<SnowflakeGenerator>(1000, id_options);
-  }
-  return out;
-}
-
 std::vector<CustomerId> Customers(Lab& lab) {
   std::vector<CustomerId> customers;
   for (const ShardId s : FirstShards(lab.ShardCount())) {

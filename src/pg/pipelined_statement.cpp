@@ -51,7 +51,7 @@ PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const 
   if (transaction) {
     // The timeout is a number computed by the caller; SET takes no parameters.
     timeout_ = "SET LOCAL statement_timeout = " + std::to_string(request.statement_timeout_ms);
-    steps_.push_back(request.read_only ? &kBeginReadOnly : &kBegin);
+    steps_.push_back(request.begin != nullptr ? request.begin : request.read_only ? &kBeginReadOnly : &kBegin);
     steps_.push_back(&timeout_);
     if (request.setup != nullptr) steps_.push_back(request.setup);
   } else if (request.before != nullptr) {
@@ -210,8 +210,11 @@ pqxx::result PipelinedStatement::Finish(bool& reusable, bool* rollback_pending) 
   if (failure_) {
     if (failure_->connection_lost) {
       reusable = false;
-      if (transaction && failure_->step == count_ - 1 && !request_.read_only) {
-        throw pqxx::broken_connection("connection lost during COMMIT: whether this shard committed is unknown");
+      // Every step went out at once: whatever step the loss interrupted, the
+      // server may have run the statement and its COMMIT.
+      if (transaction && !request_.read_only) {
+        throw pqxx::broken_connection(
+            "connection lost after the statement and its COMMIT were sent: whether this shard committed is unknown");
       }
       throw pqxx::broken_connection(failure_->message);
     }

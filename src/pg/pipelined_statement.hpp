@@ -41,6 +41,9 @@ struct PipelineRequest {
   const std::vector<const char*>* values = nullptr;  // text parameters; a null pointer is NULL
   Wrap wrap = Wrap::kTransaction;
   bool read_only = true;               // kTransaction only
+  // kTransaction only: the BEGIN statement (e.g. with an isolation level);
+  // null: BEGIN [READ ONLY] as read_only says.
+  const std::string* begin = nullptr;
   long long statement_timeout_ms = 0;  // kTransaction only; at least 1
   // kTransaction only: one more statement without parameters after the
   // timeout (the scatter's bucket setting and its check); null: none.

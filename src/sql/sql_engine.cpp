@@ -197,17 +197,26 @@ SqlResult SqlEngine::Execute(const std::string& sql, const SqlParams& params, co
   routed.read_only = bound.plan->read_only;
   routed.label = options.label;
   SqlResult result;
+  const auto fill = [&](const pqxx::result& rows, ShardId shard) {
+    result = SqlResult{};
+    ReadColumns(rows, result);
+    result.rows.reserve(rows.size());
+    AppendRows(rows, result);
+    result.affected = bound.plan->read_only ? rows.size() : static_cast<std::size_t>(rows.affected_rows());
+    result.rows_received = rows.size();
+    result.plan = Info(bound, shard);
+  };
+  if (bound.plan->read_only) {
+    // A read: its whole transaction in one round trip.
+    RoutedOutcome outcome;
+    const pqxx::result rows = transactions_.Read(bound.customer, text, params, routed, &outcome);
+    fill(rows, outcome.shard);
+    return result;
+  }
   transactions_.Run(
       bound.customer,
       [&](pqxx::transaction_base& tx, const RoutedContext& at) {
-        const pqxx::result rows = tx.exec_params(text, pqxx::prepare::make_dynamic_params(params));
-        result = SqlResult{};
-        ReadColumns(rows, result);
-        result.rows.reserve(rows.size());
-        AppendRows(rows, result);
-        result.affected = bound.plan->read_only ? rows.size() : static_cast<std::size_t>(rows.affected_rows());
-        result.rows_received = rows.size();
-        result.plan = Info(bound, at.shard);
+        fill(tx.exec_params(text, pqxx::prepare::make_dynamic_params(params)), at.shard);
       },
       routed);
   return result;

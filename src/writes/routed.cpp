@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "pg/server_message.hpp"
+#include "pg/pipelined_statement.hpp"
 #include "shardkit/core/dsn.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/pool/pool.hpp"
@@ -82,9 +83,26 @@ RoutedStats RoutedTransactions::Stats() const {
   return stats_;
 }
 
+struct RoutedTransactions::ReadRequest {
+  const std::string& sql;
+  std::vector<const char*> values;  // into the caller's params; nullptr is NULL
+  pqxx::result rows;
+};
+
+pqxx::result RoutedTransactions::Read(CustomerId customer, const std::string& sql, const SqlParams& params,
+                                      const RoutedOptions& options, RoutedOutcome* outcome) {
+  ReadRequest read{sql, {}, {}};
+  read.values.reserve(params.size());
+  for (const auto& p : params) read.values.push_back(p ? p->c_str() : nullptr);
+  RoutedOptions read_only = options;
+  read_only.read_only = true;
+  RunErased(customer, nullptr, read_only, outcome, &read);
+  return std::move(read.rows);
+}
+
 void RoutedTransactions::RunErased(CustomerId customer,
                                    const std::function<void(pqxx::transaction_base&, const RoutedContext&)>& fn,
-                                   const RoutedOptions& options, RoutedOutcome* outcome_out) {
+                                   const RoutedOptions& options, RoutedOutcome* outcome_out, ReadRequest* read) {
   const auto start = Clock::now();
   const auto deadline = options.deadline.value_or(start + kDefaultTimeout);
   const std::string label = options.label.empty() ? "routed transaction" : options.label;
@@ -167,6 +185,28 @@ void RoutedTransactions::RunErased(CustomerId customer,
 
     bool committing = false;
     try {
+      if (read != nullptr) {
+        // BEGIN, timeout, fence, statement and COMMIT in one round trip;
+        // failures come as the same exceptions as below.
+        std::string begin = std::string(BeginSql(options.isolation)) + " READ ONLY";
+        detail::PipelineRequest request;
+        request.sql = &read->sql;
+        request.values = &read->values;
+        request.begin = &begin;
+        request.statement_timeout_ms = left.count();
+        request.setup = &fence_sql;
+        bool reusable = true;
+        try {
+          read->rows = detail::RunPipelined(lease.Connection(), request, reusable);
+        } catch (...) {
+          if (!reusable) lease.Discard();
+          throw;
+        }
+        if (!reusable) lease.Discard();
+        outcome.shard = shard;
+        finish(true, false);
+        return;
+      }
       {
         pqxx::nontransaction tx{*lease};
         std::string begin = BeginSql(options.isolation);
@@ -208,7 +248,8 @@ void RoutedTransactions::RunErased(CustomerId customer,
       ++outcome.retried_other;
     } catch (const pqxx::transaction_rollback& e) {
       // Serialization failure or deadlock: the transaction is gone, retryable.
-      Rollback(lease);
+      // (A pipelined read has ended its transaction itself.)
+      if (read == nullptr) Rollback(lease);
       if (!options.retry_serialization_failures) {
         finish(false, false);
         throw;
@@ -216,7 +257,7 @@ void RoutedTransactions::RunErased(CustomerId customer,
       last_failure = FirstLine(e.what());
       ++outcome.retried_other;
     } catch (const pqxx::sql_error& e) {
-      Rollback(lease);
+      if (read == nullptr) Rollback(lease);
       auto refusal = ParseFenceRefusal(e);
       if (!refusal) {
         finish(false, false);
@@ -263,7 +304,7 @@ void RoutedTransactions::RunErased(CustomerId customer,
       }
     } catch (...) {
       // The function's own exception (or anything else): roll back, pass on.
-      if (!committing) Rollback(lease);
+      if (!committing && read == nullptr) Rollback(lease);
       finish(false, false);
       throw;
     }

@@ -37,6 +37,7 @@
 #include <pqxx/result>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/sql_params.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/pg/session.hpp"
 
@@ -44,9 +45,6 @@ namespace shardkit {
 
 class BucketShardResolver;
 class DirectoryWatcher;
-
-// Positional parameters $1..$n, in PostgreSQL text form; nullopt is NULL.
-using SqlParams = std::vector<std::optional<std::string>>;
 
 struct ScatterOptions {
   // Absolute deadline for the whole scatter (acquire + execute). Default:

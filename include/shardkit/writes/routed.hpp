@@ -36,11 +36,13 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <pqxx/result>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/sql_params.hpp"
 #include "shardkit/core/thread_annotations.hpp"
 
 namespace pqxx {
@@ -127,12 +129,21 @@ class RoutedTransactions {
     }
   }
 
+  // One read-only statement on the customer's shard, its transaction from
+  // BEGIN to COMMIT in one round trip (libpq pipeline mode) instead of
+  // Run's three; the same routing, fence, retries and errors as Run. The
+  // statement is one statement (extended protocol); params are $1..$n.
+  [[nodiscard]] pqxx::result Read(CustomerId customer, const std::string& sql, const SqlParams& params,
+                                  const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr);
+
   [[nodiscard]] RoutedStats Stats() const;
   [[nodiscard]] BucketShardResolver& Resolver() const noexcept { return resolver_; }
 
  private:
+  struct ReadRequest;
+  // fn's transaction, or (read != null) the pipelined read.
   void RunErased(CustomerId customer, const std::function<void(pqxx::transaction_base&, const RoutedContext&)>& fn,
-                 const RoutedOptions& options, RoutedOutcome* outcome);
+                 const RoutedOptions& options, RoutedOutcome* outcome, ReadRequest* read = nullptr);
 
   BucketShardResolver& resolver_;
   DirectoryWatcher* watcher_;

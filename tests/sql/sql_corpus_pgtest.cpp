@@ -25,13 +25,11 @@
 #include <vector>
 
 #include "shardkit/errors.hpp"
-#include "support/bookstore_rows.hpp"
+#include "support/sql_bookstore.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
 namespace {
-
-using Rows = std::vector<std::vector<std::optional<std::string>>>;
 
 struct Statement {
   std::string sql;
@@ -52,18 +50,14 @@ struct Tally {
   [[nodiscard]] int Answered() const { return routed + any_shard + scattered; }
 };
 
-class SqlCorpusPg : public ::testing::Test {
+class SqlCorpusPg : public test::SqlBookstorePg {
  protected:
   static void SetUpTestSuite() {
-    scratch_ = new test::ScratchCluster("sql_corpus_pgtest", test::ScratchOptions().Shards(3));
-    test::FillBookstore(*scratch_, 300);
-    scratch_->ExecEverywhere(
-        "INSERT INTO books (book_id, title, category, price) SELECT i, 'Book ' || i, "
-        "(ARRAY['fiction', 'science', 'history'])[1 + i % 3], 5 + (i % 7) * 2.5 FROM generate_series(0, 49) i");
     // Each UPDATE is a function of the row alone: every shard changes its
     // rows as the reference changes the same rows, so the reference stays
     // the union of the shards.
-    scratch_->ExecEverywhere(
+    SetUpBookstore(
+        "sql_corpus_pgtest",
         "UPDATE customers SET created_at = timestamptz '2025-06-01 00:00:00+00' + interval '7 hours' * customer_id; "
         "UPDATE orders SET status = (ARRAY['placed', 'shipped', 'delivered'])[1 + (order_id * 7 + customer_id) % 3], "
         "total = ((order_id * 37 + customer_id * 11) % 5000) / 100.0 + 0.5; "
@@ -72,48 +66,6 @@ class SqlCorpusPg : public ::testing::Test {
         "unit_price = 2.50 + ((order_id * 13 + line_no) % 40) * 0.75; "
         "UPDATE order_items SET book_id = 50 + order_id % 4 WHERE (order_id + line_no) % 9 = 0; "
         "DELETE FROM order_items WHERE order_id % 11 = 3 AND line_no = 1");
-    ClusterConfig config = scratch_->Config();
-    config.reference_tables = {"books"};
-    cluster_ = Cluster::Open(config).release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-    delete scratch_;
-    scratch_ = nullptr;
-  }
-
-  struct Reference {
-    std::vector<std::string> columns;
-    std::vector<unsigned> types;
-    Rows rows;
-  };
-
-  static Reference OnReference(const std::string& sql, const SqlParams& params) {
-    pqxx::connection c{scratch_->ReferenceDsn().Reveal()};
-    pqxx::nontransaction tx{c};
-    // The shards' pinned session (session.hpp).
-    tx.exec(
-        "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET extra_float_digits = 3; "
-        "SET IntervalStyle = 'postgres'");
-    const pqxx::result r = tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
-    Reference out;
-    for (pqxx::row::size_type col = 0; col < r.columns(); ++col) {
-      out.columns.emplace_back(r.column_name(col));
-      out.types.push_back(static_cast<unsigned>(r.column_type(col)));
-    }
-    for (const auto& row : r) {
-      auto& values = out.rows.emplace_back();
-      for (const auto& f : row) {
-        values.push_back(f.is_null() ? std::nullopt : std::optional<std::string>(std::string(f.c_str(), f.size())));
-      }
-    }
-    return out;
-  }
-
-  static Rows Sorted(Rows rows) {
-    std::sort(rows.begin(), rows.end());
-    return rows;
   }
 
   static std::string Show(const Rows& rows, std::size_t at_most = 8) {
@@ -195,9 +147,6 @@ class SqlCorpusPg : public ::testing::Test {
         what, t.total, t.routed, t.scattered, t.any_shard, t.refused, t.wrong, t.failed, t.nonempty);
     for (const auto& [construct, n] : t.refusals) std::printf("  refused %3d x %s\n", n, construct.c_str());
   }
-
-  static inline test::ScratchCluster* scratch_ = nullptr;
-  static inline Cluster* cluster_ = nullptr;
 };
 
 // {c}: a customer (literal); $1 in a statement with `params` is given there.

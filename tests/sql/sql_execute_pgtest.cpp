@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "shardkit/errors.hpp"
-#include "support/bookstore_rows.hpp"
+#include "support/sql_bookstore.hpp"
 #include "support/test_cluster.hpp"
 
 extern char** environ;
@@ -29,44 +29,9 @@ extern char** environ;
 namespace shardkit {
 namespace {
 
-using Rows = std::vector<std::vector<std::optional<std::string>>>;
-
-class SqlExecutePg : public ::testing::Test {
+class SqlExecutePg : public test::SqlBookstorePg {
  protected:
-  static void SetUpTestSuite() {
-    scratch_ = new test::ScratchCluster("sql_execute_pgtest", test::ScratchOptions().Shards(3));
-    test::FillBookstore(*scratch_, 300);
-    scratch_->ExecEverywhere(
-        "INSERT INTO books (book_id, title, category, price) SELECT i, 'Book ' || i, "
-        "(ARRAY['fiction', 'science', 'history'])[1 + i % 3], 5 + (i % 7) * 2.5 FROM generate_series(0, 49) i");
-    ClusterConfig config = scratch_->Config();
-    config.reference_tables = {"books"};
-    cluster_ = Cluster::Open(config).release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-    delete scratch_;
-    scratch_ = nullptr;
-  }
-
-  static Rows OnReference(const std::string& sql, const SqlParams& params) {
-    pqxx::connection c{scratch_->ReferenceDsn().Reveal()};
-    pqxx::nontransaction tx{c};
-    // The shards' pinned session (session.hpp).
-    tx.exec(
-        "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET extra_float_digits = 3; "
-        "SET IntervalStyle = 'postgres'");
-    const pqxx::result r = tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
-    Rows rows;
-    for (const auto& row : r) {
-      auto& out = rows.emplace_back();
-      for (const auto& f : row) {
-        out.push_back(f.is_null() ? std::nullopt : std::optional<std::string>(std::string(f.c_str(), f.size())));
-      }
-    }
-    return rows;
-  }
+  static void SetUpTestSuite() { SetUpBookstore("sql_execute_pgtest"); }
 
   // Every row of a sharded table on each shard, all buckets visible.
   static std::vector<std::int64_t> CountPerShard(const std::string& where) {
@@ -79,9 +44,6 @@ class SqlExecutePg : public ::testing::Test {
     }
     return counts;
   }
-
-  static inline test::ScratchCluster* scratch_ = nullptr;
-  static inline Cluster* cluster_ = nullptr;
 };
 
 struct Case {
@@ -157,11 +119,6 @@ const std::vector<Case>& Corpus() {
   return corpus;
 }
 
-Rows Sorted(Rows rows) {
-  std::sort(rows.begin(), rows.end());
-  return rows;
-}
-
 TEST_F(SqlExecutePg, RoutedStatementsAnswerAsTheReferenceServer) {
   int statements = 0;
   int nonempty = 0;
@@ -172,7 +129,7 @@ TEST_F(SqlExecutePg, RoutedStatementsAnswerAsTheReferenceServer) {
       const SqlParams params = c.param ? SqlParams{std::to_string(customer)} : SqlParams{};
       SCOPED_TRACE(sql);
       const SqlResult got = cluster_->Execute(sql, params);
-      const Rows want = OnReference(sql, params);
+      const Rows want = OnReference(sql, params).rows;
       EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kRouted);
       ASSERT_TRUE(got.plan.customer);
       EXPECT_EQ(ToInt(*got.plan.customer), customer);
@@ -193,7 +150,7 @@ TEST_F(SqlExecutePg, RoutedStatementsAnswerAsTheReferenceServer) {
   const std::string books = "SELECT category, count(*), min(price), max(title) FROM books GROUP BY 1 ORDER BY 1";
   const SqlResult got = cluster_->Execute(books);
   EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kAnyShard);
-  EXPECT_EQ(got.rows, OnReference(books, {}));
+  EXPECT_EQ(got.rows, OnReference(books, {}).rows);
   EXPECT_EQ(got.columns, (std::vector<std::string>{"category", "count", "min", "max"}));
   EXPECT_EQ(got.types, (std::vector<unsigned>{25, 20, 1700, 25}));
 }
@@ -371,7 +328,7 @@ TEST_F(SqlExecutePg, ScatterStatementsAnswerAsTheReferenceServer) {
   for (const ScatterCase& c : ScatterCorpus()) {
     SCOPED_TRACE(c.sql);
     const SqlResult got = cluster_->Execute(c.sql, c.params);
-    const Rows want = OnReference(c.sql, c.params);
+    const Rows want = OnReference(c.sql, c.params).rows;
     EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kScatter);
     EXPECT_EQ(got.plan.shard_count, scratch_->ShardCount());
     if (c.ordered) {
@@ -505,7 +462,7 @@ TEST_F(SqlExecutePg, ShardctlSqlExitsOneWithTheSyntaxErrorsPosition) {
   const auto [best, best_rc] =
       RunShardctl({"--config", path.string(), "sql", "--json", best_sellers, "-p", "2020-01-01"});
   EXPECT_EQ(best_rc, 0) << best;
-  for (const auto& row : OnReference(best_sellers, {"2020-01-01"})) {
+  for (const auto& row : OnReference(best_sellers, {"2020-01-01"}).rows) {
     EXPECT_NE(best.find(fmt::format("\"{}\"", *row[0])), std::string::npos) << best;
   }
   const auto [rows, rows_rc] =

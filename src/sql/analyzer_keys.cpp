@@ -1,0 +1,187 @@
+// The Analyzer's customer_id nodes, constants and facts: what pins or joins a node (analyzer.hpp).
+#include "sql/analyzer.hpp"
+
+#include <algorithm>
+
+namespace shardkit::sql::detail {
+
+int Analyzer::NewNode() {
+  parent_.push_back(static_cast<int>(parent_.size()));
+  pins_.emplace_back();
+  return static_cast<int>(parent_.size()) - 1;
+}
+
+int Analyzer::Find(int node) {
+  while (parent_[static_cast<std::size_t>(node)] != node) {
+    parent_[static_cast<std::size_t>(node)] =
+        parent_[static_cast<std::size_t>(parent_[static_cast<std::size_t>(node)])];
+    node = parent_[static_cast<std::size_t>(node)];
+  }
+  return node;
+}
+
+void Analyzer::Union(int a, int b) {
+  a = Find(a);
+  b = Find(b);
+  if (a == b) return;
+  parent_[static_cast<std::size_t>(b)] = a;
+  auto& into = pins_[static_cast<std::size_t>(a)];
+  for (const KeySource& k : pins_[static_cast<std::size_t>(b)]) {
+    if (std::find(into.begin(), into.end(), k) == into.end()) into.push_back(k);
+  }
+}
+
+void Analyzer::Pin(int node, const KeySource& key) {
+  auto& pins = pins_[static_cast<std::size_t>(Find(node))];
+  if (std::find(pins.begin(), pins.end(), key) == pins.end()) pins.push_back(key);
+}
+
+// ---- constants ----
+
+std::optional<KeySource> Analyzer::KeyConstant(const json& node) const {
+  if (const json* param = Field(node, "ParamRef"); param != nullptr) {
+    const int number = param->value("number", 0);
+    if (number < 1) return std::nullopt;
+    return KeySource{std::nullopt, number, param->value("location", -1)};
+  }
+  if (const json* constant = Field(node, "A_Const"); constant != nullptr) {
+    if (Field(*constant, "ival") == nullptr) return std::nullopt;
+    // The value from the text: the parse tree's JSON drops negative integers.
+    const int location = constant->value("location", -1);
+    std::size_t at = parsed_.TokenAt(location);
+    if (at >= parsed_.tokens.size() || parsed_.tokens[at].start != location) return std::nullopt;
+    bool negative = false;
+    if (parsed_.tokens[at].kind == '-') {
+      negative = true;
+      ++at;
+    }
+    if (at >= parsed_.tokens.size() || parsed_.tokens[at].kind != kTokenIconst) return std::nullopt;
+    const std::optional<std::int64_t> value = ParseInteger(parsed_.TokenText(parsed_.tokens[at]), negative);
+    if (!value) return std::nullopt;
+    return KeySource{value, 0, location};
+  }
+  if (const json* cast = Field(node, "TypeCast"); cast != nullptr) {
+    const json& type = cast->at("typeName");
+    if (Field(type, "arrayBounds") != nullptr) return std::nullopt;
+    const json& names = type.at("names");
+    const std::optional<std::string> name = names.empty() ? std::nullopt : StringValue(names.back());
+    static const std::set<std::string> kIntegerTypes = {"int2", "int4", "int8", "smallint", "integer", "bigint", "int"};
+    if (!name || !kIntegerTypes.contains(*name)) return std::nullopt;
+    if (names.size() == 2 && StringValue(names.front()) != std::optional<std::string>("pg_catalog"))
+      return std::nullopt;
+    if (names.size() > 2) return std::nullopt;
+    const json& arg = cast->at("arg");
+    if (const json* constant = Field(arg, "A_Const"); constant != nullptr && Field(*constant, "sval") != nullptr) {
+      const std::string text = constant->at("sval").value("sval", "");
+      const bool negative = !text.empty() && text[0] == '-';
+      const std::optional<std::int64_t> value = ParseInteger(std::string_view(text).substr(negative ? 1 : 0), negative);
+      if (!value) return std::nullopt;
+      return KeySource{value, 0, constant->value("location", -1)};
+    }
+    return KeyConstant(arg);
+  }
+  return std::nullopt;
+}
+
+// ---- facts ----
+
+void Analyzer::Conjuncts(const json& expr, std::vector<const json*>& out) {
+  if (const json* boolean = Field(expr, "BoolExpr"); boolean != nullptr && boolean->value("boolop", "") == "AND_EXPR") {
+    for (const json& arg : boolean->at("args")) Conjuncts(arg, out);
+    return;
+  }
+  out.push_back(&expr);
+}
+
+Side Analyzer::SideOf(const json& expr, Level& level) const {
+  Side side;
+  if (const json* column = Field(expr, "ColumnRef"); column != nullptr) {
+    if (Entry* e = ResolveKey(*column, &level); e != nullptr) {
+      side.kind = Side::Kind::kColumn;
+      side.entry = e;
+    }
+    return side;
+  }
+  if (const std::optional<KeySource> constant = KeyConstant(expr); constant) {
+    side.kind = Side::Kind::kConstant;
+    side.constant = *constant;
+  }
+  return side;
+}
+
+template <class RoleOf>
+void Analyzer::Facts(const json& expr, Level& level, const RoleOf& role_of) {
+  std::vector<const json*> conjuncts;
+  Conjuncts(expr, conjuncts);
+  for (const json* conjunct : conjuncts) {
+    const json* op = Field(*conjunct, "A_Expr");
+    if (op == nullptr || op->value("kind", "") != "AEXPR_OP") continue;
+    const json* name = Field(*op, "name");
+    if (name == nullptr || name->size() != 1 || StringValue(name->front()) != std::optional<std::string>("=")) continue;
+    const json* lexpr = Field(*op, "lexpr");
+    const json* rexpr = Field(*op, "rexpr");
+    if (lexpr == nullptr || rexpr == nullptr) continue;
+    const Side a = SideOf(*lexpr, level);
+    const Side b = SideOf(*rexpr, level);
+    Equate(a, b, role_of);
+    Equate(b, a, role_of);
+  }
+}
+
+template <class RoleOf>
+void Analyzer::Equate(const Side& a, const Side& b, const RoleOf& role_of) {
+  if (b.kind != Side::Kind::kColumn || role_of(b.entry) != Role::kRestricted) return;
+  if (a.kind == Side::Kind::kConstant) {
+    Pin(b.entry->node, a.constant);
+  } else if (a.kind == Side::Kind::kColumn) {
+    if (role_of(a.entry) == Role::kRestricted) {
+      Union(a.entry->node, b.entry->node);
+    } else {
+      directed_.emplace_back(a.entry->node, b.entry->node);
+    }
+  }
+}
+
+void Analyzer::WhereFacts(const json& where, Level& level) {
+  Facts(where, level, [&](const Entry* e) { return e->level == &level ? Role::kRestricted : Role::kFixed; });
+}
+
+void Analyzer::JoinFacts(const FromItem& item, Level& level, const CteScope* ctes) {
+  if (item.entry != nullptr) return;
+  JoinFacts(*item.left, level, ctes);
+  JoinFacts(*item.right, level, ctes);
+  const std::vector<Entry*>* restricted = nullptr;
+  if (item.join_type == "JOIN_INNER") {
+    restricted = &item.entries;
+  } else if (item.join_type == "JOIN_LEFT") {
+    restricted = &item.right->entries;
+  } else if (item.join_type == "JOIN_RIGHT") {
+    restricted = &item.left->entries;
+  }
+  if (item.quals != nullptr) {
+    if (restricted != nullptr) {
+      Facts(*item.quals, level, [&](const Entry* e) {
+        return std::find(restricted->begin(), restricted->end(), e) != restricted->end() ? Role::kRestricted
+                                                                                         : Role::kFixed;
+      });
+    }
+    Walk(*item.quals, level, ctes);
+  }
+  if (item.using_key && restricted != nullptr) {
+    const Candidates left = UnqualifiedIn(*item.left);
+    const Candidates right = UnqualifiedIn(*item.right);
+    if (left.found.size() == 1 && right.found.size() == 1 && left.found[0].node >= 0 && right.found[0].node >= 0) {
+      const int l = left.found[0].node;
+      const int r = right.found[0].node;
+      if (item.join_type == "JOIN_INNER") {
+        Union(l, r);
+      } else if (item.join_type == "JOIN_LEFT") {
+        directed_.emplace_back(l, r);
+      } else {
+        directed_.emplace_back(r, l);
+      }
+    }
+  }
+}
+
+}  // namespace shardkit::sql::detail

@@ -40,7 +40,7 @@ struct PipelineRequest {
   const std::string* sql = nullptr;
   const std::vector<const char*>* values = nullptr;  // text parameters; a null pointer is NULL
   Wrap wrap = Wrap::kTransaction;
-  bool read_only = true;               // kTransaction only
+  bool read_only = true;  // kTransaction only
   // kTransaction only: the BEGIN statement (e.g. with an isolation level);
   // null: BEGIN [READ ONLY] as read_only says.
   const std::string* begin = nullptr;

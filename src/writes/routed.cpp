@@ -6,8 +6,8 @@
 #include <random>
 #include <thread>
 
-#include "pg/server_message.hpp"
 #include "pg/pipelined_statement.hpp"
+#include "pg/server_message.hpp"
 #include "shardkit/core/dsn.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/pool/pool.hpp"

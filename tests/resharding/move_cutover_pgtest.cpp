@@ -149,7 +149,8 @@ class Load {
       // Later, so it may see more orders (the writers go on), never fewer.
       const auto read = PipelinedOrdersOf(routed_, c, ro);
       const std::set<std::int64_t> later(read.begin(), read.end());
-      for (const auto order : orders) EXPECT_TRUE(later.contains(order)) << "Read of customer " << c << " misses " << order;
+      for (const auto order : orders)
+        EXPECT_TRUE(later.contains(order)) << "Read of customer " << c << " misses " << order;
     }
     CheckComplete(acked, got, "routed reads");
     CheckComplete(acked, ScatterOrders(scatter_), "a scatter");
@@ -172,9 +173,9 @@ class Load {
   // The same through RoutedTransactions::Read (one pipelined round trip).
   std::vector<std::int64_t> PipelinedOrdersOf(RoutedTransactions& routed, int customer, const RoutedOptions& ro) const {
     std::vector<std::int64_t> out;
-    for (const auto& row : routed.Read(CustomerId{customer},
-                                       "SELECT order_id FROM orders WHERE customer_id = $1 AND order_id >= $2",
-                                       {std::to_string(customer), std::to_string(first_order_)}, ro)) {
+    for (const auto& row :
+         routed.Read(CustomerId{customer}, "SELECT order_id FROM orders WHERE customer_id = $1 AND order_id >= $2",
+                     {std::to_string(customer), std::to_string(first_order_)}, ro)) {
       out.push_back(row[0].as<std::int64_t>());
     }
     return out;
@@ -263,14 +264,14 @@ class Load {
       try {
         const bool pipelined = read % 2 == 1;
         const auto orders =
-            pipelined ? PipelinedOrdersOf(routed, customer, ro)
-                      : routed.Run(
-                            CustomerId{customer},
-                            [&](pqxx::transaction_base& tx, const RoutedContext&) { return OrdersOf(tx, customer); },
-                            ro);
-        CheckComplete(acked, std::multiset<std::int64_t>(orders.begin(), orders.end()),
-                      fmt::format("{}routed {} of customer {}", stale ? "a stale " : "a ",
-                                  pipelined ? "Read" : "Run", customer));
+            pipelined
+                ? PipelinedOrdersOf(routed, customer, ro)
+                : routed.Run(
+                      CustomerId{customer},
+                      [&](pqxx::transaction_base& tx, const RoutedContext&) { return OrdersOf(tx, customer); }, ro);
+        CheckComplete(
+            acked, std::multiset<std::int64_t>(orders.begin(), orders.end()),
+            fmt::format("{}routed {} of customer {}", stale ? "a stale " : "a ", pipelined ? "Read" : "Run", customer));
         ++(stale ? tally.stale_ok : tally.routed_ok);
       } catch (const BucketRefused&) {
         ++(stale ? tally.stale_refused : tally.routed_refused);

@@ -28,6 +28,21 @@ Json DemoResult::ToJson() const {
   return j;
 }
 
+const char* DemoTitle(const std::string& demo) {
+  if (demo == "routing") return "1. routing: customer -> bucket -> shard -> that shard's pool";
+  if (demo == "shard-key") return "2. shard key: hash by customer_id vs range by date";
+  if (demo == "ids") return "3. global IDs: identity vs shardkit Snowflake IDs";
+  if (demo == "top10") return "4. the wrong top-10: best sellers of the last 30 days";
+  if (demo == "category-avg") return "5. exercise: average order amount per category";
+  if (demo == "third-shard") return "6. exercise: add a third shard";
+  if (demo == "workers") return "7. worker sharding: partitions, leases, fencing, hot keys (the worker-sharding case)";
+  if (demo == "stats") return "8. cross-shard query statistics of this run";
+  if (demo == "rebalance") return "9. exercise: rebalance to one more shard and back, under load";
+  if (demo == "load") return "load";
+  if (demo == "copy-vs-psql") return "COPY vs psql \\copy";
+  return "";
+}
+
 Lab::Lab(ClusterConfig config) : config_(std::move(config)) {
   resolver_ = BucketShardResolver::FromConfig(config_);
   scatter_ = std::make_unique<ScatterGather>(*resolver_);

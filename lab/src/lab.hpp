@@ -131,5 +131,8 @@ class TextTable {
 
 // The lab's demos, in the order `all` runs them.
 [[nodiscard]] const std::vector<std::string>& DemoNames();
+// A demo's heading: "4. the wrong top-10: best sellers of the last 30 days"
+// ("" for an unknown name).
+[[nodiscard]] const char* DemoTitle(const std::string& demo);
 
 }  // namespace shardkit::lab

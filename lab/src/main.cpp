@@ -4,6 +4,9 @@
 //   bookstore-lab top10 --scale 0.01    one demo (loads that scale if needed)
 //   bookstore-lab load --scale 0.1      (re)load only
 //   bookstore-lab all --json            one JSON document on stdout
+//   bookstore-lab --report DIR          also DIR/index.html: checks, figures, charts (gnuplot)
+//   bookstore-lab top10 ids --report D  the named demos only
+//   bookstore-lab report A.json B.json --report DIR   the page from saved --json documents
 //   bookstore-lab worker --config F ... one outbox worker process (the workers demo starts these)
 //
 // Exit status: 0 all checks passed, 1 a check failed, 2 usage or
@@ -11,17 +14,22 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <pqxx/pqxx>
 #include <string_view>
+#include <vector>
 
 #include "dataset.hpp"
 #include "demos.hpp"
 #include "lab.hpp"
 #include "load.hpp"
+#include "report.hpp"
 #include "shardkit/errors.hpp"
 #include "worker_process.hpp"
 
@@ -34,21 +42,6 @@ constexpr int kExitChecksFailed = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitUnreachable = 3;
 
-const char* Title(const std::string& demo) {
-  if (demo == "routing") return "1. routing: customer -> bucket -> shard -> that shard's pool";
-  if (demo == "shard-key") return "2. shard key: hash by customer_id vs range by date";
-  if (demo == "ids") return "3. global IDs: identity vs shardkit Snowflake IDs";
-  if (demo == "top10") return "4. the wrong top-10: best sellers of the last 30 days";
-  if (demo == "category-avg") return "5. exercise: average order amount per category";
-  if (demo == "third-shard") return "6. exercise: add a third shard";
-  if (demo == "workers") return "7. worker sharding: partitions, leases, fencing, hot keys (the worker-sharding case)";
-  if (demo == "stats") return "8. cross-shard query statistics of this run";
-  if (demo == "rebalance") return "9. exercise: rebalance to one more shard and back, under load";
-  if (demo == "load") return "load";
-  if (demo == "copy-vs-psql") return "COPY vs psql \\copy";
-  return "";
-}
-
 struct Output {
   bool json = false;
   Json doc = Json::object();
@@ -57,11 +50,9 @@ struct Output {
 
   void Emit(const DemoResult& r) {
     for (const auto& c : r.checks) (c.ok ? passed_checks : failed_checks) += 1;
-    if (json) {
-      doc["demos"][r.name] = r.ToJson();
-      return;
-    }
-    fmt::print("\n== {}\n{}", Title(r.name), r.text);
+    doc["demos"][r.name] = r.ToJson();  // for --json and --report
+    if (json) return;
+    fmt::print("\n== {}\n{}", DemoTitle(r.name), r.text);
     int failed = 0;
     for (const auto& c : r.checks) {
       if (!c.ok) {
@@ -102,6 +93,28 @@ bool Reachable(Lab& lab, std::string& problem) {
   return false;
 }
 
+// `bookstore-lab report DOC.json... --report DIR`: the page from saved
+// documents, without the servers.
+int ReportFromDocuments(const std::vector<std::string>& paths, const std::string& dir) {
+  if (dir.empty()) {
+    fmt::print(stderr, "bookstore-lab report: say where the page goes: --report DIR\n");
+    return kExitUsage;
+  }
+  try {
+    std::vector<Json> docs;
+    for (const auto& path : paths) {
+      std::ifstream in{path};
+      docs.push_back(Json::parse(in));
+    }
+    const auto page = WriteReport(MergeLabDocuments(docs), dir);
+    fmt::print(stderr, "bookstore-lab: report written to {}\n", page.string());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bookstore-lab report: {}\n", e.what());
+    return kExitUsage;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -111,7 +124,7 @@ int main(int argc, char** argv) {
       "The Bookstore lab: the Bookstore case's sharding experiments on real PostgreSQL shards, "
       "each answer checked against an unsharded reference server."};
   app.fallthrough();
-  app.require_subcommand(0, 1);
+  app.require_subcommand(0, 0);  // several demos may be named; the other commands stand alone
   std::optional<std::string> config_path;
   double scale = 1.0;
   std::uint64_t seed = 1;
@@ -119,6 +132,8 @@ int main(int argc, char** argv) {
   std::string progress = "auto";
   std::string work_dir = "lab/out";
   bool compare_psql = false;
+  std::string report_dir;
+  std::vector<std::string> documents;
   app.add_option("--config", config_path, "shardkit config file (default: $SHARDKIT_CONFIG, else ./shardkit.toml)");
   app.add_option("--scale", scale, "data size relative to the Bookstore case (1 = ~1M orders; 0.01 for tests)")
       ->check(CLI::Range(0.001, 10.0));
@@ -127,21 +142,48 @@ int main(int argc, char** argv) {
   app.add_option("--progress", progress, "load progress on stderr: auto, bar, lines, none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
   app.add_option("--work-dir", work_dir, "where copy-vs-psql writes its COPY file");
+  app.add_option("--report", report_dir,
+                 "also write DIR/index.html: each demo's checks, key figures and charts (needs gnuplot-nox), "
+                 "and DIR/lab.json");
 
   auto* load_cmd = app.add_subcommand("load", "generate the data and (re)load every server with COPY");
   load_cmd->add_flag("--compare-psql", compare_psql, "then time psql \\copy of the same orders rows");
   app.add_subcommand("copy-vs-psql", "COPY through shardkit::CopyWriter vs psql \\copy of the same orders rows");
-  for (const auto& name : DemoNames()) app.add_subcommand(name, Title(name));
+  for (const auto& name : DemoNames()) app.add_subcommand(name, DemoTitle(name));
   app.add_subcommand("ensure-loaded", "load the data if it is missing or at another scale, nothing else");
   // Needs a shard without buckets (lab/cluster add-shard), so the data must
   // be loaded before that shard exists: lab/run rebalance runs ensure-loaded
   // first. Not part of `all`: it changes the cluster while it runs.
-  app.add_subcommand("rebalance", Title("rebalance"));
+  app.add_subcommand("rebalance", DemoTitle("rebalance"));
   app.add_subcommand("all", "load if needed, then every demo (the default)");
+  auto* report_cmd = app.add_subcommand("report", "draw the page (--report DIR) from saved --json documents");
+  report_cmd->add_option("documents", documents, "bookstore-lab --json documents; a later one's demos win")
+      ->required()
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
 
   std::string command = "all";
-  if (!app.get_subcommands().empty()) command = app.get_subcommands().front()->get_name();
+  std::vector<std::string> named;
+  for (const auto* sub : app.get_subcommands()) named.push_back(sub->get_name());
+  if (!named.empty()) command = named.front();
+  const auto& demo_names = DemoNames();
+  const bool only_demos = std::all_of(named.begin(), named.end(), [&](const std::string& n) {
+    return std::find(demo_names.begin(), demo_names.end(), n) != demo_names.end();
+  });
+  if (named.size() > 1 && !only_demos) {
+    fmt::print(stderr, "bookstore-lab: only demos can be named together ({}), not {}\n", fmt::join(demo_names, " "),
+               fmt::join(named, " "));
+    return kExitUsage;
+  }
+  if (command == "report") return ReportFromDocuments(documents, report_dir);
+  if (!report_dir.empty()) {
+    try {
+      RequireGnuplot();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "bookstore-lab: --report: {}\n", e.what());
+      return kExitUsage;
+    }
+  }
 
   const ProgressMode progress_mode = progress == "bar"     ? ProgressMode::kBar
                                      : progress == "lines" ? ProgressMode::kLines
@@ -211,7 +253,7 @@ int main(int argc, char** argv) {
       if (command == "all") {
         for (const auto& name : DemoNames()) run_demo(name);
       } else if (command != "ensure-loaded") {
-        run_demo(command);
+        for (const auto& name : named) run_demo(name);
       }
     }
   } catch (const std::exception& e) {
@@ -224,9 +266,19 @@ int main(int argc, char** argv) {
     return kExitChecksFailed;
   }
 
+  out.doc["checks"] = {{"passed", out.passed_checks}, {"failed", out.failed_checks}};
+  out.doc["ok"] = out.failed_checks == 0;
+  if (!report_dir.empty()) {
+    try {
+      const auto page = WriteReport(out.doc, report_dir);
+      std::ofstream{std::filesystem::path(report_dir) / "lab.json"} << out.doc.dump(2) << "\n";
+      fmt::print(stderr, "bookstore-lab: report written to {}\n", page.string());
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "bookstore-lab: --report: {}\n", e.what());
+      return kExitUsage;
+    }
+  }
   if (json) {
-    out.doc["checks"] = {{"passed", out.passed_checks}, {"failed", out.failed_checks}};
-    out.doc["ok"] = out.failed_checks == 0;
     fmt::print("{}\n", out.doc.dump(2));
   } else if (out.passed_checks + out.failed_checks > 0) {
     fmt::print("\n{} checks passed, {} failed{}\n", out.passed_checks, out.failed_checks,

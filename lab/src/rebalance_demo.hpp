@@ -97,6 +97,8 @@ class Recorder {
     std::lock_guard lock(mutex_);
     return seconds_;
   }
+  // Seconds from the start of the timeline to `t`.
+  [[nodiscard]] double Offset(Clock::time_point t) const { return std::chrono::duration<double>(t - start_).count(); }
 
  private:
   Clock::time_point start_;
@@ -156,6 +158,7 @@ struct ShardSets {
 
 struct MovesResult {
   std::vector<MoveRecord> moved;
+  std::map<std::int64_t, double> done_at_s;  // move id -> when it finished, on the timeline
   std::vector<std::string> move_failures;
   std::array<double, 2> leg_seconds{};
   double moves_seconds = 0;

@@ -61,7 +61,7 @@ struct Stalls {
   std::string text;
 };
 
-Stalls StallsOf(Lab& lab, const std::vector<MoveRecord>& moved) {
+Stalls StallsOf(Lab& lab, const std::vector<MoveRecord>& moved, const std::map<std::int64_t, double>& done_at_s) {
   Stalls out;
   std::vector<double> stalls;
   for (const auto& m : moved) {
@@ -74,6 +74,7 @@ Stalls StallsOf(Lab& lab, const std::vector<MoveRecord>& moved) {
                         {"rows", m.rows_copied},
                         {"copy_ms", m.copy_ms.value_or(0)},
                         {"stall_ms", m.stall_ms.value_or(0)}});
+    if (const auto at = done_at_s.find(m.move_id); at != done_at_s.end()) out.json.back()["done_at_s"] = at->second;
     out.text += fmt::format("  bucket {:>2}  {} -> {}  {:>7} rows  copy {:>7.1f} ms  stall {:>6.1f} ms\n", m.bucket,
                             lab.ShardLabel(m.source), lab.ShardLabel(m.target), m.rows_copied, m.copy_ms.value_or(0),
                             m.stall_ms.value_or(0));
@@ -178,7 +179,7 @@ void Report(DemoResult& r, Lab& lab, const RebalanceDemoOptions& options, const 
             const std::vector<Second>& seconds, const MovesResult& moves, const LoadResults& load,
             const CheckerResult& checked, double total_seconds) {
   const Timeline timeline = TimelineOf(seconds);
-  const Stalls stalls = StallsOf(lab, moves.moved);
+  const Stalls stalls = StallsOf(lab, moves.moved, moves.done_at_s);
   Figures(r, options, shards, timeline, stalls, moves, load, checked, total_seconds);
   Checks(r, moves, load, checked);
   r.text = Text(r, options, shards, timeline, stalls, moves, load, checked, total_seconds);

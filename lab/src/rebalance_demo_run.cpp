@@ -2,6 +2,7 @@
 // back, with ApplyRebalance, while the load runs.
 #include <fmt/format.h>
 
+#include <mutex>
 #include <thread>
 
 #include "rebalance_demo.hpp"
@@ -42,8 +43,13 @@ MovesResult MoveThereAndBack(Lab& lab, const RebalanceDemoOptions& options, cons
   RebalanceOptions ro;
   ro.parallel = options.parallel;
   ro.move.cleanup_grace = options.cleanup_grace;
+  std::mutex done_mutex;  // the moves report from their own threads
   ro.on_progress = [&](const RebalanceProgress& p) {
     if (p.move.state == MoveState::kDone) {
+      {
+        std::lock_guard lock(done_mutex);
+        out.done_at_s[p.move.move_id] = recorder.Offset(Clock::now());
+      }
       say(fmt::format("  bucket {:>2} {} -> {} done ({} of {}): {} rows, stall {:.1f} ms", p.move.bucket,
                       lab.ShardLabel(p.move.source), lab.ShardLabel(p.move.target), p.finished, p.total,
                       p.move.rows_copied, p.move.stall_ms.value_or(0)));

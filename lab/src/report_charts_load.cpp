@@ -1,0 +1,133 @@
+// The report's charts of the demos under load (report.hpp): the rebalance's
+// timeline and the workers' partitions before and after salting.
+#include <fmt/format.h>
+
+#include <map>
+#include <string>
+
+#include "report.hpp"
+
+namespace shardkit::lab {
+namespace {
+
+// A dashed vertical line and a label where the timeline's phase changes.
+std::string PhaseMarks(const Json& timeline) {
+  std::string out;
+  std::string previous;
+  int n = 0;  // labels alternate between two heights: phases can be a second apart
+  for (const Json& s : timeline) {
+    const std::string phase = s.value("phase", std::string());
+    if (phase == previous) continue;
+    previous = phase;
+    const double at = s.value("second", 0.0);
+    out += fmt::format(
+        "set arrow from {0},graph 0 to {0},graph 1 nohead dt 3 lc rgb '#888888'\n"
+        "set label {1} at {0},graph {2} left offset 0.3,0 font ',10' tc rgb '#555555'\n",
+        at, GnuplotQuote(phase.empty() ? "start" : phase), n++ % 2 == 0 ? 0.96 : 0.91);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Chart> RebalanceCharts(const Json& f) {
+  if (!f.is_object() || !f.contains("timeline") || f["timeline"].empty()) return {};
+  std::vector<std::vector<std::string>> seconds;
+  for (const Json& s : f["timeline"]) {
+    const double p99 = s.value("p99_ms", 0.0), p50 = s.value("p50_ms", 0.0), max = s.value("max_ms", 0.0);
+    // Seconds without a write have no latency (a log scale cannot show 0).
+    seconds.push_back({NumberCell(s.value("second", 0.0) + 0.5), NumberCell(Field(s, "writes_ok")),
+                       NumberCell(Field(s, "reads")), p50 > 0 ? NumberCell(p50) : "-", p99 > 0 ? NumberCell(p99) : "-",
+                       max > 0 ? NumberCell(max) : "-", NumberCell(Field(s, "writes_failed"))});
+  }
+  std::vector<std::vector<std::string>> stalls;
+  for (const Json& m : Field(f, "moves")) {
+    if (!m.contains("done_at_s")) continue;
+    stalls.push_back(
+        {NumberCell(m["done_at_s"]), NumberCell(Field(m, "stall_ms")), fmt::format("b{}", m.value("bucket", 0))});
+  }
+  if (stalls.empty()) stalls.push_back({"-", "-", "-"});  // an older document: no marks
+  const std::string marks = PhaseMarks(f["timeline"]);
+  Chart load{"rebalance-load", fmt::format("Rebalance under load: writes and reads per second, each moved bucket's "
+                                           "stall marked ({} writers, {} readers)",
+                                           f.value("writers", 0), f.value("readers", 0))};
+  load.width = 1000;
+  load.data = {{"rebalance-seconds.tsv", DataFile(seconds)}, {"rebalance-stalls.tsv", DataFile(stalls)}};
+  load.script = marks +
+                "set xlabel 'seconds since the load started'\nset ylabel 'operations per second'\n"
+                "set y2label 'stall of the bucket''s writes (ms)'\nset ytics nomirror\nset y2tics\n"
+                "set yrange [0:*]\nset y2range [0:*]\nset offsets 0,0,graph 0.2,0\n"
+                "set key outside right top vertical\n"
+                "plot 'rebalance-seconds.tsv' using 1:2 with linespoints pt 7 ps 0.4 lw 2 lt 1 "
+                "title 'writes acknowledged/s', "
+                "'' using 1:3 with linespoints pt 7 ps 0.4 lw 2 lt 3 title 'reads/s', "
+                "'' using 1:7 with impulses lw 3 lt 4 title 'failed writes/s', "
+                "'rebalance-stalls.tsv' using 1:2 axes x1y2 with impulses lw 2 lt 2 "
+                "title 'bucket stall (ms, right)', "
+                "'' using 1:2 axes x1y2 with points pt 7 ps 0.6 lt 2 notitle";
+  Chart latency{"rebalance-latency", "Rebalance under load: write latency per second (log scale)"};
+  latency.width = 1000;
+  latency.script = marks +
+                   "set xlabel 'seconds since the load started'\nset ylabel 'write latency (ms, log scale)'\n"
+                   "set logscale y\nset format y '%g'\nset offsets 0,0,graph 0.2,0\n"
+                   "set key outside right top vertical\n"
+                   "plot 'rebalance-seconds.tsv' using 1:4 with lines lw 2 lt 1 title 'p50', "
+                   "'' using 1:5 with lines lw 2 lt 2 title 'p99', '' using 1:6 with lines lw 1 lt 4 title 'max', "
+                   "'rebalance-stalls.tsv' using 1:2 with points pt 9 ps 0.9 lt 5 title 'bucket stall (ms)'";
+  return {load, latency};
+}
+
+std::vector<Chart> WorkersCharts(const Json& f) {
+  if (!f.is_object() || !f.contains("per_partition_throughput")) return {};
+  const Json& phases = f["per_partition_throughput"];
+  if (!phases.contains("before_salting") || !phases.contains("after_salting")) return {};
+  const Json& before = phases["before_salting"];
+  const Json& after = phases["after_salting"];
+  // Jobs, not each partition's own jobs per second: a partition with a few
+  // jobs close together has a high rate that says nothing.
+  std::map<int, std::pair<std::string, std::string>> rates;
+  for (const Json& p : Field(before, "partitions")) {
+    rates[p.value("partition", 0)].first = NumberCell(Field(p, "jobs"));
+  }
+  for (const Json& p : Field(after, "partitions")) {
+    rates[p.value("partition", 0)].second = NumberCell(Field(p, "jobs"));
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [partition, r] : rates) rows.push_back({std::to_string(partition), r.first, r.second});
+  std::string hot;
+  for (const Json& p : Field(before, "hot_partitions")) {
+    hot += fmt::format(
+        "set label 'the hot customer, unsalted' at {},graph 0.95 right offset -1,0 font ',10' tc rgb '#1f77b4'\n",
+        p.get<int>());
+  }
+  Chart partitions{"workers-partitions",
+                   fmt::format("Workers: jobs per partition in a burst with a hot customer, unsalted vs salted over {} "
+                               "partitions (the hot customer's jobs: {:.1f}/s vs {:.1f}/s)",
+                               Field(after, "hot_partitions").size(), before.value("hot_jobs_per_s", 0.0),
+                               after.value("hot_jobs_per_s", 0.0))};
+  partitions.width = 900;
+  partitions.data = {{"workers-partitions.tsv", DataFile(rows)}};
+  partitions.script = hot +
+                      "set style fill solid 0.85 noborder\nset boxwidth 0.4\nset xrange [-1:64]\nset yrange [0:*]\n"
+                      "set xtics 0,4,63\nset xlabel 'partition'\nset ylabel 'jobs in the burst'\n"
+                      "set offsets 0,0,graph 0.1,0\nset key top right\n"
+                      "plot 'workers-partitions.tsv' using ($1-0.2):2 with boxes lt 1 title 'before salting', "
+                      "'' using ($1+0.2):3 with boxes lt 2 title 'after salting'";
+
+  std::map<std::string, std::pair<std::string, std::string>> jobs;
+  for (const auto& [w, n] : Field(before, "jobs_per_worker").items()) jobs[w].first = NumberCell(n);
+  for (const auto& [w, n] : Field(after, "jobs_per_worker").items()) jobs[w].second = NumberCell(n);
+  std::vector<std::vector<std::string>> worker_rows;
+  for (const auto& [w, n] : jobs) worker_rows.push_back({w, n.first, n.second});
+  Chart workers{"workers-jobs", "Workers: jobs each worker ran in the hot burst, before and after salting"};
+  workers.height = 360;
+  workers.data = {{"workers-jobs.tsv", DataFile(worker_rows)}};
+  workers.script =
+      "set style data histogram\nset style histogram clustered gap 1\n"
+      "set style fill solid 0.85 border rgb '#333333'\nset yrange [0:*]\n"
+      "set xlabel 'worker process'\nset ylabel 'jobs run'\nset key top right\n"
+      "plot 'workers-jobs.tsv' using 2:xtic(1) lt 1 title 'before salting', '' using 3 lt 2 title 'after salting'";
+  return {partitions, workers};
+}
+
+}  // namespace shardkit::lab

@@ -87,6 +87,9 @@ DemoResult RunRebalance(Lab& lab, const RebalanceDemoOptions& options) {
   const rebalance_demo::CheckerResult checked =
       rebalance_demo::CheckRebalance(lab, start_directory, final_directory, results);
   rebalance_demo::Report(r, lab, options, *shards, recorder.Seconds(), moves, results, checked, total_seconds);
+  // The other demos (and the next run) expect the loaded data.
+  const std::int64_t left = rebalance_demo::RemoveDemoOrders(lab, results);
+  r.Expect("rebalance.demo_orders_removed", left == 0, fmt::format("{} of the demo's orders left", left));
   return r;
 }
 

@@ -146,6 +146,11 @@ struct Load {
 // ("my orders", the cross-shard report), running until `load.stop`.
 [[nodiscard]] std::vector<std::thread> StartLoad(Load& load);
 
+// Deletes the orders (and their items) the load wrote, acknowledged or of
+// unknown outcome, from every shard and the reference, so that the data is
+// the loaded data again; returns how many of them are still anywhere (0).
+[[nodiscard]] std::int64_t RemoveDemoOrders(Lab& lab, const LoadResults& load);
+
 // -------------------------------------------------------------------- run
 
 // From the shards holding buckets to those plus the first empty one.

@@ -169,6 +169,29 @@ void Reader(Load& load, int rd) {
 
 }  // namespace
 
+std::int64_t RemoveDemoOrders(Lab& lab, const LoadResults& load) {
+  std::vector<std::int64_t> ids;
+  for (const auto* orders : {&load.acknowledged, &load.unknown}) {
+    for (const DemoOrder& o : *orders) ids.push_back(o.order_id);
+  }
+  const std::string array = fmt::format("{{{}}}", fmt::join(ids, ","));
+  std::int64_t left = 0;
+  const auto remove = [&](pqxx::connection_base& c) {
+    pqxx::work tx{c};
+    tx.exec_params("DELETE FROM order_items WHERE order_id = ANY($1::bigint[])", array);
+    tx.exec_params("DELETE FROM orders WHERE order_id = ANY($1::bigint[])", array);
+    left +=
+        tx.exec_params1("SELECT count(*) FROM orders WHERE order_id = ANY($1::bigint[])", array)[0].as<std::int64_t>();
+    tx.commit();
+  };
+  for (const ShardId s : FirstShards(lab.ShardCount())) {
+    auto lease = lab.Resolver().Pool(s).Acquire();
+    remove(*lease);
+  }
+  remove(lab.Reference());
+  return left;
+}
+
 void InsertOrder(pqxx::transaction_base& tx, const DemoOrder& o, BucketId bucket) {
   tx.exec_params(
       "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, status, total) "

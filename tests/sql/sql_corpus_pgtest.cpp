@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <pqxx/pqxx>
 #include <random>
 #include <string>
 #include <tuple>
@@ -26,12 +25,13 @@
 
 #include "shardkit/errors.hpp"
 #include "support/bookstore_rows.hpp"
+#include "support/reference_answer.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
 namespace {
 
-using Rows = std::vector<std::vector<std::optional<std::string>>>;
+using test::Rows;
 
 struct Statement {
   std::string sql;
@@ -83,32 +83,10 @@ class SqlCorpusPg : public ::testing::Test {
     scratch_ = nullptr;
   }
 
-  struct Reference {
-    std::vector<std::string> columns;
-    std::vector<unsigned> types;
-    Rows rows;
-  };
+  using Reference = test::ReferenceAnswer;
 
   static Reference OnReference(const std::string& sql, const SqlParams& params) {
-    pqxx::connection c{scratch_->ReferenceDsn().Reveal()};
-    pqxx::nontransaction tx{c};
-    // The shards' pinned session (session.hpp).
-    tx.exec(
-        "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET extra_float_digits = 3; "
-        "SET IntervalStyle = 'postgres'");
-    const pqxx::result r = tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
-    Reference out;
-    for (pqxx::row::size_type col = 0; col < r.columns(); ++col) {
-      out.columns.emplace_back(r.column_name(col));
-      out.types.push_back(static_cast<unsigned>(r.column_type(col)));
-    }
-    for (const auto& row : r) {
-      auto& values = out.rows.emplace_back();
-      for (const auto& f : row) {
-        values.push_back(f.is_null() ? std::nullopt : std::optional<std::string>(std::string(f.c_str(), f.size())));
-      }
-    }
-    return out;
+    return test::AnswerOnReference(*scratch_, sql, params);
   }
 
   static Rows Sorted(Rows rows) {

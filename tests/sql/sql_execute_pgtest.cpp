@@ -22,6 +22,7 @@
 
 #include "shardkit/errors.hpp"
 #include "support/bookstore_rows.hpp"
+#include "support/reference_answer.hpp"
 #include "support/test_cluster.hpp"
 
 extern char** environ;
@@ -29,7 +30,7 @@ extern char** environ;
 namespace shardkit {
 namespace {
 
-using Rows = std::vector<std::vector<std::optional<std::string>>>;
+using test::Rows;
 
 class SqlExecutePg : public ::testing::Test {
  protected:
@@ -51,21 +52,7 @@ class SqlExecutePg : public ::testing::Test {
   }
 
   static Rows OnReference(const std::string& sql, const SqlParams& params) {
-    pqxx::connection c{scratch_->ReferenceDsn().Reveal()};
-    pqxx::nontransaction tx{c};
-    // The shards' pinned session (session.hpp).
-    tx.exec(
-        "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET extra_float_digits = 3; "
-        "SET IntervalStyle = 'postgres'");
-    const pqxx::result r = tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
-    Rows rows;
-    for (const auto& row : r) {
-      auto& out = rows.emplace_back();
-      for (const auto& f : row) {
-        out.push_back(f.is_null() ? std::nullopt : std::optional<std::string>(std::string(f.c_str(), f.size())));
-      }
-    }
-    return rows;
+    return test::AnswerOnReference(*scratch_, sql, params).rows;
   }
 
   // Every row of a sharded table on each shard, all buckets visible.

@@ -250,12 +250,14 @@ TEST_F(LabTest, ShortcutTop10IsWrongWhileExactAndTputEqualTheReference) {
   ExpectCheckPassed(r, "top10.tput_equals_reference");
   ExpectCheckPassed(r, "top10.shortcut_differs");
   ExpectCheckPassed(r, "top10.plain_sql_equals_reference");
+  ExpectCheckPassed(r, "top10.plain_sql_uses_topk");
   EXPECT_EQ(r.figures["exact"]["top"], r.figures["reference"]);
   EXPECT_EQ(r.figures["tput"]["top"], r.figures["reference"]);
   EXPECT_EQ(r.figures["shortcut"]["rows"].get<int>(), 20);
   EXPECT_NE(r.text.find("top-10 per shard: 20 rows transferred, "), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("rows transferred from 2 shards, "), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("(really "), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("Execute used exact top-k: "), std::string::npos) << r.text;
   // Independently of the lab's own comparison: the exact list from the
   // generated rows.
   std::map<std::int64_t, std::int64_t> sold;

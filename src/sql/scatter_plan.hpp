@@ -17,6 +17,16 @@
 // Everything else is refused with the construct, its position, why and what
 // to do: expressions over aggregates, DISTINCT, set operations, window
 // functions, WITH, GROUPING SETS, and any aggregate other than the five.
+//
+// One aggregate shape also gets a cheaper exact method, the best sellers:
+//
+//   SELECT book_id, sum(quantity) AS sold FROM order_items WHERE ...
+//   GROUP BY book_id ORDER BY sold DESC, book_id LIMIT 10 [OFFSET n]
+//
+// answered by exact distributed top-k (topk.hpp, TopKMethod::kAuto), which
+// ships a few rows per shard instead of every group. It is taken only when
+// its answer is provably PostgreSQL's (see TopKShape); the merge plan is
+// kept beside it for when top-k cannot answer (a negative or oversized sum).
 #pragma once
 
 #include <cstddef>
@@ -26,6 +36,7 @@
 #include <vector>
 
 #include "shardkit/queries/merge.hpp"
+#include "shardkit/queries/topk.hpp"
 #include "sql/parse.hpp"
 #include "sql/sql_catalog.hpp"
 
@@ -48,9 +59,51 @@ struct RowOrder {
   std::size_t hidden_columns = 0;  // appended after the select list's; not returned
 };
 
+// The best-sellers shape, recognised only when exact top-k's answer is the
+// one PostgreSQL gives, column types and text included:
+//   - FROM: sharded (co-located, as the router checked) and reference
+//     tables joined by inner joins or commas, no column aliases, each
+//     table's columns known;
+//   - the select list: exactly the GROUP BY key and sum(<column>), either
+//     order, any aliases; GROUP BY that one key (name, alias or position);
+//     no HAVING, DISTINCT, window, WITH, locking or GROUP BY DISTINCT;
+//   - the key a column of type smallint, integer or bigint (top-k ranks a
+//     NULL key last, as ORDER BY key ASC does); the summed column smallint,
+//     integer or bigint and NOT NULL (so no group's sum is NULL and the
+//     NULLS placement of the sum cannot matter; top-k counts an all-NULL
+//     group as 0, PostgreSQL as NULL); sum() PostgreSQL's own (no user
+//     function named sum);
+//   - ORDER BY exactly the sum DESC, then the key ASC (NULLS LAST, the
+//     default): a complete order, which top-k's is; by name, alias,
+//     position or expression;
+//   - a LIMIT of at least 1 written as a number, an optional numeric OFFSET
+//     (top-k asks for OFFSET + LIMIT and drops the first OFFSET).
+// The result: the key with its column's type OID, the sum as bigint (of
+// smallint/integer) or numeric (of bigint, printed as the same digits).
+struct TopKShape {
+  std::string from;              // the statement's FROM text
+  std::string where;             // its WHERE text; empty: none
+  std::string key;               // the key column, quoted: "i"."book_id"
+  std::string measure;           // the summed column, quoted
+  std::size_t key_position = 0;  // 0 or 1: where the key is in the select list
+  unsigned key_type = 0;         // the key column's type OID (int2, int4, int8)
+  unsigned sum_type = 0;         // sum()'s result type OID: int8 or numeric
+  std::int64_t limit = 0;
+  std::int64_t offset = 0;
+  std::string shard_sql;  // each shard's aggregation (into the top-k session's temporary table)
+  [[nodiscard]] std::size_t K() const noexcept { return static_cast<std::size_t>(limit + offset); }
+  // The top-k query (bigint key, k = OFFSET + LIMIT) with the statement's parameters.
+  [[nodiscard]] TopKQuery Query(const SqlParams& params, const std::string& label) const;
+  // "exact top-k (auto) by sum("quantity") of "book_id", k = 10"
+  [[nodiscard]] std::string Describe() const;
+};
+
 struct ScatterPlan {
   // Set for aggregates; unset: concatenate the shards' rows of shard_sql.
   std::optional<MergePlan> merge;
+  // Set for the best-sellers shape: try exact top-k first, `merge` if it
+  // cannot answer.
+  std::optional<TopKShape> topk;
   // Plain rows with ORDER BY, LIMIT or OFFSET.
   std::optional<RowOrder> rows;
   std::string shard_sql;  // what every shard runs (merge->ShardSql() for aggregates)

@@ -19,7 +19,7 @@ const SqlTable* Find(const std::vector<SqlTable>& tables, const std::optional<st
 // One row per column of the tables the query's WHERE selects (by c.oid).
 std::vector<SqlTable> ReadTables(pqxx::transaction_base& tx, const std::string& where, const std::string& param) {
   const std::string sql =
-      "SELECT n.nspname, c.relname, pg_table_is_visible(c.oid), a.attname "
+      "SELECT n.nspname, c.relname, pg_table_is_visible(c.oid), a.attname, a.atttypid, a.attnotnull "
       "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
       "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
       "WHERE " +
@@ -33,6 +33,7 @@ std::vector<SqlTable> ReadTables(pqxx::transaction_base& tx, const std::string& 
       tables.push_back(SqlTable{schema, name, row[2].as<bool>(), {}});
     }
     tables.back().columns.emplace_back(row[3].c_str());
+    tables.back().facts.push_back(SqlColumnFacts{row[4].as<unsigned>(), row[5].as<bool>()});
   }
   return tables;
 }
@@ -41,6 +42,12 @@ std::vector<SqlTable> ReadTables(pqxx::transaction_base& tx, const std::string& 
 
 bool SqlTable::HasColumn(const std::string& column) const {
   return std::find(columns.begin(), columns.end(), column) != columns.end();
+}
+
+const SqlColumnFacts* SqlTable::Facts(const std::string& column) const {
+  if (facts.size() != columns.size()) return nullptr;
+  const auto it = std::find(columns.begin(), columns.end(), column);
+  return it == columns.end() ? nullptr : &facts[static_cast<std::size_t>(it - columns.begin())];
 }
 
 const SqlTable* SqlCatalog::FindSharded(const std::optional<std::string>& schema, const std::string& name) const {

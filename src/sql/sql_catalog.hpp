@@ -1,7 +1,8 @@
 // What the SQL layer knows of the shards' schema: the sharded tables (those
 // registered in shardkit_sharded_tables, sql/010: shard key customer_id,
 // bucket column bucket), the reference tables the configuration declares
-// ([sql] reference_tables) with their columns, and the names of functions
+// ([sql] reference_tables) with their columns (names, type OIDs and NOT
+// NULL), and the names of functions
 // that are not built in (they may read tables the router cannot see), and
 // the names of the aggregates (looked up, not guessed: a scatter must never
 // return each shard's value of an aggregate it does not recognise).
@@ -21,13 +22,30 @@ namespace shardkit::sql {
 inline constexpr const char* kShardKeyColumn = "customer_id";
 inline constexpr const char* kBucketColumn = "bucket";
 
+// Type OIDs the planner tells apart (pg_type.h).
+inline constexpr unsigned kInt8Oid = 20;
+inline constexpr unsigned kInt2Oid = 21;
+inline constexpr unsigned kInt4Oid = 23;
+inline constexpr unsigned kNumericOid = 1700;
+
+// What pg_attribute says of a column.
+struct SqlColumnFacts {
+  unsigned type = 0;  // atttypid (a domain's own OID, not its base type's)
+  bool not_null = false;
+};
+
 struct SqlTable {
   std::string schema;  // "public"
   std::string name;    // "orders"
   // Found by its unqualified name through the connection's search_path.
   bool visible = true;
   std::vector<std::string> columns;  // in table order; empty: not known
+  // Parallel to columns when read from a shard; empty when not known (a
+  // catalog made by hand).
+  std::vector<SqlColumnFacts> facts = {};
   [[nodiscard]] bool HasColumn(const std::string& column) const;
+  // The column's type and NOT NULL, or null when not known.
+  [[nodiscard]] const SqlColumnFacts* Facts(const std::string& column) const;
 };
 
 class SqlCatalog {

@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <pqxx/pqxx>
 
 #include "shardkit/errors.hpp"
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/queries/scatter_merge.hpp"
+#include "shardkit/queries/topk.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/writes/routed.hpp"
 #include "sql/parse.hpp"
@@ -15,6 +17,13 @@
 #include "sql/sql_error_text.hpp"
 
 namespace shardkit::sql {
+namespace {
+
+// ScatterOptions' default deadline: a top-k and the merge after it, if
+// top-k cannot answer, share one.
+constexpr std::chrono::seconds kScatterTimeout{30};
+
+}  // namespace
 
 SqlEngine::SqlEngine(BucketShardResolver& resolver, RoutedTransactions& transactions, ScatterGather& scatter,
                      std::vector<std::string> reference_tables, std::size_t cache_capacity)
@@ -84,6 +93,13 @@ SqlPlanInfo SqlEngine::Info(const Bound& bound, ShardId shard) const {
     info.shard_count = resolver_.ShardCount();
     info.shard_sql = scatter->shard_sql;
     info.merge = scatter->DescribeMerge();
+    if (scatter->topk) {
+      info.shard_sql = scatter->topk->shard_sql;
+      info.merge = fmt::format(
+          "{}: each shard's top {} and statistics, then TPUT's threshold and exact partials or the rest of the "
+          "partials; if top-k cannot answer exactly (a negative or oversized sum), per-shard SQL: {}; merge: {}",
+          scatter->topk->Describe(), scatter->topk->K(), scatter->shard_sql, scatter->DescribeMerge());
+    }
   }
   return info;
 }
@@ -118,13 +134,77 @@ void AppendRows(const pqxx::result& rows, SqlResult& result) {
 
 }  // namespace
 
+std::optional<SqlResult> SqlEngine::ExecuteTopK(const Bound& bound, const SqlParams& params,
+                                                const ScatterOptions& scatter_options, std::string* why) {
+  const ScatterPlan& plan = *bound.plan->scatter;
+  const TopKShape& shape = *plan.topk;
+  TopKResult<std::int64_t> top;
+  try {
+    top = TopKBySum<std::int64_t>(scatter_, shape.Query(params, scatter_options.label), TopKMethod::kAuto,
+                                  scatter_options);
+  } catch (const UnmergeableQuery& e) {
+    // A negative partial (TPUT's bounds need non-negative ones; kAuto
+    // refuses it in phase 1), or a sum beyond 64 bits.
+    *why = e.what();
+    return std::nullopt;
+  } catch (const ScatterError& e) {
+    for (const ScatterError::Failure& f : e.failures()) {
+      // The session does not follow a bucket move; the merge's scatter does.
+      if (f.stale_directory) {
+        *why = fmt::format("shard {} refused a bucket for a stale directory", ToInt(f.shard));
+        return std::nullopt;
+      }
+      // The session's temporary table needs the TEMPORARY privilege, which
+      // the merge does not (any other missing privilege fails it too).
+      if (f.sqlstate == "42501") {
+        *why = f.cause;
+        return std::nullopt;
+      }
+    }
+    throw;  // the statement's own error (its WHERE, its parameters), as the merge would give it
+  }
+  if (!top.warnings.empty()) {
+    *why = top.warnings.front();
+    return std::nullopt;
+  }
+  SqlResult result;
+  result.plan = Info(bound, ShardId{0});
+  std::string phases;
+  for (const TopKPhaseStats& p : top.phases)
+    phases += fmt::format("{}{}: {}", phases.empty() ? "" : ", ", p.name, p.rows);
+  result.plan.merge = fmt::format("{}: {}, {} rows ({}); {}", shape.Describe(), TopKMethodName(top.method),
+                                  top.total_rows, phases, top.choice);
+  result.columns = plan.column_names;
+  result.types.assign(2, shape.sum_type);
+  result.types[shape.key_position] = shape.key_type;
+  const auto offset = static_cast<std::size_t>(shape.offset);
+  for (std::size_t i = offset; i < top.items.size(); ++i) {
+    const TopKEntry<std::int64_t>& item = top.items[i];
+    auto& row = result.rows.emplace_back(2);
+    if (const auto* key = std::get_if<std::int64_t>(&item.key)) row[shape.key_position] = std::to_string(*key);
+    row[1 - shape.key_position] = std::to_string(item.value);
+  }
+  result.rows_received = top.total_rows;
+  result.affected = result.rows.size();
+  return result;
+}
+
 SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params, const SqlOptions& options) {
   const ScatterPlan& plan = *bound.plan->scatter;
   ScatterOptions scatter_options;
   scatter_options.deadline = options.deadline;
   scatter_options.label = options.label;
+  std::string topk_refused;
+  if (plan.topk) {
+    if (!scatter_options.deadline) scatter_options.deadline = std::chrono::steady_clock::now() + kScatterTimeout;
+    if (auto answered = ExecuteTopK(bound, params, scatter_options, &topk_refused)) return *std::move(answered);
+  }
   SqlResult result;
   result.plan = Info(bound, ShardId{0});
+  if (plan.topk) {
+    result.plan.shard_sql = plan.shard_sql;
+    result.plan.merge = fmt::format("{} (exact top-k did not answer: {})", plan.DescribeMerge(), topk_refused);
+  }
   const auto refuse = [&](const UnmergeableQuery& e, const std::string& reason, int location = 0) {
     throw Refusal(bound.plan->text, location, "this statement over every shard", reason.empty() ? e.what() : reason,
                   "pin customer_id so that it runs on one customer's shard");

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ class SqlEngine {
   Bound Bind(const std::string& sql, const SqlParams& params);
   SqlPlanInfo Info(const Bound& bound, ShardId shard) const;
   SqlResult ExecuteScatter(const Bound& bound, const SqlParams& params, const SqlOptions& options);
+  // The best-sellers shape by exact top-k; nullopt (and *why) when top-k
+  // cannot answer it exactly and the merge plan must.
+  std::optional<SqlResult> ExecuteTopK(const Bound& bound, const SqlParams& params,
+                                       const ScatterOptions& scatter_options, std::string* why);
 
   BucketShardResolver& resolver_;
   RoutedTransactions& transactions_;

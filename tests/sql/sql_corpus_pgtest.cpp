@@ -1,6 +1,7 @@
 // Cluster::Execute against the unsharded reference server, statement by
 // statement: a hand-written corpus (with the regressions found so far) and
-// a seeded generator of aggregates, plain rows and routed statements over
+// a seeded generator of aggregates (the best-sellers shape that exact top-k
+// answers among them), plain rows and routed statements over
 // the Bookstore, on data varied after FillBookstore (statuses, totals,
 // quantities, prices, items deleted, books missing from the books table).
 // Every answered statement must return the reference's columns, types and
@@ -18,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <pqxx/pqxx>
 #include <random>
 #include <string>
 #include <tuple>
@@ -41,6 +41,7 @@ struct Tally {
   int routed = 0;
   int any_shard = 0;
   int scattered = 0;
+  int topk = 0;  // of the scattered: answered by exact top-k
   int refused = 0;
   int wrong = 0;
   int failed = 0;
@@ -124,6 +125,7 @@ class SqlCorpusPg : public test::SqlBookstorePg {
         break;
       case SqlPlanInfo::Kind::kScatter:
         ++tally.scattered;
+        if (got.plan.merge.starts_with("exact top-k")) ++tally.topk;
         break;
     }
     if (!want.rows.empty()) ++tally.nonempty;
@@ -142,9 +144,9 @@ class SqlCorpusPg : public test::SqlBookstorePg {
 
   static void Print(const char* what, const Tally& t) {
     std::printf(
-        "%s: %d statements: %d routed, %d scattered, %d any shard, %d refused; %d wrong, %d failed; %d "
-        "answered non-empty\n",
-        what, t.total, t.routed, t.scattered, t.any_shard, t.refused, t.wrong, t.failed, t.nonempty);
+        "%s: %d statements: %d routed, %d scattered (%d by exact top-k), %d any shard, %d refused; %d wrong, %d "
+        "failed; %d answered non-empty\n",
+        what, t.total, t.routed, t.scattered, t.topk, t.any_shard, t.refused, t.wrong, t.failed, t.nonempty);
     for (const auto& [construct, n] : t.refusals) std::printf("  refused %3d x %s\n", n, construct.c_str());
   }
 };
@@ -165,6 +167,26 @@ std::vector<Statement> HandWritten() {
       {"SELECT book_id, sum(quantity) AS sold FROM order_items GROUP BY book_id ORDER BY sold DESC, book_id "
        "LIMIT 5 OFFSET 5",
        true},
+      // The best-sellers shape (exact top-k) with other types and clauses.
+      {"SELECT i.book_id, sum(i.quantity) AS sold FROM order_items i JOIN orders o USING (customer_id, order_id) "
+       "WHERE o.ordered_at >= $1 AND o.status <> $2 GROUP BY i.book_id ORDER BY sold DESC, i.book_id LIMIT 10",
+       true,
+       {"2026-01-03 00:00:00+00", "placed"}},
+      {"SELECT sum(order_id) AS s, book_id FROM order_items GROUP BY book_id ORDER BY 1 DESC, 2 LIMIT 5 OFFSET 2",
+       true},
+      {"SELECT bucket, sum(line_no) FROM order_items GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 7", true},
+      {"SELECT customer_id AS c, sum(quantity) FROM order_items GROUP BY c ORDER BY sum(quantity) DESC NULLS LAST, c "
+       "FETCH FIRST 5 ROWS ONLY",
+       true},
+      {"SELECT i.book_id, sum(i.quantity) FROM order_items i JOIN books b ON b.book_id = i.book_id "
+       "WHERE b.category = 'science' GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 3",
+       true},
+      // ... and near misses, which the merge answers.
+      {"SELECT i.book_id, sum(i.quantity) FROM orders o LEFT JOIN order_items i USING (customer_id, order_id) "
+       "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 3",
+       true},
+      {"SELECT book_id, sum(quantity) FROM order_items GROUP BY 1 ORDER BY 2 DESC, 1 DESC LIMIT 4", true},
+      {"SELECT book_id, sum(quantity) FROM order_items GROUP BY 1 ORDER BY 2, 1 LIMIT 4", true},
       {"SELECT book_id, count(*) FROM order_items GROUP BY book_id ORDER BY book_id OFFSET 1000", true},
       {"SELECT book_id, count(*) FROM order_items GROUP BY book_id ORDER BY book_id LIMIT 0", true},
       {"SELECT book_id, count(*) FROM order_items GROUP BY book_id ORDER BY book_id LIMIT ALL OFFSET 50", true},
@@ -401,12 +423,14 @@ class Generator {
   Statement Next() {
     const int kind = Pick(100);
     Statement s;
-    if (kind < 55) {
+    if (kind < 50) {
       s = Aggregate(false);
-    } else if (kind < 80) {
+    } else if (kind < 75) {
       s = PlainRows(false);
-    } else if (kind < 92) {
+    } else if (kind < 86) {
       s = Pick(2) == 0 ? Aggregate(true) : PlainRows(true);
+    } else if (kind < 93) {
+      s = TopKShaped();
     } else {
       s = RoutedExtra();
     }
@@ -788,6 +812,59 @@ class Generator {
     return s;
   }
 
+  // The best-sellers shape, which Execute answers by exact top-k when that
+  // is provably the reference's answer, and its near misses: any key and
+  // measure of a source (integer or not, nullable through outer joins),
+  // the select list either way round, the order by name, position or
+  // expression, with or without the key's tie-break, in any direction.
+  Statement TopKShaped() {
+    Statement s;
+    // Mostly integer columns of the first three sources (orders, order_items,
+    // the two joined), which top-k may take; else any source's.
+    static const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> integers = {
+        {{"o.customer_id", "o.bucket"}, {"o.order_id", "o.customer_id", "o.bucket"}},
+        {{"i.book_id", "i.quantity", "i.line_no", "i.customer_id"}, {"i.quantity", "i.line_no", "i.order_id"}},
+        {{"i.book_id", "i.quantity", "o.customer_id"}, {"i.quantity", "o.order_id", "i.line_no"}},
+    };
+    const bool integer = Chance(60);
+    const std::size_t which = static_cast<std::size_t>(integer ? Pick(static_cast<int>(integers.size()))
+                                                               : Pick(static_cast<int>(Sources().size())));
+    const Source& src = Sources()[which];
+    const std::string key = integer ? OneOf(integers[which].first) : OneOf(src.keys).expr;
+    const std::string sum = fmt::format("sum({})", integer ? OneOf(integers[which].second) : OneOf(src.measures));
+    const std::string key_alias = Chance(40) ? "k" : "";
+    const std::string sum_alias = Chance(60) ? "sold" : "";
+    const bool key_first = Chance(70);
+    const std::string key_item = key + (key_alias.empty() ? "" : " AS " + key_alias);
+    const std::string sum_item = sum + (sum_alias.empty() ? "" : " AS " + sum_alias);
+    const std::string key_position = key_first ? "1" : "2";
+    const std::string sum_position = key_first ? "2" : "1";
+    std::string sql = "SELECT " + (key_first ? key_item + ", " + sum_item : sum_item + ", " + key_item);
+    sql += " FROM " + src.from + Where(src, s, false);
+    const auto ref = [&](const std::string& expr, const std::string& alias, const std::string& position) {
+      switch (Pick(3)) {
+        case 0:
+          return position;
+        case 1:
+          return alias.empty() ? expr : alias;
+        default:
+          return expr;
+      }
+    };
+    sql += " GROUP BY " + ref(key, key_alias, key_position);
+    sql += " ORDER BY " + ref(sum, sum_alias, sum_position) + (Chance(80) ? " DESC" : Direction(rng_));
+    // Without the key's tie-break the order is not complete: no LIMIT then.
+    const bool tie_break = Chance(85);
+    if (tie_break) {
+      sql += ", " + ref(key, key_alias, key_position) + (Chance(75) ? "" : Direction(rng_));
+      sql += OneOf(std::vector<std::string>{" LIMIT 1", " LIMIT 3", " LIMIT 10", " LIMIT 10 OFFSET 2",
+                                            " OFFSET 5 LIMIT 3", " FETCH FIRST 4 ROWS ONLY"});
+    }
+    s.sql = sql;
+    s.ordered = tie_break;
+    return s;
+  }
+
   // Plain rows: with ORDER BY ending in the unique keys, LIMIT/OFFSET.
   Statement PlainRows(bool routed) {
     Statement s;
@@ -935,6 +1012,9 @@ TEST_F(SqlCorpusPg, GeneratedStatementsAnswerAsTheReferenceOrAreRefused) {
   EXPECT_EQ(tally.wrong, 0);
   EXPECT_EQ(tally.failed, 0);
   EXPECT_GE(tally.Answered() * 100, tally.total * 60) << "too many refusals: the generator tests little";
+  if (statements >= 200) {
+    EXPECT_GT(tally.topk, 0) << "no statement took exact top-k";
+  }
   EXPECT_GE(tally.nonempty * 2, tally.Answered());
 }
 

@@ -340,9 +340,13 @@ TEST_F(SqlExecutePg, ScatterStatementsAnswerAsTheReferenceServer) {
   }
   EXPECT_GE(nonempty, static_cast<int>(ScatterCorpus().size()) - 3);
 
-  // The shards sent every book's partial sum; ten rows came out.
+  // Exact top-k; on 50 books it fetched the rest of the partials after
+  // phase 1 (too few to save anything), so the shards sent every book's
+  // partial sum; ten rows came out.
   const SqlResult best = cluster_->Execute(ScatterCorpus()[3].sql, ScatterCorpus()[3].params);
   EXPECT_EQ(best.rows.size(), 10U);
+  EXPECT_TRUE(best.plan.merge.starts_with("exact top-k (auto)")) << best.plan.merge;
+  EXPECT_NE(best.plan.merge.find("the rest of the partials"), std::string::npos) << best.plan.merge;
   EXPECT_GT(best.rows_received, 2 * best.rows.size());
 
   // LIMIT without ORDER BY: any that many rows, as on one server.
@@ -465,6 +469,14 @@ TEST_F(SqlExecutePg, ShardctlSqlExitsOneWithTheSyntaxErrorsPosition) {
   for (const auto& row : OnReference(best_sellers, {"2020-01-01"}).rows) {
     EXPECT_NE(best.find(fmt::format("\"{}\"", *row[0])), std::string::npos) << best;
   }
+  EXPECT_NE(best.find("\"merge\": \"exact top-k (auto) by sum("), std::string::npos) << best;
+  // --explain says it would run as exact top-k, and what the merge would be instead.
+  const auto [best_plan, best_plan_rc] =
+      RunShardctl({"--config", path.string(), "sql", "--explain", best_sellers, "-p", "2020-01-01"});
+  EXPECT_EQ(best_plan_rc, 0) << best_plan;
+  EXPECT_NE(best_plan.find("; merge: exact top-k (auto) by sum(\"i\".\"quantity\") of \"i\".\"book_id\", k = 10: "),
+            std::string::npos)
+      << best_plan;
   const auto [rows, rows_rc] =
       RunShardctl({"--config", path.string(), "sql", "SELECT name FROM customers WHERE customer_id = $1", "-p", "42"});
   EXPECT_EQ(rows_rc, 0) << rows;

@@ -28,25 +28,7 @@ void SqlBookstorePg::TearDownTestSuite() {
 }
 
 SqlBookstorePg::Reference SqlBookstorePg::OnReference(const std::string& sql, const SqlParams& params) {
-  pqxx::connection c{scratch_->ReferenceDsn().Reveal()};
-  pqxx::nontransaction tx{c};
-  // The shards' pinned session (session.hpp).
-  tx.exec(
-      "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET extra_float_digits = 3; "
-      "SET IntervalStyle = 'postgres'");
-  const pqxx::result r = tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
-  Reference out;
-  for (pqxx::row::size_type col = 0; col < r.columns(); ++col) {
-    out.columns.emplace_back(r.column_name(col));
-    out.types.push_back(static_cast<unsigned>(r.column_type(col)));
-  }
-  for (const auto& row : r) {
-    auto& values = out.rows.emplace_back();
-    for (const auto& f : row) {
-      values.push_back(f.is_null() ? std::nullopt : std::optional<std::string>(std::string(f.c_str(), f.size())));
-    }
-  }
-  return out;
+  return AnswerOnReference(*scratch_, sql, params);
 }
 
 SqlBookstorePg::Rows SqlBookstorePg::Sorted(Rows rows) {

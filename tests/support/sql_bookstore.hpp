@@ -18,20 +18,16 @@
 #include <vector>
 
 #include "shardkit/cluster.hpp"
+#include "support/reference_answer.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit::test {
 
 class SqlBookstorePg : public ::testing::Test {
  protected:
-  using Rows = std::vector<std::vector<std::optional<std::string>>>;  // as SqlResult::rows
-
+  using Rows = test::Rows;  // as SqlResult::rows
   // What the reference server answers.
-  struct Reference {
-    std::vector<std::string> columns;
-    std::vector<unsigned> types;  // each column's type Oid
-    Rows rows;
-  };
+  using Reference = ReferenceAnswer;
 
   // For SetUpTestSuite: the scratch cluster `name` (its databases' prefix),
   // loaded; then `vary_sql`, when given, on every shard and the reference

@@ -32,7 +32,10 @@ struct SqlPlanInfo {
   std::vector<std::string> sharded_tables;
   std::vector<std::string> reference_tables;
   // kScatter: the shards it runs on, what each runs and how the answers are
-  // combined ("concatenation", or the merge's columns).
+  // combined ("concatenation", the merge's columns, or for the best-sellers
+  // shape "exact top-k (auto) by sum(...) of ..., k = 10: ..." with the
+  // method that ran and its rows per phase; after a merge that top-k left
+  // to it, "(exact top-k did not answer: why)").
   int shard_count = 0;
   std::string shard_sql;
   std::string merge;

@@ -23,7 +23,9 @@ struct SqlResult {
   std::size_t affected = 0;
   // Rows the shards sent: the rows themselves when routed or concatenated;
   // over every shard, the partial rows (groups per shard) or each shard's
-  // first OFFSET + LIMIT rows that were merged.
+  // first OFFSET + LIMIT rows that were merged; by exact top-k, the
+  // partials its phases received (plan.merge names them; phase 1's one
+  // statistics row per shard is not counted).
   std::size_t rows_received = 0;
   SqlPlanInfo plan;
 };

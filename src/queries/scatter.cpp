@@ -282,6 +282,19 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
   state->session = session;
   if (options.directory_buckets && session == nullptr) {
     state->bucket_setups = SetupsFor(directory);
+    if (options.buckets) {
+      // The shards this snapshot gives the buckets to: the same snapshot
+      // fences them, so a retry with a newer one picks them again.
+      std::vector<ShardId> owners;
+      for (const BucketId bucket : *options.buckets) owners.push_back(directory->ShardOf(bucket));
+      std::erase_if(statements,
+                    [&](const auto& s) { return std::find(owners.begin(), owners.end(), s.first) == owners.end(); });
+      state->remaining = statements.size();
+      if (statements.empty()) {
+        result.directory_version = directory->Version();
+        return result;
+      }
+    }
   }
   // Every shard is checked to be in the session before any is marked begun.
   std::vector<std::size_t> session_index;

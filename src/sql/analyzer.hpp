@@ -212,6 +212,10 @@ class Analyzer {
   void Equate(const Side& a, const Side& b, const RoleOf& role_of);
 
   void WhereFacts(const json& where, Level& level);
+  // `customer_id IN (...)` / `= ANY(...)` conjuncts of a WHERE on its own
+  // level's tables (whatever the analysis cannot read is no set).
+  void KeySetFacts(const json& where, Level& level);
+  std::optional<KeySet> KeySetOf(const json& op) const;
   void JoinFacts(const FromItem& item, Level& level, const CteScope* ctes);
 
   // ---- expressions: subqueries and functions anywhere (analyzer_statements.cpp) ----
@@ -245,6 +249,7 @@ class Analyzer {
   std::vector<std::vector<KeySource>> pins_;
   std::vector<std::pair<int, int>> directed_;
   std::vector<Entry*> sharded_;
+  std::vector<std::pair<const Entry*, KeySet>> key_sets_;
 };
 
 }  // namespace shardkit::sql::detail

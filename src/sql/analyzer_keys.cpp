@@ -38,6 +38,19 @@ void Analyzer::Pin(int node, const KeySource& key) {
 
 // ---- constants ----
 
+namespace {
+
+// A TypeName naming an integer type (int, pg_catalog.int8...), whatever its array bounds.
+bool IsIntegerType(const json& type) {
+  const json& names = type.at("names");
+  const std::optional<std::string> name = names.empty() ? std::nullopt : StringValue(names.back());
+  static const std::set<std::string> kIntegerTypes = {"int2", "int4", "int8", "smallint", "integer", "bigint", "int"};
+  if (!name || !kIntegerTypes.contains(*name) || names.size() > 2) return false;
+  return names.size() == 1 || StringValue(names.front()) == std::optional<std::string>("pg_catalog");
+}
+
+}  // namespace
+
 std::optional<KeySource> Analyzer::KeyConstant(const json& node) const {
   if (const json* param = Field(node, "ParamRef"); param != nullptr) {
     const int number = param->value("number", 0);
@@ -63,13 +76,7 @@ std::optional<KeySource> Analyzer::KeyConstant(const json& node) const {
   if (const json* cast = Field(node, "TypeCast"); cast != nullptr) {
     const json& type = cast->at("typeName");
     if (Field(type, "arrayBounds") != nullptr) return std::nullopt;
-    const json& names = type.at("names");
-    const std::optional<std::string> name = names.empty() ? std::nullopt : StringValue(names.back());
-    static const std::set<std::string> kIntegerTypes = {"int2", "int4", "int8", "smallint", "integer", "bigint", "int"};
-    if (!name || !kIntegerTypes.contains(*name)) return std::nullopt;
-    if (names.size() == 2 && StringValue(names.front()) != std::optional<std::string>("pg_catalog"))
-      return std::nullopt;
-    if (names.size() > 2) return std::nullopt;
+    if (!IsIntegerType(type)) return std::nullopt;
     const json& arg = cast->at("arg");
     if (const json* constant = Field(arg, "A_Const"); constant != nullptr && Field(*constant, "sval") != nullptr) {
       const std::string text = constant->at("sval").value("sval", "");
@@ -144,6 +151,87 @@ void Analyzer::Equate(const Side& a, const Side& b, const RoleOf& role_of) {
 
 void Analyzer::WhereFacts(const json& where, Level& level) {
   Facts(where, level, [&](const Entry* e) { return e->level == &level ? Role::kRestricted : Role::kFixed; });
+  KeySetFacts(where, level);
+}
+
+void Analyzer::KeySetFacts(const json& where, Level& level) {
+  std::vector<const json*> conjuncts;
+  Conjuncts(where, conjuncts);
+  for (const json* conjunct : conjuncts) {
+    const json* op = Field(*conjunct, "A_Expr");
+    if (op == nullptr) continue;
+    const json* lexpr = Field(*op, "lexpr");
+    const json* column = lexpr == nullptr ? nullptr : Field(*lexpr, "ColumnRef");
+    if (column == nullptr) continue;
+    const Entry* e = ResolveKey(*column, &level);
+    if (e == nullptr || e->kind != Entry::Kind::kSharded || e->level != &level) continue;
+    if (std::optional<KeySet> set = KeySetOf(*op); set) key_sets_.emplace_back(e, std::move(*set));
+  }
+}
+
+std::optional<KeySet> Analyzer::KeySetOf(const json& op) const {
+  const std::string kind = op.value("kind", "");
+  const json* name = Field(op, "name");
+  if ((kind != "AEXPR_IN" && kind != "AEXPR_OP_ANY") || name == nullptr || name->size() != 1 ||
+      StringValue(name->front()) != std::optional<std::string>("=")) {
+    return std::nullopt;
+  }
+  const json* rexpr = Field(op, "rexpr");
+  if (rexpr == nullptr) return std::nullopt;
+  KeySet set;
+  set.location = op.value("location", -1);
+  // A NULL, or a NULL cast to an integer type: matches nothing.
+  const auto is_null = [](const json& node) {
+    const json* inner = &node;
+    if (const json* cast = Field(node, "TypeCast"); cast != nullptr) inner = &cast->at("arg");
+    const json* constant = Field(*inner, "A_Const");
+    return constant != nullptr && constant->value("isnull", false);
+  };
+  const auto add_elements = [&](const json& items) {
+    for (const json& item : items) {
+      if (is_null(item)) {
+        // A cast of NULL to a type that is not an integer's changes nothing
+        // either: NULL = x is NULL whatever x's type.
+        continue;
+      }
+      const std::optional<KeySource> key = KeyConstant(item);
+      if (!key) return false;
+      set.elements.push_back(*key);
+    }
+    return true;
+  };
+  if (kind == "AEXPR_IN") {
+    const json* list = Field(*rexpr, "List");
+    const json* items = list == nullptr ? nullptr : Field(*list, "items");
+    if (items == nullptr || !add_elements(*items)) return std::nullopt;
+    return set;
+  }
+  // = ANY(array): ARRAY[...], $n, a literal '{...}', or casts of those to an integer array type.
+  const json* array = rexpr;
+  if (const json* cast = Field(*rexpr, "TypeCast"); cast != nullptr) {
+    const json& type = cast->at("typeName");
+    const json* bounds = Field(type, "arrayBounds");
+    if (bounds == nullptr || bounds->size() != 1 || !IsIntegerType(type)) return std::nullopt;
+    array = &cast->at("arg");
+  }
+  if (const json* elements = Field(*array, "A_ArrayExpr"); elements != nullptr) {
+    const json* items = Field(*elements, "elements");
+    if (items != nullptr && !add_elements(*items)) return std::nullopt;
+    return set;
+  }
+  if (const json* param = Field(*array, "ParamRef"); param != nullptr) {
+    set.array_param = param->value("number", 0);
+    if (set.array_param < 1) return std::nullopt;
+    return set;
+  }
+  if (const json* constant = Field(*array, "A_Const"); constant != nullptr) {
+    if (constant->value("isnull", false)) return set;  // = ANY(NULL): nothing
+    const json* text = Field(*constant, "sval");
+    if (text == nullptr) return std::nullopt;
+    set.array_text = text->value("sval", "");
+    return set;
+  }
+  return std::nullopt;
 }
 
 void Analyzer::JoinFacts(const FromItem& item, Level& level, const CteScope* ctes) {

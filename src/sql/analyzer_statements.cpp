@@ -341,6 +341,14 @@ void Analyzer::Finish() {
       unpinned.push_back(e);
       continue;
     }
+    if (pins.empty() && e->write_target && sharded_.size() == 1) {
+      // UPDATE/DELETE ... WHERE customer_id IN (...): routed when its
+      // customers share a bucket (RequireOneShard checks at execution).
+      for (const auto& [entry, set] : key_sets_) {
+        if (entry == e) plan_.key_sets.push_back(set);
+      }
+      if (!plan_.key_sets.empty()) continue;
+    }
     if (pins.empty()) {
       if (e->write_target) {
         Refuse(e->location, fmt::format("{} {}", plan_.statement, e->display),
@@ -363,6 +371,12 @@ void Analyzer::Finish() {
     RequireScatterable(unpinned);
     plan_.kind = SqlPlanInfo::Kind::kScatter;
     plan_.keys.clear();
+    // A top-level WHERE's `customer_id IN (...)` on any of the tables
+    // (joined on customer_id, so one customer per joined row) bounds every
+    // row to those customers, whose rows are on their buckets' shards only.
+    for (const auto& [entry, set] : key_sets_) {
+      if (entry->level == top_level_) plan_.key_sets.push_back(set);
+    }
     return;
   }
   std::optional<KeySource> literal;

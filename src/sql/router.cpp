@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <iterator>
 #include <limits>
 
 #include "shardkit/errors.hpp"
@@ -39,7 +40,138 @@ std::int32_t KeyValue(const SqlPlan& plan, const KeySource& key, const SqlParams
   return static_cast<std::int32_t>(value);
 }
 
+// The customers one key set names, NULLs dropped.
+std::vector<std::int32_t> SetValues(const SqlPlan& plan, const KeySet& set, const SqlParams& params) {
+  std::vector<std::int32_t> values;
+  const auto add = [&](std::int64_t value, int location, const std::string& what) {
+    if (value < std::numeric_limits<std::int32_t>::min() || value > std::numeric_limits<std::int32_t>::max()) {
+      throw Refusal(plan.text, location, fmt::format("customer_id {}", value),
+                    fmt::format("{} is out of range for a customer_id (integer)", what),
+                    "give customer ids as integers");
+    }
+    values.push_back(static_cast<std::int32_t>(value));
+  };
+  for (const KeySource& key : set.elements) {
+    if (!key.literal && static_cast<std::size_t>(key.param) <= params.size() &&
+        !params[static_cast<std::size_t>(key.param - 1)]) {
+      continue;  // NULL matches nothing
+    }
+    values.push_back(KeyValue(plan, key, params));
+  }
+  if (set.array_param == 0 && !set.array_text) return values;
+  std::string construct = "the array literal";
+  std::optional<std::string> text = set.array_text;
+  if (set.array_param > 0) {
+    construct = fmt::format("the parameter ${}", set.array_param);
+    if (static_cast<std::size_t>(set.array_param) > params.size()) {
+      throw Refusal(plan.text, set.location, construct,
+                    fmt::format("it has no value ({} parameter(s) given)", params.size()),
+                    "pass the customers' ids as an integer array, e.g. {1,2,3}");
+    }
+    text = params[static_cast<std::size_t>(set.array_param - 1)];
+    if (!text) return values;  // = ANY(NULL) matches nothing
+  }
+  const auto elements = ParseIntegerArray(*text);
+  if (!elements) {
+    throw Refusal(plan.text, set.location, construct,
+                  fmt::format("\"{}\" is not a list of integers the router reads (braces, commas, integers and "
+                              "NULL only), so the shards of its customers are not known",
+                              *text),
+                  "pass the customers' ids as an integer array, e.g. {1,2,3}");
+  }
+  for (const auto& element : *elements) {
+    if (element) add(*element, set.location, fmt::format("an element of {}", construct));
+  }
+  return values;
+}
+
 }  // namespace
+
+std::vector<BucketId> BoundRoute::Buckets() const {
+  std::vector<BucketId> buckets;
+  if (customers) {
+    for (const CustomerId c : *customers) buckets.push_back(BucketOf(c));
+  }
+  std::sort(buckets.begin(), buckets.end());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  if (buckets.empty()) buckets.push_back(BucketId{0});
+  return buckets;
+}
+
+std::optional<std::vector<std::optional<std::int64_t>>> ParseIntegerArray(std::string_view text) {
+  // array_in's whitespace.
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+  std::vector<std::optional<std::int64_t>> out;
+  std::size_t at = 0;
+  const auto skip = [&] {
+    while (at < text.size() && space(text[at])) ++at;
+  };
+  skip();
+  if (at >= text.size() || text[at] != '{') return std::nullopt;
+  int depth = 0;
+  // After '{' or ',' an element (or a nested '{') is expected; after an element, ',' or '}'.
+  bool expect_element = true;
+  bool first_in_braces = true;
+  while (at < text.size()) {
+    skip();
+    if (at >= text.size()) return std::nullopt;
+    const char c = text[at];
+    if (expect_element) {
+      if (c == '{') {
+        ++depth;
+        ++at;
+        first_in_braces = true;
+        continue;
+      }
+      if (c == '}' && first_in_braces) {  // {} (empty)
+        --depth;
+        ++at;
+        expect_element = false;
+        first_in_braces = false;
+        if (depth == 0) break;
+        continue;
+      }
+      if (depth == 0) return std::nullopt;
+      std::size_t end = at;
+      while (end < text.size() && !space(text[end]) && text[end] != ',' && text[end] != '}' && text[end] != '{' &&
+             text[end] != '"' && text[end] != '\\') {
+        ++end;
+      }
+      const std::string_view token = text.substr(at, end - at);
+      if (token.empty()) return std::nullopt;
+      if (token.size() == 4 && (token[0] == 'N' || token[0] == 'n') && (token[1] == 'U' || token[1] == 'u') &&
+          (token[2] == 'L' || token[2] == 'l') && (token[3] == 'L' || token[3] == 'l')) {
+        out.emplace_back(std::nullopt);
+      } else {
+        const bool negative = token[0] == '-';
+        const bool sign = negative || token[0] == '+';
+        const std::optional<std::int64_t> value = detail::ParseInteger(token.substr(sign ? 1 : 0), negative);
+        if (!value) return std::nullopt;
+        out.emplace_back(*value);
+      }
+      at = end;
+      expect_element = false;
+      first_in_braces = false;
+      continue;
+    }
+    if (c == ',') {
+      expect_element = true;
+      ++at;
+      continue;
+    }
+    if (c == '}') {
+      --depth;
+      ++at;
+      if (depth == 0) break;
+      continue;
+    }
+    return std::nullopt;
+  }
+  if (depth != 0) return std::nullopt;
+  skip();
+  if (at != text.size()) return std::nullopt;
+  return out;
+}
 
 std::shared_ptr<const SqlPlan> PlanStatement(const std::string& text, const SqlCatalog& catalog) {
   return PlanStatement(ParseStatement(text), catalog);
@@ -75,10 +207,55 @@ BoundRoute BindRoute(const SqlPlan& plan, const SqlParams& params) {
   } else if (!route.row_customers.empty()) {
     route.customer = route.row_customers.front();
   }
+  if (!plan.key_sets.empty()) {
+    // Each set bounds the rows: their customers are in all of them.
+    std::vector<std::int32_t> common;
+    for (std::size_t i = 0; i < plan.key_sets.size(); ++i) {
+      std::vector<std::int32_t> values = SetValues(plan, plan.key_sets[i], params);
+      std::sort(values.begin(), values.end());
+      values.erase(std::unique(values.begin(), values.end()), values.end());
+      if (i == 0) {
+        common = std::move(values);
+      } else {
+        std::vector<std::int32_t> both;
+        std::set_intersection(common.begin(), common.end(), values.begin(), values.end(), std::back_inserter(both));
+        common = std::move(both);
+      }
+    }
+    auto& customers = route.customers.emplace();
+    for (const std::int32_t c : common) customers.push_back(CustomerId{c});
+    if (plan.kind == SqlPlanInfo::Kind::kRouted && !route.customer) {
+      if (customers.empty()) {
+        throw Refusal(plan.text, plan.key_sets.front().location, fmt::format("{} ... IN", plan.statement),
+                      "its customer_id list names no customer (NULL matches none), so there is no shard to run on",
+                      "give at least one customer's id");
+      }
+      route.customer = customers.front();
+    }
+  }
   return route;
 }
 
 void RequireOneShard(const SqlPlan& plan, const BoundRoute& route, const BucketDirectory& directory) {
+  if (plan.kind == SqlPlanInfo::Kind::kRouted && route.customers && plan.keys.empty()) {
+    const std::vector<CustomerId>& customers = *route.customers;
+    const CustomerId first = customers.front();
+    for (const CustomerId c : customers) {
+      if (BucketOf(c) == BucketOf(first)) continue;
+      const ShardId a = directory.ShardOf(BucketOf(first));
+      const ShardId b = directory.ShardOf(BucketOf(c));
+      const std::string where =
+          fmt::format("customer {} is in bucket {} on shard {} and customer {} in bucket {} on shard {}", ToInt(first),
+                      ToInt(BucketOf(first)), ToInt(a), ToInt(c), ToInt(BucketOf(c)), ToInt(b));
+      throw Refusal(plan.text, plan.key_sets.front().location, fmt::format("{} ... IN", plan.statement),
+                    a != b ? where + ", and one statement is atomic on one shard only"
+                           : where +
+                                 ": a routed statement sees one bucket's rows (the bucket fence), so the other "
+                                 "customers' rows would be missed",
+                    "run one statement per customer (in one Cluster::Run transaction per customer)");
+    }
+    return;
+  }
   const auto& rows = route.row_customers;
   if (rows.size() < 2) return;
   const ShardId first = directory.ShardOf(BucketOf(rows.front()));

@@ -14,7 +14,11 @@
 // bucket gets it, with the bucket of each row's customer, spliced into the
 // text. Statements reading no sharded table run on any one shard. A SELECT
 // whose top level reads sharded tables joined on customer_id, none of them
-// pinned, scatters (scatter_plan.hpp). Anything else is refused with an SqlError saying why and what to do.
+// pinned, scatters (scatter_plan.hpp); `customer_id IN (...)` or `= ANY(...)`
+// in its top-level WHERE restricts the scatter to those customers' shards
+// (KeySet). An UPDATE or DELETE of one sharded table with such a list and no
+// pin routes when all its customers are in one bucket. Anything else is
+// refused with an SqlError saying why and what to do.
 //
 // Plans depend on the text and the catalog only, never on parameter values:
 // BindRoute() evaluates them.
@@ -24,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
@@ -45,6 +50,18 @@ struct KeySource {
   }
 };
 
+// `customer_id IN (...)` or `customer_id = ANY(...)` in the WHERE of the
+// statement's top level: every row it reads (or writes) has one of these
+// customers. Elements: literals and parameters (NULLs, which match nothing,
+// are dropped), or one integer array: the parameter $array_param or the
+// literal array_text ('{1,2,3}').
+struct KeySet {
+  std::vector<KeySource> elements;
+  int array_param = 0;
+  std::optional<std::string> array_text;
+  int location = -1;  // of the IN / ANY
+};
+
 struct InsertRow {
   KeySource key;
   int close_paren = -1;  // byte offset of the row's ')' (where ", <bucket>" goes)
@@ -62,6 +79,10 @@ struct SqlPlan {
   std::vector<InsertRow> rows;
   // INSERT whose column list omits bucket: the column list's ')'.
   int columns_close_paren = -1;
+  // kScatter: the sets that bound its customers (empty: every shard). A
+  // kRouted UPDATE or DELETE whose one sharded table has no pin: the sets
+  // that route it (all their customers in one bucket at execution).
+  std::vector<KeySet> key_sets;
   std::vector<std::string> sharded_tables;
   std::vector<std::string> reference_tables;
   // kScatter: how it runs on every shard.
@@ -80,14 +101,30 @@ struct ParsedStatement;
 struct BoundRoute {
   std::optional<CustomerId> customer;     // kRouted: the one customer it routes by
   std::vector<CustomerId> row_customers;  // INSERT: each row's
+  // A plan with key sets: the customers every set names (their
+  // intersection, sorted, each once; NULLs matched nothing and are gone).
+  std::optional<std::vector<CustomerId>> customers;
+  // Their buckets, each once, sorted: where a restricted scatter runs. At
+  // least one: a set naming no customer still needs one shard to answer
+  // (the columns, an aggregate's one row), and its condition matches no row.
+  [[nodiscard]] std::vector<BucketId> Buckets() const;
 };
 // Throws SqlError: a key parameter missing, NULL, not an integer or out of
-// range; pinned values that differ.
+// range; pinned values that differ; an array parameter that is not a plain
+// list of integers.
 [[nodiscard]] BoundRoute BindRoute(const SqlPlan& plan, const SqlParams& params);
 
 // An INSERT's rows must all be on one shard of `directory` (one statement is
-// atomic on one shard only): SqlError naming two that are not.
+// atomic on one shard only): SqlError naming two that are not. An UPDATE or
+// DELETE routed by a key set: all its customers in one bucket (a routed
+// statement sees its customer's bucket only), else SqlError saying whether
+// they are on different shards (not atomic) or in different buckets.
 void RequireOneShard(const SqlPlan& plan, const BoundRoute& route, const BucketDirectory& directory);
+
+// The elements of an integer array in PostgreSQL's text form ('{1,2,NULL}',
+// nested braces flattened, as = ANY reads them), NULLs as nullopt; nullopt
+// for anything else (dimension decorations, escapes, non-integers).
+[[nodiscard]] std::optional<std::vector<std::optional<std::int64_t>>> ParseIntegerArray(std::string_view text);
 
 // The text to run: the plan's, with ", bucket" and each row's bucket added
 // when the INSERT's column list omits it.

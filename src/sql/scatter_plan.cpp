@@ -84,6 +84,11 @@ class ScatterPlanner {
     RefuseUnsupportedShapes();
     SplitClauses();
     if (!HasAggregates()) return PlanConcatenation();
+    if (Field(select_, "distinctClause") != nullptr) {
+      Refuse(SelectKeywordLocation(), "DISTINCT over aggregates over every shard",
+             "duplicates among merged groups would have to be removed after the merge, which is not supported yet",
+             "drop DISTINCT (GROUP BY keys are distinct already), or pin customer_id");
+    }
     try {
       return PlanAggregates();
     } catch (const UnmergeableQuery& e) {
@@ -101,6 +106,51 @@ class ScatterPlanner {
 
   // ---- what the scatter does not take (yet) ----
 
+  // Whether `items` (select-list targets, or DISTINCT ON expressions) has a
+  // sharded table's customer_id as a plain column (or *, t.*), with the
+  // FROM clause only tables joined by inner joins (no NULL-extended key).
+  bool HasShardKey(const json& items, bool targets) const {
+    std::set<std::string> sharded;  // names the sharded tables' columns are qualified by
+    bool plain = true;
+    const std::function<void(const json&)> from = [&](const json& item) {
+      if (const json* range = Field(item, "RangeVar"); range != nullptr) {
+        const json* schema = Field(*range, "schemaname");
+        const std::string name = range->value("relname", "");
+        if (catalog_.FindSharded(schema ? std::optional<std::string>(schema->get<std::string>()) : std::nullopt,
+                                 name) != nullptr) {
+          const json* alias = Field(*range, "alias");
+          sharded.insert(alias != nullptr ? alias->value("aliasname", name) : name);
+        }
+      } else if (const json* join = Field(item, "JoinExpr"); join != nullptr) {
+        if (join->value("jointype", "") != "JOIN_INNER" || Field(*join, "alias") != nullptr) plain = false;
+        from(join->at("larg"));
+        from(join->at("rarg"));
+      } else {
+        plain = false;
+      }
+    };
+    if (const json* items_from = Field(select_, "fromClause"); items_from != nullptr) {
+      for (const json& item : *items_from) from(item);
+    }
+    if (!plain || sharded.empty()) return false;
+    const auto name_of = [](const json& field) {
+      return field.contains("String") ? field.at("String").value("sval", "") : std::string();
+    };
+    for (const json& item : items) {
+      const json* value = targets ? Field(item.at("ResTarget"), "val") : &item;
+      const json* column = value == nullptr ? nullptr : Field(*value, "ColumnRef");
+      if (column == nullptr) continue;
+      const json& fields = column->at("fields");
+      const bool star = fields.back().contains("A_Star");
+      if (!star && name_of(fields.back()) != kShardKeyColumn) continue;
+      if (fields.size() == 1 && (!star || targets)) return true;
+      if (fields.size() == 2) {
+        if (sharded.contains(name_of(fields.front())) && (!star || targets)) return true;
+      }
+    }
+    return false;
+  }
+
   void RefuseUnsupportedShapes() {
     if (select_.value("op", "SETOP_NONE") != "SETOP_NONE") {
       Refuse(-1, "a set operation (UNION, INTERSECT, EXCEPT) over sharded tables",
@@ -113,10 +163,21 @@ class ScatterPlanner {
              "inline the query, or pin customer_id so that the statement runs on one shard");
     }
     if (const json* distinct = Field(select_, "distinctClause"); distinct != nullptr) {
-      Refuse(SelectKeywordLocation(), "DISTINCT over every shard",
-             "the same row may come from several shards, and removing duplicates across shards is not supported "
-             "yet",
-             "GROUP BY the selected columns instead (groups are merged across shards)");
+      // With the shard key among its columns (DISTINCT ON: its
+      // expressions), equal rows are one customer's, so on one shard: each
+      // shard's distinct rows are the answer's, merged as plain rows.
+      const bool on = !distinct->empty() && !distinct->front().empty();
+      if (on && !HasShardKey(*distinct, false)) {
+        Refuse(LocationOf(distinct->front()), "DISTINCT ON over every shard",
+               "without customer_id among its expressions, the rows of one group may come from several shards",
+               "add customer_id to DISTINCT ON, or pin customer_id");
+      }
+      if (!on && (Field(select_, "groupClause") != nullptr || !HasShardKey(select_.at("targetList"), true))) {
+        Refuse(SelectKeywordLocation(), "DISTINCT over every shard",
+               "without customer_id among its columns (of a table that no outer join can make NULL), the same row "
+               "may come from several shards, and removing duplicates across shards is not supported yet",
+               "select customer_id too, or GROUP BY the selected columns instead (groups are merged across shards)");
+      }
     }
     if (const json* window = Field(select_, "windowClause"); window != nullptr) {
       Refuse(window->empty() ? -1 : LocationOf(window->front()), "a WINDOW clause over every shard",
@@ -223,6 +284,19 @@ class ScatterPlanner {
       }
     }
     if (current != nullptr) current->end = parsed_.tokens.size();
+    // The select list's items start after DISTINCT [ON (...)].
+    if (select_list_.present && select_list_.begin < select_list_.end && Word(select_list_.begin) == "DISTINCT") {
+      std::size_t t = select_list_.begin + 1;
+      if (t < select_list_.end && Word(t) == "ON") {
+        int open = 0;
+        for (++t; t < select_list_.end; ++t) {
+          if (IsChar(t, '(')) ++open;
+          if (IsChar(t, ')') && --open == 0) break;
+        }
+        ++t;
+      }
+      select_list_.begin = std::min(t, select_list_.end);
+    }
   }
 
   [[nodiscard]] std::string Text(std::size_t begin, std::size_t end) const {
@@ -265,8 +339,10 @@ class ScatterPlanner {
       return plan;
     }
     RowOrder order;
-    if (limit != nullptr) order.limit = LimitValue(*limit, "LIMIT");
-    if (offset != nullptr) order.offset = LimitValue(*offset, "OFFSET").value_or(0);
+    if (limit != nullptr) plan.limit_param = LimitParam(*limit, "LIMIT");
+    if (offset != nullptr) plan.offset_param = LimitParam(*offset, "OFFSET");
+    if (limit != nullptr && plan.limit_param == 0) order.limit = LimitValue(*limit, "LIMIT");
+    if (offset != nullptr && plan.offset_param == 0) order.offset = LimitValue(*offset, "OFFSET").value_or(0);
     const json& targets = select_.at("targetList");
     bool star = false;
     for (const json& t : targets) {
@@ -337,7 +413,17 @@ class ScatterPlanner {
     while (!plan.shard_sql.empty() && (plan.shard_sql.back() == ' ' || plan.shard_sql.back() == '\n')) {
       plan.shard_sql.pop_back();
     }
-    if (order.limit) plan.shard_sql += fmt::format(" LIMIT {}", *order.limit + order.offset);
+    if (plan.limit_param > 0 || plan.offset_param > 0) {
+      // At most OFFSET + LIMIT rows from each shard (NULL: all of them).
+      const std::string l = plan.limit_param > 0 ? fmt::format("${}::bigint", plan.limit_param)
+                            : order.limit        ? std::to_string(*order.limit)
+                                                 : std::string("NULL::bigint");
+      const std::string o =
+          plan.offset_param > 0 ? fmt::format("${}::bigint", plan.offset_param) : std::to_string(order.offset);
+      plan.shard_sql += fmt::format(" LIMIT {} + {}", l, o);
+    } else if (order.limit) {
+      plan.shard_sql += fmt::format(" LIMIT {}", *order.limit + order.offset);
+    }
     plan.rows = order;
     return plan;
   }
@@ -527,17 +613,19 @@ class ScatterPlanner {
     if (const json* sort = Field(select_, "sortClause"); sort != nullptr) {
       for (const json& item : *sort) AddOrderBy(query, item.at("SortBy"), targets);
     }
+    ScatterPlan plan;
     if (const json* limit = Field(select_, "limitCount"); limit != nullptr) {
-      const auto n = LimitValue(*limit, "LIMIT");
+      plan.limit_param = LimitParam(*limit, "LIMIT");
+      const auto n = plan.limit_param > 0 ? std::nullopt : LimitValue(*limit, "LIMIT");
       if (n) query.Limit(*n);
       limit_ = n;
     }
     if (const json* offset = Field(select_, "limitOffset"); offset != nullptr) {
-      const auto n = LimitValue(*offset, "OFFSET");
+      plan.offset_param = LimitParam(*offset, "OFFSET");
+      const auto n = plan.offset_param > 0 ? std::nullopt : LimitValue(*offset, "OFFSET");
       if (n) query.Offset(*n);
       offset_ = n.value_or(0);
     }
-    ScatterPlan plan;
     plan.merge = query.Plan();
     for (std::size_t i = 0; i < targets.size(); ++i) {
       plan.column_names.push_back(outputs_[i].display);
@@ -546,6 +634,14 @@ class ScatterPlanner {
     plan.hidden_columns = hidden_columns_;
     if (having_.present) plan.having_location = KeywordLocation(having_);
     plan.shard_sql = plan.merge->ShardSql();
+    // The merge applies LIMIT and OFFSET; the shards only keep their
+    // parameters referenced (0 * x is 0, or NULL: OFFSET 0 either way).
+    if (plan.limit_param > 0 || plan.offset_param > 0) {
+      plan.shard_sql += " OFFSET 0";
+      for (const int p : {plan.limit_param, plan.offset_param}) {
+        if (p > 0) plan.shard_sql += fmt::format(" * ${}::bigint", p);
+      }
+    }
     plan.topk = TopKShapeOf();
     return plan;
   }
@@ -928,6 +1024,30 @@ class ScatterPlanner {
     return found == nullptr ? std::nullopt : std::optional<std::string>(found->name);
   }
 
+  // LIMIT $n / OFFSET $n: n (bound at execution), else 0. A parameter used
+  // elsewhere in the statement too may have another type there: refused.
+  int LimitParam(const json& node, const char* what) const {
+    const json* param = Field(node, "ParamRef");
+    if (param == nullptr) return 0;
+    const int number = param->value("number", 0);
+    const std::function<int(const json&)> uses = [&](const json& n) {
+      int count = 0;
+      if (n.is_object()) {
+        if (const json* p = Field(n, "ParamRef"); p != nullptr && p->value("number", 0) == number) ++count;
+        for (const json& value : n) count += uses(value);
+      } else if (n.is_array()) {
+        for (const json& e : n) count += uses(e);
+      }
+      return count;
+    };
+    if (number < 1 || uses(parsed_.tree) != 1) {
+      Refuse(LocationOf(node), fmt::format("{} ${}", what, number),
+             "the parameter is used elsewhere in the statement too, where its type may not be bigint",
+             fmt::format("give the {} a parameter of its own", what));
+    }
+    return number;
+  }
+
   std::optional<std::int64_t> LimitValue(const json& node, const char* what) const {
     if (node.contains("A_Const") && node.at("A_Const").value("isnull", false)) return std::nullopt;  // LIMIT ALL
     const auto n = Integer(node, what);
@@ -981,7 +1101,12 @@ std::string TopKShape::Describe() const {
 }
 
 std::string ScatterPlan::DescribeMerge() const {
-  if (merge) return merge->Describe();
+  if (merge) {
+    std::string out = merge->Describe();
+    if (offset_param > 0) out += fmt::format("; OFFSET ${}", offset_param);
+    if (limit_param > 0) out += fmt::format("; LIMIT ${}", limit_param);
+    return out;
+  }
   if (!rows) return "concatenation";
   std::string keys;
   for (const SortColumn& k : rows->keys) {
@@ -989,7 +1114,9 @@ std::string ScatterPlan::DescribeMerge() const {
                         k.direction == SortDirection::kDesc ? "DESC" : "ASC");
   }
   std::string out = keys.empty() ? "concatenation" : "merge-sorted by " + keys;
+  if (offset_param > 0) out += fmt::format(", OFFSET ${}", offset_param);
   if (rows->offset > 0) out += fmt::format(", OFFSET {}", rows->offset);
+  if (limit_param > 0) out += fmt::format(", LIMIT ${}", limit_param);
   if (rows->limit) out += fmt::format(", LIMIT {}", *rows->limit);
   return out;
 }

@@ -6,7 +6,8 @@
 //     FILTER as AggregateQuery takes them) over GROUP BY columns, positions
 //     or expressions, HAVING `aggregate op constant` terms joined by AND,
 //     ORDER BY output names, positions or expressions (hidden columns when
-//     they are not in the select list), LIMIT/OFFSET as numbers: per-shard
+//     they are not in the select list), LIMIT/OFFSET as numbers or
+//     parameters (bound at execution): per-shard
 //     partials merged by the merge engine (merge.hpp), HAVING, ORDER BY and
 //     LIMIT after the merge, never on the shards;
 //   - plain rows: concatenated (SQL promises no order without ORDER BY);
@@ -122,6 +123,11 @@ struct ScatterPlan {
   std::vector<HiddenColumn> hidden_columns;
   // Where HAVING starts (-1: none), for refusals of its conditions.
   int having_location = -1;
+  // LIMIT $n / OFFSET $n: the parameter, bound at execution (0: none, or a
+  // number in rows/merge). The shards' SQL keeps referring to it, so that
+  // it keeps its type (bigint).
+  int limit_param = 0;
+  int offset_param = 0;
   // "concatenation" or the merge plan's one-line description.
   [[nodiscard]] std::string DescribeMerge() const;
 };

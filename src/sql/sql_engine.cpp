@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <pqxx/pqxx>
+#include <string_view>
 
 #include "shardkit/errors.hpp"
 #include "shardkit/queries/scatter.hpp"
@@ -12,6 +14,7 @@
 #include "shardkit/queries/topk.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/writes/routed.hpp"
+#include "sql/analyzer.hpp"
 #include "sql/parse.hpp"
 #include "sql/row_merge.hpp"
 #include "sql/sql_error_text.hpp"
@@ -90,7 +93,16 @@ SqlPlanInfo SqlEngine::Info(const Bound& bound, ShardId shard) const {
   info.reference_tables = bound.plan->reference_tables;
   info.cached = bound.cached;
   if (const auto& scatter = bound.plan->scatter; scatter) {
-    info.shard_count = resolver_.ShardCount();
+    info.total_shards = resolver_.ShardCount();
+    info.shard_count = info.total_shards;
+    if (bound.route.customers) {
+      // Restricted: the owners of its buckets now (Execute reports the ones it ran on).
+      const auto directory = resolver_.Directory();
+      for (const BucketId b : bound.route.Buckets()) info.shards.push_back(directory->ShardOf(b));
+      std::sort(info.shards.begin(), info.shards.end());
+      info.shards.erase(std::unique(info.shards.begin(), info.shards.end()), info.shards.end());
+      info.shard_count = static_cast<int>(info.shards.size());
+    }
     info.shard_sql = scatter->shard_sql;
     info.merge = scatter->DescribeMerge();
     if (scatter->topk) {
@@ -130,6 +142,29 @@ void AppendRows(const pqxx::result& rows, SqlResult& result) {
     out.reserve(row.size());
     for (const auto& field : row) out.push_back(FieldText(field));
   }
+}
+
+// LIMIT $n / OFFSET $n's value: a non-negative bigint, or NULL (nullopt:
+// no limit, offset 0, as PostgreSQL reads them).
+std::optional<std::int64_t> LimitArgument(const SqlPlan& plan, int param, const char* what, const SqlParams& params) {
+  const std::string construct = fmt::format("{} ${}", what, param);
+  const auto refuse = [&](const std::string& reason) {
+    throw Refusal(plan.text, 0, construct, reason,
+                  fmt::format("pass the {} as a non-negative integer, or NULL for {}", what,
+                              std::string_view(what) == "LIMIT" ? "no limit" : "none"));
+  };
+  if (static_cast<std::size_t>(param) > params.size()) {
+    refuse(fmt::format("it has no value ({} parameter(s) given)", params.size()));
+  }
+  const std::optional<std::string>& text = params[static_cast<std::size_t>(param - 1)];
+  if (!text) return std::nullopt;
+  std::string_view digits = *text;
+  const bool negative = !digits.empty() && digits.front() == '-';
+  if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) digits.remove_prefix(1);
+  const std::optional<std::int64_t> value = detail::ParseInteger(digits, negative);
+  if (!value) refuse(fmt::format("\"{}\" is not a bigint", *text));
+  if (*value < 0) refuse(fmt::format("it is {}, and it must not be negative", *value));
+  return value;
 }
 
 }  // namespace
@@ -194,6 +229,9 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
   ScatterOptions scatter_options;
   scatter_options.deadline = options.deadline;
   scatter_options.label = options.label;
+  // customer_id IN (...): only the shards of those customers' buckets, by
+  // the snapshot the scatter fences with (picked again on a retry).
+  if (bound.route.customers) scatter_options.buckets = bound.route.Buckets();
   std::string topk_refused;
   if (plan.topk) {
     if (!scatter_options.deadline) scatter_options.deadline = std::chrono::steady_clock::now() + kScatterTimeout;
@@ -205,15 +243,36 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     result.plan.shard_sql = plan.shard_sql;
     result.plan.merge = fmt::format("{} (exact top-k did not answer: {})", plan.DescribeMerge(), topk_refused);
   }
+  const auto ran_on = [&](const ScatterResult& scattered) {
+    if (!bound.route.customers) return;
+    result.plan.shards.clear();
+    for (const ShardResult& shard : scattered.shards) result.plan.shards.push_back(shard.shard);
+    result.plan.shard_count = static_cast<int>(result.plan.shards.size());
+  };
   const auto refuse = [&](const UnmergeableQuery& e, const std::string& reason, int location = 0) {
     throw Refusal(bound.plan->text, location, "this statement over every shard", reason.empty() ? e.what() : reason,
                   "pin customer_id so that it runs on one customer's shard");
   };
+  // LIMIT $n / OFFSET $n: bound now (the cached plan has no value).
+  std::optional<std::int64_t> limit;
+  std::optional<std::int64_t> offset;
+  if (plan.limit_param > 0) limit = LimitArgument(*bound.plan, plan.limit_param, "LIMIT", params);
+  if (plan.offset_param > 0) offset = LimitArgument(*bound.plan, plan.offset_param, "OFFSET", params);
   if (plan.rows) {
+    RowOrder order = *plan.rows;
+    if (plan.limit_param > 0) order.limit = limit;
+    if (plan.offset_param > 0) order.offset = offset.value_or(0);
+    if (order.limit && order.offset > std::numeric_limits<std::int64_t>::max() - *order.limit) {
+      throw Refusal(bound.plan->text, 0, "LIMIT + OFFSET",
+                    fmt::format("each shard would be asked for OFFSET + LIMIT = {} + {} rows, more than a bigint holds",
+                                order.offset, *order.limit),
+                    "give a smaller LIMIT or OFFSET, or none");
+    }
     const ScatterResult scattered = scatter_.Run(plan.shard_sql, params, scatter_options);
+    ran_on(scattered);
     try {
       SqlPlanInfo keep = std::move(result.plan);
-      result = MergeSortedRows(scattered, *plan.rows);
+      result = MergeSortedRows(scattered, order);
       result.plan = std::move(keep);
       result.rows_received = scattered.TotalRows();
     } catch (const UnmergeableQuery& e) {
@@ -221,6 +280,7 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     }
   } else if (!plan.merge) {
     const ScatterResult scattered = scatter_.Run(plan.shard_sql, params, scatter_options);
+    ran_on(scattered);
     for (const ShardResult& shard : scattered.shards) {
       if (result.columns.empty()) ReadColumns(shard.rows, result);
       AppendRows(shard.rows, result);
@@ -229,7 +289,13 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
   } else {
     MergedResult merged;
     try {
-      merged = ScatterMerge(scatter_, *plan.merge, params, scatter_options);
+      MergePlan merge = *plan.merge;
+      if (limit) merge.Limit(*limit);
+      if (offset) merge.Offset(*offset);
+      merge.Validate();
+      const ScatterResult scattered = scatter_.Run(plan.shard_sql, params, scatter_options);
+      ran_on(scattered);
+      merged = Merge(merge, scattered);
     } catch (const UnmergeableQuery& e) {
       // What only the shards' column types tell (a type the merge cannot order or group).
       std::string reason = e.what();

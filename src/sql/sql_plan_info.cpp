@@ -9,7 +9,14 @@ std::string SqlPlanInfo::Describe() const {
     return fmt::format("routed: shard {} (bucket {}, customer {})", ToInt(shard), ToInt(*bucket), ToInt(*customer));
   }
   if (kind == Kind::kScatter) {
-    return fmt::format("scatter over {} shards, per-shard SQL: {}; merge: {}", shard_count, shard_sql, merge);
+    std::string over = fmt::format("{} shards", shard_count);
+    if (!shards.empty() || shard_count < total_shards) {
+      std::string which;
+      for (const ShardId s : shards) which += fmt::format("{}{}", which.empty() ? "" : ", ", ToInt(s));
+      over = fmt::format("{} of {} shards ({} {})", shard_count, total_shards, shards.size() == 1 ? "shard" : "shards",
+                         which);
+    }
+    return fmt::format("scatter over {}, per-shard SQL: {}; merge: {}", over, shard_sql, merge);
   }
   std::string tables;
   for (const std::string& t : reference_tables) tables += (tables.empty() ? "" : ", ") + t;

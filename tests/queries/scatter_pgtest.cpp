@@ -3,6 +3,7 @@
 // or dead shard is cut at the deadline and named, partial results carry a
 // warning, small pools do not deadlock, and statistics add up. Answers are
 // compared with the same query on the unsharded reference server.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -232,6 +233,49 @@ TEST_F(ScatterPg, EachShardReturnsOnlyTheCustomersRoutedToIt) {
   EXPECT_EQ(Gathered(one), OnReference(cluster_->ReferenceDsn(),
                                        "SELECT customer_id FROM customers WHERE customer_id <= 20 AND bucket >= 32"));
   EXPECT_GT(one.TotalRows(), 0u);
+}
+
+// ScatterOptions::buckets: the owners of those buckets in the scatter's own
+// directory snapshot, the one its bucket step fences with.
+TEST_F(ScatterPg, BucketsRunOnTheirOwnersInTheScattersDirectory) {
+  auto resolver = cluster_->MakeResolver();
+  ScatterGather scatter{*resolver};
+  const auto original = resolver->Directory();
+  BucketId owned_by_0{0};
+  while (original->ShardOf(owned_by_0) != ShardId{0}) owned_by_0 = BucketId{ToInt(owned_by_0) + 1};
+  BucketId owned_by_1{0};
+  while (original->ShardOf(owned_by_1) != ShardId{1}) owned_by_1 = BucketId{ToInt(owned_by_1) + 1};
+  const std::string sql = "SELECT count(*) FROM customers WHERE bucket = ANY($1::int[])";
+  ScatterOptions options;
+  options.buckets = std::vector<BucketId>{owned_by_0};
+  const auto one = scatter.Run(sql, {fmt::format("{{{}}}", ToInt(owned_by_0))}, options);
+  ASSERT_EQ(one.shards.size(), 1u);
+  EXPECT_EQ(one.shards[0].shard, ShardId{0});
+  EXPECT_EQ(one.directory_version, original->Version());
+  options.buckets = std::vector<BucketId>{owned_by_1, owned_by_0, owned_by_1};
+  const auto both = scatter.Run(sql, {fmt::format("{{{},{}}}", ToInt(owned_by_0), ToInt(owned_by_1))}, options);
+  ASSERT_EQ(both.shards.size(), 2u);
+  // With `shards`: only those of them.
+  options.shards = std::vector<ShardId>{ShardId{1}};
+  const auto only1 = scatter.Run(sql, {"{}"}, options);
+  ASSERT_EQ(only1.shards.size(), 1u);
+  EXPECT_EQ(only1.shards[0].shard, ShardId{1});
+  options.shards.reset();
+  options.buckets = std::vector<BucketId>{};
+  EXPECT_TRUE(scatter.Run(sql, {"{}"}, options).shards.empty());
+
+  // A newer directory gives shard 1 the bucket: the very next scatter goes
+  // there (and shard 1, which does not own it, refuses it as stale).
+  resolver->PublishDirectory(original->WithBucketMoved(owned_by_0, ShardId{1}));
+  options.buckets = std::vector<BucketId>{owned_by_0};
+  try {
+    (void)scatter.Run(sql, {"{}"}, options);
+    ADD_FAILURE() << "shard 1 accepted bucket " << owned_by_0 << ", which it does not own";
+  } catch (const ScatterError& e) {
+    ASSERT_EQ(e.failures().size(), 1u) << e.what();
+    EXPECT_EQ(e.failures()[0].shard, ShardId{1});
+    EXPECT_TRUE(e.failures()[0].stale_directory) << e.what();
+  }
 }
 
 TEST_F(ScatterPg, ParametersIncludingNullAreSentAsParameters) {

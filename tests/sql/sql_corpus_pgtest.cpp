@@ -367,6 +367,69 @@ std::vector<Statement> HandWritten() {
       {"SELECT count(*) FROM orders o JOIN order_items i ON o.customer_id = i.customer_id OR i.quantity > 5", true},
       {"SELECT count(*) FROM orders o JOIN order_items i ON o.customer_id = i.book_id", true},
       {"SELECT count(*) FROM orders o FULL JOIN order_items i USING (customer_id, order_id)", true},
+      // ---- customer_id IN (...) / = ANY(...): only the shards of those customers ----
+      {"SELECT count(*), sum(total), avg(total), min(status) FROM orders WHERE customer_id IN (1, 2, 3, 42)", true},
+      {"SELECT status, count(*) FROM orders WHERE customer_id IN (5, 60, 149, 204) GROUP BY 1 ORDER BY 1", true},
+      {"SELECT customer_id, sum(total) FROM orders WHERE customer_id = ANY($1) GROUP BY 1 HAVING count(*) > 1 "
+       "ORDER BY 2 DESC, 1 LIMIT 3",
+       true,
+       {"{7, 77, 150, 233, 299, NULL}"}},
+      {"SELECT order_id, total FROM orders WHERE customer_id = ANY($1::int[]) ORDER BY total, order_id LIMIT 5 "
+       "OFFSET 2",
+       true,
+       {"{{1,2},{3,4}}"}},
+      {"SELECT o.order_id, i.line_no, i.book_id FROM orders o JOIN order_items i USING (customer_id, order_id) "
+       "WHERE o.customer_id = ANY(ARRAY[11, 12, $1]) ORDER BY 1, 2",
+       true,
+       {"13"}},
+      {"SELECT count(DISTINCT customer_id), count(*) FROM order_items WHERE customer_id IN ($1, $2, NULL)",
+       true,
+       {"42", std::nullopt}},
+      {"SELECT count(*), max(total) FROM orders WHERE customer_id IN (NULL)", true},
+      {"SELECT order_id FROM orders WHERE customer_id = ANY($1)", false, {std::nullopt}},
+      {"SELECT order_id FROM orders WHERE customer_id = ANY('{}')", false},
+      {"SELECT c.customer_id, count(o.order_id) FROM customers c LEFT JOIN orders o USING (customer_id) "
+       "WHERE customer_id IN (20, 21, 22, 300) GROUP BY 1 ORDER BY 1",
+       true},
+      {"SELECT order_id FROM orders WHERE customer_id IN (1, 2, 3) AND customer_id = ANY(ARRAY[3, 4]) ORDER BY 1",
+       true},
+      {"SELECT count(*) FROM orders WHERE customer_id IN (1, 2) AND customer_id IN (3, 4)", true},
+      {"SELECT count(*) FROM orders WHERE customer_id NOT IN (1, 2, 3)", true},
+      {"SELECT count(*) FROM orders WHERE customer_id IN (1, 2) OR total > 40", true},
+      {"SELECT count(*) FROM orders WHERE customer_id = ANY($1)", true, {"{ 42 , +77,0150 }"}},
+      {"SELECT count(*) FROM orders WHERE customer_id = ANY($1)", true, {"{\"42\",77}"}},
+      {"SELECT count(*) FROM orders WHERE customer_id IN (1, 2) AND total > (SELECT avg(total) FROM orders)", true},
+      {"DELETE FROM order_items WHERE customer_id IN (1, 2) AND order_id < 0", true},
+      {"UPDATE orders SET status = status WHERE customer_id IN (5, 60) AND order_id < 0", true},
+      {"DELETE FROM orders WHERE customer_id = ANY($1) AND order_id < 0", true, {"{5,1}"}},
+      // ---- DISTINCT with the shard key: each shard's distinct rows ----
+      {"SELECT DISTINCT customer_id, status FROM orders ORDER BY 2, 1", true},
+      {"SELECT DISTINCT o.customer_id, i.book_id FROM orders o JOIN order_items i USING (customer_id, order_id) "
+       "WHERE i.quantity >= 5 ORDER BY 2 DESC, 1 LIMIT 20",
+       true},
+      {"SELECT DISTINCT * FROM order_items WHERE quantity = 6", false},
+      {"SELECT DISTINCT ON (customer_id) customer_id, order_id, total FROM orders ORDER BY customer_id, total, "
+       "order_id LIMIT 15 OFFSET 5",
+       true},
+      {"SELECT DISTINCT customer_id, status FROM orders WHERE customer_id = ANY($1) ORDER BY 1, 2",
+       true,
+       {"{1,2,42,77}"}},
+      {"SELECT DISTINCT quantity FROM order_items ORDER BY 1", true},
+      {"SELECT DISTINCT ON (status) status, order_id FROM orders ORDER BY status, order_id", true},
+      {"SELECT DISTINCT c.customer_id, o.status FROM customers c LEFT JOIN orders o USING (customer_id) "
+       "ORDER BY 1, 2",
+       true},
+      // ---- LIMIT $n / OFFSET $n after the merge ----
+      {"SELECT order_id, total FROM orders ORDER BY total DESC, order_id LIMIT $1 OFFSET $2", true, {"6", "3"}},
+      {"SELECT order_id, total FROM orders ORDER BY total DESC, order_id LIMIT $1 OFFSET $2",
+       true,
+       {std::nullopt, "600"}},
+      {"SELECT order_id, total FROM orders ORDER BY total, order_id OFFSET $1", true, {std::nullopt}},
+      {"SELECT book_id, sum(quantity) FROM order_items GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $1", true, {"4"}},
+      {"SELECT book_id, count(*) FROM order_items GROUP BY 1 ORDER BY 1 OFFSET $2 LIMIT $1", true, {"3", "40"}},
+      {"SELECT count(*) FROM orders LIMIT $1", true, {"0"}},
+      {"SELECT order_id FROM orders WHERE customer_id IN (1, 2, 3) ORDER BY 1 LIMIT $1", true, {"2"}},
+      {"SELECT order_id FROM orders WHERE order_id > $1 ORDER BY 1 LIMIT $1", true, {"3"}},
       // ---- reference tables alone ----
       {"SELECT category, count(*), min(price), max(title) FROM books GROUP BY 1 ORDER BY 1", true},
       // ---- refused over every shard (they must still be valid SQL) ----
@@ -600,6 +663,9 @@ class Generator {
     std::vector<std::string> terms;
     const int n = Pick(3);
     for (int i = 0; i < n; ++i) terms.push_back(Pred(src, s));
+    if (!routed && Chance(15)) {
+      terms.insert(terms.begin() + Pick(static_cast<int>(terms.size()) + 1), KeyList(src, s));
+    }
     if (routed) {
       static const std::vector<int> customers = {1, 2, 7, 42, 77, 150, 233, 299};
       const int customer = OneOf(customers);
@@ -662,14 +728,40 @@ class Generator {
     }
   }
 
-  std::string LimitOffset() {
+  std::string LimitOffset(Statement& s) {
     static const std::vector<std::string> limits = {"",          "",         " LIMIT 1",    " LIMIT 3",
                                                     " LIMIT 10", " LIMIT 0", " LIMIT 1000", " LIMIT ALL"};
     static const std::vector<std::string> offsets = {
         "", "", "", " OFFSET 0", " OFFSET 2", " OFFSET 7", " OFFSET 100000"};
     std::string l = OneOf(limits);
     std::string o = OneOf(offsets);
+    // Sometimes as parameters (LIMIT ALL as NULL), bound at execution.
+    const auto as_param = [&](std::string& clause, const char* keyword) {
+      if (clause.empty() || !Chance(25)) return;
+      const std::string value = clause.substr(std::string(keyword).size() + 2);
+      s.params.emplace_back(value == "ALL" ? std::nullopt : std::optional<std::string>(value));
+      clause = fmt::format(" {} ${}", keyword, s.params.size());
+    };
+    as_param(l, "LIMIT");
+    as_param(o, "OFFSET");
     return Chance(50) ? l + o : o + l;
+  }
+
+  // customer_id IN (...) / = ANY(...): the scatter runs on those customers' shards only.
+  std::string KeyList(const Source& src, Statement& s) {
+    static const std::vector<std::string> values = {"1", "2", "7", "42", "77", "150", "233", "299", "300", "NULL"};
+    std::vector<std::string> picked;
+    const int n = 1 + Pick(5);
+    for (int i = 0; i < n; ++i) picked.push_back(OneOf(values));
+    switch (Pick(3)) {
+      case 0:
+        return fmt::format("{} IN ({})", src.pin, fmt::join(picked, ", "));
+      case 1:
+        return fmt::format("{} = ANY(ARRAY[{}]::int[])", src.pin, fmt::join(picked, ", "));
+      default:
+        s.params.emplace_back(fmt::format("{{{}}}", fmt::join(picked, ",")));
+        return fmt::format("{} = ANY(${})", src.pin, s.params.size());
+    }
   }
 
   // A GROUP BY query: keys (selected or not), aggregates, HAVING, ORDER BY
@@ -806,7 +898,7 @@ class Generator {
         ordered = true;
       }
     }
-    if (ordered && Chance(45)) sql += LimitOffset();
+    if (ordered && Chance(45)) sql += LimitOffset(s);
     s.sql = sql;
     s.ordered = ordered;
     return s;
@@ -927,7 +1019,7 @@ class Generator {
       sql += " ORDER BY ";
       for (std::size_t o = 0; o < order.size(); ++o) sql += (o ? ", " : "") + order[o];
       ordered = true;
-      if (Chance(70)) sql += LimitOffset();
+      if (Chance(70)) sql += LimitOffset(s);
     }
     s.sql = sql;
     s.ordered = ordered;

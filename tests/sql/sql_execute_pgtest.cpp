@@ -18,6 +18,7 @@
 #include <fstream>
 #include <pqxx/pqxx>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "shardkit/errors.hpp"
@@ -43,6 +44,21 @@ class SqlExecutePg : public test::SqlBookstorePg {
       counts.push_back(tx.exec("SELECT count(*) FROM " + where)[0][0].as<std::int64_t>());
     }
     return counts;
+  }
+
+  // `sql` is refused, naming `construct` and saying `reason` (a part of it).
+  static void ExpectRefused(const std::string& sql, const SqlParams& params, const std::string& construct,
+                            const std::string& reason) {
+    SCOPED_TRACE(sql);
+    try {
+      (void)cluster_->Execute(sql, params);
+      ADD_FAILURE() << "ran";
+    } catch (const SqlError& e) {
+      EXPECT_EQ(e.kind(), SqlError::Kind::kRefused) << e.what();
+      EXPECT_EQ(e.construct(), construct) << e.what();
+      EXPECT_NE(e.reason().find(reason), std::string::npos) << e.what();
+      EXPECT_FALSE(e.advice().empty()) << e.what();
+    }
   }
 };
 
@@ -295,7 +311,6 @@ const std::vector<ScatterCase>& ScatterCorpus() {
       {"SELECT book_id, count(*) FROM order_items GROUP BY book_id ORDER BY sum(quantity) DESC, book_id LIMIT 3", true},
       {"SELECT count(*) FILTER (WHERE status = 'shipped'), count(*) FROM orders", true},
       {"SELECT max(total), min(status), count(*) FROM orders WHERE total > $1", true, {"15"}},
-      {"SELECT count(*), sum(total) FROM orders WHERE customer_id IN (1, 2, 3)", true},
       {"SELECT count(*) FROM customers c JOIN orders o ON o.customer_id = c.customer_id", true},
       {"SELECT sum(total), count(*), avg(total), max(status) FROM orders WHERE status = 'nope'", true},
       {"SELECT status, avg(total) FROM orders GROUP BY status ORDER BY avg(total) DESC, status", true},
@@ -363,6 +378,215 @@ TEST_F(SqlExecutePg, ScatterStatementsAnswerAsTheReferenceServer) {
   EXPECT_NE(plan.find("; merge: "), std::string::npos) << plan;
 }
 
+// customer_id IN (...) / = ANY(...): a scatter over the shards of those
+// customers' buckets only, merged as over every shard.
+TEST_F(SqlExecutePg, KeyListsScatterOnlyToTheirCustomersShards) {
+  struct KeyCase {
+    std::string sql;
+    bool ordered;
+    SqlParams params;
+    std::vector<int> customers;  // what the lists name (NULLs dropped)
+  };
+  const std::vector<KeyCase> cases = {
+      {"SELECT count(*), sum(total), avg(total) FROM orders WHERE customer_id IN (1, 2, 3)", true, {}, {1, 2, 3}},
+      {"SELECT customer_id, count(*), max(total) FROM orders WHERE customer_id IN (5, 60, 149) GROUP BY 1 "
+       "ORDER BY 1",
+       true,
+       {},
+       {5, 60, 149}},
+      {"SELECT order_id, customer_id, total FROM orders WHERE customer_id = ANY($1) ORDER BY total DESC, order_id "
+       "LIMIT 7",
+       true,
+       {"{42, 77, 150, 299, NULL}"},
+       {42, 77, 150, 299}},
+      {"SELECT order_id, total FROM orders WHERE customer_id = ANY($1::int[]) AND total > $2",
+       false,
+       {"{1,2,3,4,5,6,7,8,9,10}", "5"},
+       {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}},
+      {"SELECT o.order_id, i.line_no, i.quantity FROM orders o JOIN order_items i USING (customer_id, order_id) "
+       "WHERE o.customer_id = ANY(ARRAY[7, 8, $1]) ORDER BY 1, 2",
+       true,
+       {"9"},
+       {7, 8, 9}},
+      {"SELECT i.book_id, sum(i.quantity) FROM order_items i WHERE i.customer_id IN ($1, $2, NULL) "
+       "GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 3 OFFSET 1",
+       true,
+       {"11", std::nullopt},
+       {11}},
+      {"SELECT count(*), min(total) FROM orders WHERE customer_id IN (NULL)", true, {}, {}},
+      {"SELECT order_id FROM orders WHERE customer_id = ANY($1)", false, {std::nullopt}, {}},
+      {"SELECT count(*) FROM customers c LEFT JOIN orders o USING (customer_id) WHERE customer_id = ANY('{13,14}')",
+       true,
+       {},
+       {13, 14}},
+  };
+  const auto directory = cluster_->Resolver().Directory();
+  for (const KeyCase& c : cases) {
+    SCOPED_TRACE(c.sql);
+    const SqlResult got = cluster_->Execute(c.sql, c.params);
+    const Reference want = OnReference(c.sql, c.params);
+    EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kScatter);
+    EXPECT_EQ(got.columns, want.columns);
+    EXPECT_EQ(got.types, want.types);
+    EXPECT_EQ(c.ordered ? got.rows : Sorted(got.rows), c.ordered ? want.rows : Sorted(want.rows));
+    std::vector<ShardId> shards;
+    for (const int customer : c.customers) shards.push_back(directory->ShardOf(BucketOf(CustomerId{customer})));
+    if (shards.empty()) shards.push_back(directory->ShardOf(BucketId{0}));  // one shard answers for no customer
+    std::sort(shards.begin(), shards.end());
+    shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
+    EXPECT_EQ(got.plan.shards, shards);
+    EXPECT_EQ(got.plan.shard_count, static_cast<int>(shards.size()));
+    EXPECT_EQ(got.plan.total_shards, scratch_->ShardCount());
+    EXPECT_EQ(cluster_->Explain(c.sql, c.params).shards, shards);
+  }
+
+  // All on one shard (the common case): only that shard is asked.
+  const auto one = [&](int customer) { return directory->ShardOf(BucketOf(CustomerId{customer})); };
+  std::vector<int> same;
+  for (int c = 1; c <= 300 && same.size() < 3; ++c) {
+    if (one(c) == one(1)) same.push_back(c);
+  }
+  const std::string sql = fmt::format(
+      "SELECT order_id, total FROM orders WHERE customer_id IN ({}, {}, {}) "
+      "ORDER BY order_id",
+      same[0], same[1], same[2]);
+  const auto before = cluster_->Stats().scatters;
+  const SqlResult got = cluster_->Execute(sql);
+  const auto after = cluster_->Stats().scatters;
+  EXPECT_EQ(got.rows, OnReference(sql, {}).rows);
+  EXPECT_FALSE(got.rows.empty());
+  EXPECT_EQ(got.plan.shards, std::vector<ShardId>{one(1)});
+  EXPECT_EQ(after.shard_requests - before.shard_requests, 1U);
+  EXPECT_EQ(after.single_shard - before.single_shard, 1U);
+  const std::string plan = got.plan.Describe();
+  EXPECT_EQ(plan.rfind(fmt::format("scatter over 1 of {} shards (shard {}), per-shard SQL: SELECT ",
+                                   scratch_->ShardCount(), ToInt(one(1))),
+                       0),
+            0U)
+      << plan;
+
+  // Writes: routed when the customers share a bucket, else refused.
+  std::vector<int> bucket_mates;
+  for (int c = 1; c <= 300; ++c) {
+    if (BucketOf(CustomerId{c}) == BucketOf(CustomerId{5})) bucket_mates.push_back(c);
+  }
+  ASSERT_GE(bucket_mates.size(), 2U);
+  const std::string update =
+      fmt::format("UPDATE orders SET status = status WHERE customer_id IN ({}, {}) AND order_id < 0", bucket_mates[0],
+                  bucket_mates[1]);
+  const SqlResult updated = cluster_->Execute(update);
+  EXPECT_EQ(updated.plan.kind, SqlPlanInfo::Kind::kRouted);
+  EXPECT_EQ(updated.plan.shard, one(5));
+  int other_bucket_same_shard = 0;
+  int other_shard = 0;
+  for (int c = 1; c <= 300; ++c) {
+    if (BucketOf(CustomerId{c}) != BucketOf(CustomerId{5}) && one(c) == one(5) && other_bucket_same_shard == 0)
+      other_bucket_same_shard = c;
+    if (one(c) != one(5) && other_shard == 0) other_shard = c;
+  }
+  for (const auto& [customer, reason] : std::vector<std::pair<int, std::string>>{
+           {other_bucket_same_shard, "one bucket's rows"}, {other_shard, "atomic on one shard only"}}) {
+    ExpectRefused("DELETE FROM orders WHERE customer_id = ANY($1) AND order_id < 0",
+                  {fmt::format("{{5,{}}}", customer)}, "DELETE ... IN", reason);
+  }
+}
+
+// LIMIT $n / OFFSET $n over every shard: bound at each execution (one
+// cached plan), NULL as no limit / no offset, after the merge.
+TEST_F(SqlExecutePg, LimitAndOffsetParametersAreBoundAtExecution) {
+  const std::string rows = "SELECT order_id, total FROM orders ORDER BY total DESC, order_id LIMIT $1 OFFSET $2";
+  const std::string groups =
+      "SELECT book_id, sum(quantity) AS sold FROM order_items GROUP BY 1 ORDER BY sold DESC, 1 OFFSET $2 LIMIT $1";
+  const std::string plain =
+      "SELECT customer_id, order_id FROM orders WHERE total > $3 ORDER BY 1, 2 LIMIT $1 "
+      "OFFSET $2";
+  const std::vector<SqlParams> values = {
+      {"5", "0"},
+      {"3", "4"},
+      {"0", "2"},
+      {std::nullopt, "590"},
+      {"4", std::nullopt},
+      {std::nullopt, std::nullopt},
+      {"1000000", "3"},
+      {"+2", "007"},
+      {"9223372036854775807", "0"},
+  };
+  for (const SqlParams& p : values) {
+    for (const std::string& sql : {rows, groups, plain}) {
+      SqlParams params = p;
+      if (sql == plain) params.emplace_back("20");
+      SCOPED_TRACE(sql + " with " + p[0].value_or("NULL") + ", " + p[1].value_or("NULL"));
+      const SqlResult got = cluster_->Execute(sql, params);
+      EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kScatter);
+      EXPECT_EQ(got.rows, OnReference(sql, params).rows);
+    }
+  }
+  EXPECT_TRUE(cluster_->Explain(rows, {"1", "2"}).cached);
+  EXPECT_NE(cluster_->Explain(rows, {"1", "2"}).merge.find("LIMIT $1"), std::string::npos);
+  // Each shard sends at most OFFSET + LIMIT rows.
+  const SqlResult few = cluster_->Execute(rows, {"2", "1"});
+  EXPECT_LE(few.rows_received, static_cast<std::size_t>(3 * scratch_->ShardCount()));
+  // A scalar aggregate's one row, and a key list with them.
+  for (const SqlParams& p : std::vector<SqlParams>{{"1", "0"}, {"0", "0"}, {"1", "1"}, {std::nullopt, "0"}}) {
+    const std::string sql = "SELECT count(*), sum(total) FROM orders LIMIT $1 OFFSET $2";
+    EXPECT_EQ(cluster_->Execute(sql, p).rows, OnReference(sql, p).rows) << sql;
+    const std::string listed =
+        "SELECT order_id FROM orders WHERE customer_id IN (1, 2, 3) ORDER BY 1 LIMIT $1 OFFSET $2";
+    EXPECT_EQ(cluster_->Execute(listed, p).rows, OnReference(listed, p).rows) << listed;
+  }
+
+  const std::vector<std::tuple<std::string, SqlParams, std::string, std::string>> refused = {
+      {rows, {"-1", "0"}, "LIMIT $1", "must not be negative"},
+      {rows, {"1", "-1"}, "OFFSET $2", "must not be negative"},
+      {rows, {"1.5", "0"}, "LIMIT $1", "is not a bigint"},
+      {rows, {"1"}, "OFFSET $2", "it has no value"},
+      {rows, {"9223372036854775807", "1"}, "LIMIT + OFFSET", "more than a bigint holds"},
+      {"SELECT order_id FROM orders WHERE order_id > $1 ORDER BY 1 LIMIT $1", {"5"}, "LIMIT $1", "used elsewhere"},
+  };
+  for (const auto& [sql, params, construct, reason] : refused) ExpectRefused(sql, params, construct, reason);
+}
+
+// DISTINCT over every shard: exact when the shard key is among the
+// columns (equal rows are one customer's, so on one shard).
+TEST_F(SqlExecutePg, DistinctWithTheShardKeyIsEachShardsDistinctRows) {
+  const std::vector<std::pair<std::string, bool>> answered = {
+      {"SELECT DISTINCT customer_id, status FROM orders", false},
+      {"SELECT DISTINCT o.customer_id, o.status FROM orders o ORDER BY 1, 2", true},
+      {"SELECT DISTINCT status, customer_id FROM orders ORDER BY status DESC, customer_id LIMIT 7 OFFSET 3", true},
+      {"SELECT DISTINCT i.customer_id, b.category FROM order_items i JOIN books b USING (book_id) ORDER BY 1, 2", true},
+      {"SELECT DISTINCT * FROM orders ORDER BY customer_id, order_id LIMIT 5", true},
+      {"SELECT DISTINCT o.* FROM orders o JOIN order_items i USING (customer_id, order_id) WHERE i.quantity >= 1 "
+       "ORDER BY o.customer_id, o.order_id",
+       true},
+      {"SELECT DISTINCT ON (customer_id) customer_id, order_id, total FROM orders ORDER BY customer_id, total DESC, "
+       "order_id",
+       true},
+      {"SELECT DISTINCT ON (o.customer_id, o.status) o.status, o.total FROM orders o "
+       "ORDER BY o.customer_id, o.status, o.total, o.order_id LIMIT 9",
+       true},
+      {"SELECT DISTINCT customer_id FROM orders WHERE customer_id IN (1, 2, 3, 4) ORDER BY 1", true},
+  };
+  for (const auto& [sql, ordered] : answered) {
+    SCOPED_TRACE(sql);
+    const SqlResult got = cluster_->Execute(sql);
+    const Reference want = OnReference(sql, {});
+    EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kScatter);
+    EXPECT_EQ(got.columns, want.columns);
+    EXPECT_EQ(ordered ? got.rows : Sorted(got.rows), ordered ? want.rows : Sorted(want.rows));
+    EXPECT_FALSE(want.rows.empty());
+  }
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"SELECT DISTINCT status FROM orders", "DISTINCT over every shard"},
+      {"SELECT DISTINCT o.customer_id, c.name FROM customers c LEFT JOIN orders o USING (customer_id)",
+       "DISTINCT over every shard"},
+      {"SELECT DISTINCT customer_id + 0 FROM orders", "DISTINCT over every shard"},
+      {"SELECT DISTINCT customer_id, count(*) FROM orders GROUP BY 1", "DISTINCT over every shard"},
+      {"SELECT DISTINCT ON (status) status, total FROM orders ORDER BY status, total", "DISTINCT ON over every shard"},
+      {"SELECT DISTINCT b.book_id FROM order_items i JOIN books b USING (book_id)", "DISTINCT over every shard"},
+  };
+  for (const auto& [sql, construct] : refused) ExpectRefused(sql, {}, construct, "");
+}
+
 TEST_F(SqlExecutePg, ScatterStatementsThatCannotBeMergedAreRefused) {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"SELECT coalesce(sum(total), 0) FROM orders", "expressions over aggregates"},
@@ -376,7 +600,7 @@ TEST_F(SqlExecutePg, ScatterStatementsThatCannotBeMergedAreRefused) {
       {"SELECT count(*) FROM orders WHERE total > (SELECT avg(total) FROM orders)", "each shard's rows"},
       {"SELECT status, count(*) FROM orders GROUP BY ROLLUP (status)", "grouping sets"},
       {"SELECT count(*) FROM orders WHERE ordered_at > now()", ""},
-      {"SELECT status, count(*) FROM orders GROUP BY status ORDER BY status LIMIT $1", "known"},
+      {"SELECT status, count(*) FROM orders GROUP BY status ORDER BY status LIMIT $1 + 1", "known"},
       {"SELECT bool_and(total > 0) FROM orders", ""},
       // timestamptz prints in the session's TimeZone: grouped by its text, but not ordered by the merge.
       {"SELECT min(ordered_at) FROM orders", "timestamp with time zone"},

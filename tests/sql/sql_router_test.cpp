@@ -168,7 +168,7 @@ TEST(SqlRouter, OrInAndNotPinNothingAndScatter) {
            "SELECT * FROM orders WHERE (customer_id = 1 OR false) AND total > 0",
            "SELECT * FROM orders WHERE customer_id = 1.0",
            "SELECT * FROM orders WHERE customer_id = 1 + 1",
-           "SELECT * FROM orders WHERE customer_id IN (1, 2)",
+           "SELECT * FROM orders WHERE customer_id IN (1, x)",
            "SELECT * FROM orders WHERE customer_id::int = 1",
            "SELECT * FROM orders WHERE customer_id = -(5)",
            "SELECT * FROM orders",
@@ -203,6 +203,144 @@ TEST(SqlRouter, OrInAndNotPinNothingAndScatter) {
   // The limit is applied after the merge, never on the shards.
   EXPECT_EQ(plan.ShardSql().find("LIMIT"), std::string::npos) << plan.ShardSql();
   EXPECT_NE(plan.ShardSql().find("WHERE (total > $1)"), std::string::npos) << plan.ShardSql();
+}
+
+// The customers and buckets a plan's key sets bound it to (nullopt: none, every shard).
+std::optional<std::vector<std::int32_t>> KeyCustomers(const std::string& sql, const SqlParams& params = {}) {
+  const auto plan = PlanStatement(sql, Catalog());
+  const BoundRoute route = BindRoute(*plan, params);
+  if (!route.customers) return std::nullopt;
+  std::vector<std::int32_t> out;
+  for (const CustomerId c : *route.customers) out.push_back(ToInt(c));
+  return out;
+}
+
+TEST(SqlRouter, KeyListsRestrictAScatterToTheirCustomers) {
+  using V = std::vector<std::int32_t>;
+  EXPECT_EQ(KeyCustomers("SELECT * FROM orders WHERE customer_id IN (3, 1, 2, 1)"), (V{1, 2, 3}));
+  EXPECT_EQ(KeyCustomers("SELECT * FROM orders WHERE customer_id IN (1, NULL, $1, NULL::int, $2::bigint)", {"7", {}}),
+            (V{1, 7}));
+  EXPECT_EQ(KeyCustomers("SELECT count(*) FROM orders WHERE customer_id = ANY($1)", {"{4, 5,NULL, 6}"}), (V{4, 5, 6}));
+  EXPECT_EQ(KeyCustomers("SELECT count(*) FROM orders WHERE customer_id = ANY($1::int[])", {"{{1,2},{3,-4}}"}),
+            (V{-4, 1, 2, 3}));
+  EXPECT_EQ(KeyCustomers("SELECT count(*) FROM orders WHERE customer_id = ANY($1)", SqlParams{std::nullopt}), V{});
+  EXPECT_EQ(KeyCustomers("SELECT * FROM orders WHERE customer_id = ANY(ARRAY[8, 9]) AND total > 0"), (V{8, 9}));
+  EXPECT_EQ(KeyCustomers("SELECT * FROM orders WHERE customer_id = ANY('{8,9}'::integer[])"), (V{8, 9}));
+  EXPECT_EQ(KeyCustomers("SELECT * FROM orders WHERE customer_id = SOME('{8,9}')"), (V{8, 9}));
+  EXPECT_EQ(KeyCustomers("SELECT * FROM orders WHERE customer_id IN (NULL)"), V{});
+  // Two sets: the customers of both; on any joined table, qualified or not.
+  EXPECT_EQ(KeyCustomers("SELECT * FROM orders o JOIN order_items i USING (customer_id, order_id) "
+                         "WHERE o.customer_id IN (1, 2, 3) AND i.customer_id = ANY(ARRAY[2, 3, 4])"),
+            (V{2, 3}));
+  EXPECT_EQ(KeyCustomers("SELECT c.customer_id, o.order_id FROM customers c LEFT JOIN orders o USING (customer_id) "
+                         "WHERE o.customer_id IN (5, 6)"),
+            (V{5, 6}));
+  const BoundRoute none = BindRoute(*PlanStatement("SELECT * FROM orders WHERE customer_id IN (NULL)", Catalog()), {});
+  EXPECT_EQ(none.Buckets(), std::vector<BucketId>{BucketId{0}});  // one shard answers: no row matches
+  const BoundRoute three =
+      BindRoute(*PlanStatement("SELECT * FROM orders WHERE customer_id IN (5, 60, 1)", Catalog()), {});
+  EXPECT_EQ(three.Buckets(), (std::vector<BucketId>{BucketId{5}, BucketId{39}}));  // 5 and 60 share bucket 5
+
+  // What bounds nothing: every shard.
+  for (const char* sql : {
+           "SELECT * FROM orders WHERE customer_id IN (1, total::int)",
+           "SELECT * FROM orders WHERE customer_id NOT IN (1, 2)",
+           "SELECT * FROM orders WHERE customer_id IN (1, 2) OR total > 5",
+           "SELECT * FROM orders WHERE NOT (customer_id IN (1, 2))",
+           "SELECT * FROM orders WHERE customer_id <> ALL(ARRAY[1, 2])",
+           "SELECT * FROM orders WHERE customer_id = ALL(ARRAY[1, 2])",
+           "SELECT * FROM orders WHERE customer_id IN ('1', '2')",
+           "SELECT * FROM orders WHERE customer_id = ANY(ARRAY[ARRAY[1, 2]])",
+           "SELECT * FROM orders WHERE customer_id = ANY($1::text[]::int[])",
+           "SELECT * FROM orders WHERE customer_id IN (SELECT 1)",
+           "SELECT c.customer_id FROM customers c LEFT JOIN orders o ON o.customer_id = c.customer_id "
+           "AND o.customer_id IN (1, 2)",
+       }) {
+    const auto plan = PlanStatement(sql, Catalog());
+    EXPECT_EQ(plan->kind, SqlPlanInfo::Kind::kScatter) << sql;
+    EXPECT_TRUE(plan->key_sets.empty()) << sql;
+  }
+  // A pin still routes; the list only filters then.
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE customer_id = 5 AND customer_id IN (5, 6)"), 5);
+}
+
+TEST(SqlRouter, KeyListsThatCannotBeReadAreRefused) {
+  const std::string any = "SELECT count(*) FROM orders WHERE customer_id = ANY($1)";
+  for (const char* text : {"1,2", "{1,2", "{1,,2}", "{\"1\"}", "[1:2]={1,2}", "{1.5}", "{1 2}", "{1}x", "{a}"}) {
+    const SqlError e = RefusalOf(any, {text});
+    EXPECT_EQ(e.construct(), "the parameter $1") << text;
+    EXPECT_NE(e.reason().find("is not a list of integers"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(RefusalOf(any, {"{4294967296}"}).reason().find("out of range"), std::string::npos);
+  EXPECT_NE(RefusalOf(any, {}).reason().find("it has no value"), std::string::npos);
+  EXPECT_EQ(RefusalOf("SELECT * FROM orders WHERE customer_id IN (1, $1)", {"x"}).construct(), "the parameter $1");
+  // A literal beyond int is no integer constant to the router (it matches no customer): every shard.
+  EXPECT_TRUE(PlanStatement("SELECT * FROM orders WHERE customer_id IN (1, 4294967338)", Catalog())->key_sets.empty());
+
+  using A = std::vector<std::optional<std::int64_t>>;
+  EXPECT_EQ(ParseIntegerArray(" { 1 ,+2, -3,null , NULL }  "), (A{1, 2, -3, std::nullopt, std::nullopt}));
+  EXPECT_EQ(ParseIntegerArray("{}"), A{});
+  EXPECT_EQ(ParseIntegerArray("{{},{}}"), A{});
+  EXPECT_EQ(ParseIntegerArray("{007}"), A{7});
+  EXPECT_FALSE(ParseIntegerArray("{NULLX}"));
+  EXPECT_FALSE(ParseIntegerArray("{1}}"));
+  EXPECT_FALSE(ParseIntegerArray("{1\\,2}"));
+}
+
+TEST(SqlRouter, WritesWithKeyListsRouteOnlyWithinOneBucket) {
+  // 5 and 60 are both in bucket 5; 2 is in bucket 15 (shard 0 of two), 1 in bucket 39 (shard 1).
+  EXPECT_EQ(RoutesTo("DELETE FROM orders WHERE customer_id IN (5, 60) AND order_id = 3"), 5);
+  EXPECT_EQ(RoutesTo("UPDATE orders SET status = 'x' WHERE customer_id = ANY($1)", {"{60,5,NULL}"}), 5);
+  const SqlError shards = RefusalOf("DELETE FROM orders WHERE customer_id IN (5, 1)");
+  EXPECT_EQ(shards.construct(), "DELETE ... IN");
+  EXPECT_NE(shards.reason().find("atomic on one shard only"), std::string::npos) << shards.what();
+  const SqlError buckets = RefusalOf("UPDATE orders SET status = 'x' WHERE customer_id IN (5, 2)");
+  EXPECT_NE(buckets.reason().find("sees one bucket's rows"), std::string::npos) << buckets.what();
+  EXPECT_NE(RefusalOf("DELETE FROM orders WHERE customer_id IN (NULL)").reason().find("names no customer"),
+            std::string::npos);
+  // Another sharded table unpinned: refused as before.
+  EXPECT_EQ(RefusalOf("DELETE FROM orders o USING order_items i WHERE o.customer_id IN (5, 60) AND "
+                      "i.customer_id = o.customer_id")
+                .construct(),
+            "DELETE orders");
+}
+
+TEST(SqlRouter, DistinctScattersOnlyWithTheShardKey) {
+  for (const char* sql : {"SELECT DISTINCT customer_id, status FROM orders",
+                          "SELECT DISTINCT o.status, o.customer_id FROM orders o ORDER BY 1, 2 LIMIT 3",
+                          "SELECT DISTINCT * FROM orders", "SELECT DISTINCT o.* FROM orders o JOIN books b ON true",
+                          "SELECT DISTINCT ON (customer_id) order_id FROM orders ORDER BY customer_id, total"}) {
+    const auto plan = PlanStatement(sql, Catalog());
+    EXPECT_EQ(plan->kind, SqlPlanInfo::Kind::kScatter) << sql;
+    ASSERT_TRUE(plan->scatter) << sql;
+    EXPECT_FALSE(plan->scatter->merge) << sql;
+  }
+  EXPECT_EQ(RefusalOf("SELECT DISTINCT status FROM orders").construct(), "DISTINCT over every shard");
+  EXPECT_EQ(RefusalOf("SELECT DISTINCT b.customer_id FROM orders o, books b").construct(), "DISTINCT over every shard");
+  EXPECT_EQ(
+      RefusalOf("SELECT DISTINCT o.customer_id FROM customers c LEFT JOIN orders o USING (customer_id)").construct(),
+      "DISTINCT over every shard");
+  EXPECT_EQ(RefusalOf("SELECT DISTINCT ON (status) status FROM orders ORDER BY status").construct(),
+            "DISTINCT ON over every shard");
+  EXPECT_EQ(RefusalOf("SELECT DISTINCT count(*) FROM orders").construct(), "DISTINCT over every shard");
+}
+
+TEST(SqlRouter, LimitAndOffsetParametersAreBoundAtExecution) {
+  const auto rows = PlanStatement("SELECT order_id FROM orders ORDER BY total, order_id LIMIT $1 OFFSET $2", Catalog());
+  EXPECT_EQ(rows->scatter->limit_param, 1);
+  EXPECT_EQ(rows->scatter->offset_param, 2);
+  EXPECT_NE(rows->scatter->shard_sql.find("LIMIT $1::bigint + $2::bigint"), std::string::npos)
+      << rows->scatter->shard_sql;
+  const auto only_offset = PlanStatement("SELECT order_id FROM orders ORDER BY 1 LIMIT 5 OFFSET $1", Catalog());
+  EXPECT_NE(only_offset->scatter->shard_sql.find("LIMIT 5 + $1::bigint"), std::string::npos);
+  const auto groups =
+      PlanStatement("SELECT status, count(*) FROM orders GROUP BY 1 ORDER BY 1 LIMIT $1 OFFSET $2", Catalog());
+  ASSERT_TRUE(groups->scatter->merge);
+  EXPECT_FALSE(groups->scatter->merge->LimitCount());
+  EXPECT_NE(groups->scatter->shard_sql.find("OFFSET 0 * $1::bigint * $2::bigint"), std::string::npos)
+      << groups->scatter->shard_sql;
+  EXPECT_EQ(RefusalOf("SELECT order_id FROM orders WHERE total > $1 LIMIT $1").construct(), "LIMIT $1");
+  EXPECT_EQ(RefusalOf("SELECT order_id FROM orders LIMIT $1 + 1").kind(), SqlError::Kind::kRefused);
 }
 
 TEST(SqlRouter, ScatterRefusalsSayWhereAndWhy) {

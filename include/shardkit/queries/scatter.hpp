@@ -53,6 +53,14 @@ struct ScatterOptions {
   // Run only on these shards (default: all shards of the resolver). Each
   // shard at most once; an unknown shard throws UnknownShard.
   std::optional<std::vector<ShardId>> shards;
+  // Run only on the shards that own these buckets in the scatter's
+  // directory snapshot, the one each shard's bucket step fences with (so
+  // every row of these buckets is read exactly once); picked again from the
+  // newer directory when a stale one makes the scatter run again
+  // (FollowDirectory). With `shards`, only those of them. An empty list
+  // runs on no shard (an empty result). Ignored with directory_buckets
+  // false (no snapshot assigns the buckets then).
+  std::optional<std::vector<BucketId>> buckets;
   // Return what the healthy shards answered instead of failing. A scatter
   // in which no shard answered still throws ScatterError.
   bool allow_partial = false;

@@ -31,12 +31,18 @@ struct SqlPlanInfo {
   // The tables it reads or writes, as written (sharded and reference).
   std::vector<std::string> sharded_tables;
   std::vector<std::string> reference_tables;
-  // kScatter: the shards it runs on, what each runs and how the answers are
-  // combined ("concatenation", the merge's columns, or for the best-sellers
-  // shape "exact top-k (auto) by sum(...) of ..., k = 10: ..." with the
-  // method that ran and its rows per phase; after a merge that top-k left
-  // to it, "(exact top-k did not answer: why)").
+  // kScatter: how many shards it runs on (of total_shards), what each runs
+  // and how the answers are combined ("concatenation", the merge's columns,
+  // or for the best-sellers shape "exact top-k (auto) by sum(...) of ...,
+  // k = 10: ..." with the method that ran and its rows per phase; after a
+  // merge that top-k left to it, "(exact top-k did not answer: why)"). A
+  // scatter restricted by `customer_id IN (...)` or `= ANY(...)` runs only on
+  // the shards owning those customers' buckets: `shards` lists them (empty:
+  // every shard). After Execute, the shards it ran on, by the directory
+  // snapshot it ran with; from Explain, by the current directory.
   int shard_count = 0;
+  int total_shards = 0;
+  std::vector<ShardId> shards;
   std::string shard_sql;
   std::string merge;
   // The plan came from the plan cache (no parse).
@@ -44,7 +50,8 @@ struct SqlPlanInfo {
 
   // "routed: shard 1 (bucket 44, customer 4242)", or
   // "any shard: shard 0 (reference tables only: books)", or
-  // "scatter over 2 shards, per-shard SQL: SELECT ...; merge: sold = SUM(_p1)".
+  // "scatter over 2 shards, per-shard SQL: SELECT ...; merge: sold = SUM(_p1)", or
+  // "scatter over 1 of 2 shards (shard 1), per-shard SQL: ...".
   [[nodiscard]] std::string Describe() const;
 };
 

@@ -93,6 +93,7 @@ std::vector<Chart> WorkersCharts(const Json& f) {
     rates[p.value("partition", 0)].second = NumberCell(Field(p, "jobs"));
   }
   std::vector<std::vector<std::string>> rows;
+  rows.reserve(rates.size());
   for (const auto& [partition, r] : rates) rows.push_back({std::to_string(partition), r.first, r.second});
   std::string hot;
   for (const Json& p : Field(before, "hot_partitions")) {
@@ -118,6 +119,7 @@ std::vector<Chart> WorkersCharts(const Json& f) {
   for (const auto& [w, n] : Field(before, "jobs_per_worker").items()) jobs[w].first = NumberCell(n);
   for (const auto& [w, n] : Field(after, "jobs_per_worker").items()) jobs[w].second = NumberCell(n);
   std::vector<std::vector<std::string>> worker_rows;
+  worker_rows.reserve(jobs.size());
   for (const auto& [w, n] : jobs) worker_rows.push_back({w, n.first, n.second});
   Chart workers{"workers-jobs", "Workers: jobs each worker ran in the hot burst, before and after salting"};
   workers.height = 360;

@@ -88,7 +88,8 @@ void KeyFigures(const Json& figures, const std::string& prefix, int depth,
   for (const auto& [key, value] : figures.items()) {
     if (depth == 0 && (key == "checks" || key == "ok")) continue;
     if (out.size() >= 40) return;
-    const std::string name = prefix.empty() ? key : prefix + "." + key;
+    std::string name = key;
+    if (!prefix.empty()) name.insert(0, prefix + ".");
     if (value.is_object() && depth < 1) {
       KeyFigures(value, name, depth + 1, out);
     } else if (value.is_primitive() && !value.is_null()) {
@@ -215,7 +216,7 @@ std::filesystem::path WriteReport(const Json& doc, const std::filesystem::path& 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(fmt::format("report: cannot create {}: {}", dir.string(), ec.message()));
-  const std::filesystem::path page = dir / "index.html";
+  std::filesystem::path page = dir / "index.html";
   std::ofstream out{page, std::ios::binary};
   out << html;
   out.close();

@@ -184,7 +184,10 @@ std::vector<PinnedSetting> ReportedPins(const SessionChoices& choices) {
   for (auto& s : PinnedSettings(choices)) {
     for (const char* reported :
          {"DateStyle", "IntervalStyle", "TimeZone", "standard_conforming_strings", "client_encoding"}) {
-      if (s.name == reported) out.push_back(std::move(s));
+      if (s.name == reported) {
+        out.push_back(std::move(s));
+        break;
+      }
     }
   }
   return out;

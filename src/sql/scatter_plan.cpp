@@ -892,7 +892,7 @@ class ScatterPlanner {
     }
     const int location = LocationOf(expression);
     if (expression.contains("FuncCall") && catalog_.IsAggregate(FunctionName(expression.at("FuncCall")))) {
-      const std::string name = fmt::format("_hidden{}", outputs_.size() + 1);
+      std::string name = fmt::format("_hidden{}", outputs_.size() + 1);
       AddAggregate(query, expression, CallText(location), name);
       query.Hide(name);
       hidden_columns_.push_back({name, CallText(location), location});

@@ -1,0 +1,134 @@
+#include "sql/scatter_planner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shardkit/errors.hpp"
+#include "shardkit/queries/aggregate_query.hpp"
+#include "sql/sql_error_text.hpp"
+#include "sql/topk_shape.hpp"
+
+namespace shardkit::sql::detail {
+
+ScatterPlan ScatterPlanner::PlanConcatenation() const {
+  ScatterPlan plan;
+  const json* sort = Field(select_, "sortClause");
+  const json* limit = Field(select_, "limitCount");
+  const json* offset = Field(select_, "limitOffset");
+  if (sort == nullptr && limit == nullptr && offset == nullptr) {
+    plan.shard_sql = parsed_.text;
+    return plan;
+  }
+  RowOrder order;
+  if (limit != nullptr) plan.limit_param = LimitParam(*limit, "LIMIT");
+  if (offset != nullptr) plan.offset_param = LimitParam(*offset, "OFFSET");
+  if (limit != nullptr && plan.limit_param == 0) order.limit = LimitValue(*limit, "LIMIT");
+  if (offset != nullptr && plan.offset_param == 0) order.offset = LimitValue(*offset, "OFFSET").value_or(0);
+  const json& targets = select_.at("targetList");
+  bool star = false;
+  for (const json& t : targets) {
+    const json& value = t.at("ResTarget").at("val");
+    star = star || (value.contains("ColumnRef") && value.at("ColumnRef").at("fields").back().contains("A_Star"));
+  }
+  const std::vector<Range> items = Items(select_list_);
+  std::string hidden;  // appended to the select list
+  const auto add_hidden = [&](const std::string& expression) {
+    hidden += fmt::format(", {} AS \"_sort{}\"", expression, order.hidden_columns + 1);
+    return order.hidden_columns++;
+  };
+  if (sort != nullptr) {
+    const std::vector<Range> sort_items = Items(order_);
+    for (std::size_t s = 0; s < sort->size(); ++s) {
+      const json& by = (*sort)[s].at("SortBy");
+      const json& node = by.at("node");
+      SortColumn key;
+      key.direction =
+          by.value("sortby_dir", "SORTBY_DEFAULT") == "SORTBY_DESC" ? SortDirection::kDesc : SortDirection::kAsc;
+      const std::string nulls = by.value("sortby_nulls", "SORTBY_NULLS_DEFAULT");
+      key.nulls = nulls == "SORTBY_NULLS_FIRST"  ? NullsOrder::kFirst
+                  : nulls == "SORTBY_NULLS_LAST" ? NullsOrder::kLast
+                                                 : NullsOrder::kDefault;
+      if (by.value("sortby_dir", "") == "SORTBY_USING") {
+        Refuse(LocationOf(node), "ORDER BY ... USING", "it is not merged across shards", "use ASC or DESC");
+      }
+      // Which select-list item it is, if one is (not with *: positions shift).
+      std::optional<std::size_t> item;
+      if (const auto position = Integer(node, "ORDER BY"); position) {
+        if (star || *position < 1 || static_cast<std::size_t>(*position) > targets.size()) {
+          Refuse(LocationOf(node), fmt::format("ORDER BY {}", *position),
+                 star ? "a position in a select list with * is not merged across shards"
+                      : "the select list has no such position",
+                 "order by the column's name or expression");
+        }
+        item = static_cast<std::size_t>(*position - 1);
+      } else if (!star) {
+        const json tree = WithoutLocations(node);
+        const std::optional<std::string> bare = BareName(node);
+        for (std::size_t i = 0; i < targets.size() && !item; ++i) {
+          const json& target = targets[i].at("ResTarget");
+          const std::string display =
+              target.contains("name") ? target.at("name").get<std::string>() : DefaultName(target.at("val"));
+          if ((bare && display == *bare) || WithoutLocations(target.at("val")) == tree) item = i;
+        }
+      }
+      std::string expression;
+      if (item) {
+        key.column = *item;
+        expression = ItemText(items[*item], targets[*item].at("ResTarget").contains("name"));
+      } else {
+        expression = SortItemText(sort_items.at(s));
+        key.hidden = true;
+        key.column = add_hidden(expression);
+      }
+      // The collation the shard sorted it in: C (bytewise) or refused.
+      key.collation_column = add_hidden(fmt::format("NULLIF(pg_collation_for(({})::text), '\"default\"')", expression));
+      order.keys.push_back(key);
+    }
+  }
+  const std::size_t select_end = static_cast<std::size_t>(parsed_.tokens[select_list_.end - 1].end);
+  const std::size_t body_end =
+      tail_.present ? static_cast<std::size_t>(parsed_.tokens[tail_.begin].start) : parsed_.text.size();
+  plan.shard_sql = parsed_.text.substr(0, select_end) + hidden + parsed_.text.substr(select_end, body_end - select_end);
+  while (!plan.shard_sql.empty() && (plan.shard_sql.back() == ' ' || plan.shard_sql.back() == '\n')) {
+    plan.shard_sql.pop_back();
+  }
+  if (plan.limit_param > 0 || plan.offset_param > 0) {
+    // At most OFFSET + LIMIT rows from each shard (NULL: all of them).
+    const std::string l = plan.limit_param > 0 ? fmt::format("${}::bigint", plan.limit_param)
+                          : order.limit        ? std::to_string(*order.limit)
+                                               : std::string("NULL::bigint");
+    const std::string o =
+        plan.offset_param > 0 ? fmt::format("${}::bigint", plan.offset_param) : std::to_string(order.offset);
+    plan.shard_sql += fmt::format(" LIMIT {} + {}", l, o);
+  } else if (order.limit) {
+    plan.shard_sql += fmt::format(" LIMIT {}", *order.limit + order.offset);
+  }
+  plan.rows = order;
+  return plan;
+}
+
+std::string ScatterPlanner::SortItemText(const Range& item) const {
+  std::size_t end = item.end;
+  while (end > item.begin + 1) {
+    const std::string last = Word(end - 1);
+    if (last == "ASC" || last == "DESC") {
+      --end;
+    } else if ((last == "FIRST" || last == "LAST") && Word(end - 2) == "NULLS") {
+      end -= 2;
+    } else {
+      break;
+    }
+  }
+  return Text(item.begin, end);
+}
+
+}  // namespace shardkit::sql::detail

@@ -63,6 +63,7 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
         queue_name, ws.lease.count(), ws.margin.count(), ws.renew.count(), ws.work.count());
     FourShare(d);
 
+    Mark(d, "steady load");
     SteadyLoad load{options, customers, placer};
     r.text += fmt::format(
         "steady load: {:.0f} orders/s, each enqueuing 3 jobs (confirmed, shipped, delivered) in the "
@@ -76,6 +77,7 @@ DemoResult RunWorkers(Lab& lab, const WorkersDemoOptions& options) {
     DrainSteadyLoad(d, load);
     HotCustomer(d, placer, rng, customers, *registry, *ids.ids);
     const Leaving leaving = EveryoneLeaves(d, killed);
+    JobsOverTime(d);
 
     const auto placed = placer.Placed();
     const JobCheck jobs = CheckJobsAndEffects(d, placed, leaving);

@@ -1,8 +1,10 @@
 // The report's charts of the demos under load (report.hpp): the rebalance's
-// timeline and the workers' partitions before and after salting.
+// timeline, the workers' jobs over time and their partitions before and
+// after salting.
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "report.hpp"
@@ -26,6 +28,48 @@ std::string PhaseMarks(const Json& timeline) {
         at, GnuplotQuote(phase.empty() ? "start" : phase), n++ % 2 == 0 ? 0.96 : 0.91);
   }
   return out;
+}
+
+// The same for the workers demo's events (at_s: seconds since it started).
+std::string EventMarks(const Json& events) {
+  std::string out;
+  int n = 0;
+  for (const Json& e : events) {
+    out += fmt::format(
+        "set arrow from {0},graph 0 to {0},graph 1 nohead dt 3 lc rgb '#888888'\n"
+        "set label {1} at {0},graph {2} left offset 0.3,0 font ',10' tc rgb '#555555'\n",
+        e.value("at_s", 0.0), GnuplotQuote(e.value("event", std::string())), 0.97 - 0.05 * (n++ % 3));
+  }
+  return out;
+}
+
+// Jobs per worker per second through join, SIGKILL, SIGSTOP and the bursts.
+std::optional<Chart> WorkersOverTime(const Json& f) {
+  const Json& over_time = Field(f, "jobs_over_time");
+  const Json& workers = Field(over_time, "workers");
+  if (workers.empty() || Field(over_time, "seconds").empty()) return std::nullopt;
+  std::vector<std::vector<std::string>> rows;
+  for (const Json& second : over_time["seconds"]) {
+    std::vector<std::string> row;
+    for (const Json& cell : second) row.push_back(NumberCell(cell));
+    row[0] = NumberCell(second[0].get<double>() + 0.5);  // the middle of the second
+    rows.push_back(std::move(row));
+  }
+  std::string plot;
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    plot += fmt::format("{}'workers-over-time.tsv' using 1:{} with lines lw 2 lt {} title {}", i == 0 ? "plot " : ", ",
+                        i + 2, i + 1, GnuplotQuote(workers[i].get<std::string>()));
+  }
+  Chart chart{"workers-over-time",
+              "Workers: jobs each worker process completed per second, through a join, SIGKILL, SIGSTOP/SIGCONT "
+              "and the hot customer's bursts"};
+  chart.width = 1000;
+  chart.data = {{"workers-over-time.tsv", DataFile(rows)}};
+  chart.script = EventMarks(Field(f, "timeline_events")) +
+                 "set xlabel 'seconds since the demo started'\nset ylabel 'jobs completed per second'\n"
+                 "set yrange [0:*]\nset offsets 0,0,graph 0.25,0\nset key outside right top vertical\n" +
+                 plot;
+  return chart;
 }
 
 }  // namespace
@@ -129,7 +173,9 @@ std::vector<Chart> WorkersCharts(const Json& f) {
       "set style fill solid 0.85 border rgb '#333333'\nset yrange [0:*]\n"
       "set xlabel 'worker process'\nset ylabel 'jobs run'\nset key top right\n"
       "plot 'workers-jobs.tsv' using 2:xtic(1) lt 1 title 'before salting', '' using 3 lt 2 title 'after salting'";
-  return {partitions, workers};
+  std::vector<Chart> charts{partitions, workers};
+  if (auto over_time = WorkersOverTime(f)) charts.insert(charts.begin(), std::move(*over_time));
+  return charts;
 }
 
 }  // namespace shardkit::lab

@@ -128,7 +128,14 @@ struct Demo {
   Fleet& fleet;
   DemoResult& r;
   Json& figures;
+  // The timeline's zero (the jobs' done_at is compared with it: the servers
+  // and the lab share a clock on loopback).
+  std::chrono::system_clock::time_point started = std::chrono::system_clock::now();
 };
+
+// An event on the demo's timeline (figures["timeline_events"]: the marks of
+// the jobs-per-worker chart).
+void Mark(Demo& d, const std::string& event);
 
 // Polls until `done` or the deadline; true if it held.
 bool WaitUntil(const std::function<bool()>& done, Clock::duration timeout,
@@ -163,6 +170,11 @@ struct Leaving {
   Json per_worker = Json::object();
 };
 Leaving EveryoneLeaves(Demo& d, const std::string& killed);
+
+// Jobs each worker completed per second since the demo started, from the
+// jobs table (figures["jobs_over_time"]: the workers, then per second the
+// second and each worker's count).
+void JobsOverTime(Demo& d);
 
 // ---------------------------------------------------------------- checker
 

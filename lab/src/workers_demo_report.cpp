@@ -3,11 +3,54 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <pqxx/pqxx>
+#include <set>
+#include <string>
 
 #include "workers_demo.hpp"
 
 namespace shardkit::lab::workers_demo {
+
+void Mark(Demo& d, const std::string& event) {
+  const std::chrono::duration<double> at = std::chrono::system_clock::now() - d.started;
+  d.figures["timeline_events"].push_back({{"event", event}, {"at_s", at.count()}});
+}
+
+void JobsOverTime(Demo& d) {
+  const double zero = std::chrono::duration<double>(d.started.time_since_epoch()).count();
+  std::map<int, std::map<std::string, std::int64_t>> per_second;
+  std::set<std::string> workers;
+  for (const ShardId shard : FirstShards(d.lab.ShardCount())) {
+    auto lease = d.lab.Resolver().Pool(shard).Acquire();
+    pqxx::nontransaction tx{*lease};
+    for (const auto& row :
+         tx.exec_params("SELECT owner, floor(extract(epoch FROM done_at) - $2)::int, count(*) FROM shardkit_jobs "
+                        "WHERE queue = $1 AND state = 'done' AND owner IS NOT NULL AND done_at >= to_timestamp($2) "
+                        "GROUP BY 1, 2",
+                        d.queue_name, zero)) {
+      const auto worker = row[0].as<std::string>();
+      workers.insert(worker);
+      per_second[row[1].as<int>()][worker] += row[2].as<std::int64_t>();
+    }
+  }
+  Json seconds = Json::array();
+  if (!per_second.empty()) {
+    // Every second up to the last, 0 where a worker completed nothing (a
+    // killed or frozen one): the gap is what the chart shows.
+    for (int second = 0; second <= per_second.rbegin()->first; ++second) {
+      Json row = Json::array({second});
+      const auto it = per_second.find(second);
+      for (const auto& w : workers) {
+        const bool any = it != per_second.end() && it->second.contains(w);
+        row.push_back(any ? it->second.at(w) : 0);
+      }
+      seconds.push_back(row);
+    }
+  }
+  d.figures["jobs_over_time"] = {{"workers", workers}, {"seconds", seconds}};
+}
 
 PhaseStats MeasurePhase(Lab& lab, const std::string& queue, std::int64_t first_job, std::int64_t last_job) {
   PhaseStats s;

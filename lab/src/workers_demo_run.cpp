@@ -144,6 +144,7 @@ void FourShare(Demo& d) {
   auto& live = d.fleet.live;
   DemoResult& r = d.r;
   const auto started = Clock::now();
+  Mark(d, "w1-w4 start");
   for (const char* name : {"w1", "w2", "w3", "w4"}) d.fleet.Start(name);
   const bool four = WaitUntil([&] { return Converged(Group(catalog, queue_name), live); }, 30s);
   PartitionGroupView g = Group(catalog, queue_name);
@@ -162,6 +163,7 @@ double FifthJoins(Demo& d) {
   DemoResult& r = d.r;
   Json& figures = d.figures;
   const auto join_at = Clock::now();
+  Mark(d, "w5 joins");
   d.fleet.Start("w5");
   const bool five = WaitUntil([&] { return Converged(Group(catalog, queue_name), live); }, 30s);
   const double handoff_s = Seconds(Clock::now() - join_at);
@@ -198,6 +200,7 @@ std::string KillOne(Demo& d) {
   const std::string killed = "w2";
   const auto killed_held = Holdings(Group(catalog, queue_name))[killed];
   const auto kill_at = Clock::now();
+  Mark(d, "SIGKILL " + killed);
   workers[killed]->Kill();
   d.fleet.Forget(killed);
   const bool taken_over = WaitUntil(
@@ -230,6 +233,7 @@ void FreezeMidJob(Demo& d, const OrderPlacer& placer, Rng& rng) {
   int attempts = 0;
   const WorkerStatus status = StopMidJob(fw, rng, attempts);
   const auto frozen_at = Clock::now();
+  Mark(d, "SIGSTOP " + frozen);
   const bool frozen_mid_job = status.phase == WorkerPhase::kProcessing;
   std::string frozen_job_owner;
   int frozen_effects = 0;
@@ -256,6 +260,7 @@ void FreezeMidJob(Demo& d, const OrderPlacer& placer, Rng& rng) {
                             30s);
   const double frozen_ms = Millis(Clock::now() - frozen_at);
   fw.Signal(SIGCONT);
+  Mark(d, "SIGCONT " + frozen);
   const bool refused = fw.WaitFor(
       [&](const std::vector<Json>& events) {
         return std::any_of(events.begin(), events.end(), [&](const Json& e) {
@@ -293,6 +298,7 @@ void DrainSteadyLoad(Demo& d, SteadyLoad& load) {
   auto& live = d.fleet.live;
   DemoResult& r = d.r;
   load.Stop();
+  Mark(d, "load stops");
   const bool drained = WaitUntil([&] { return Unfinished(lab, queue_name) == 0; }, 60s);
   r.Expect("workers.steady_load_drained", drained, fmt::format("{} orders placed", load.Produced()));
   // w3 rejoined after its leases were lost; wait for the shares to settle.
@@ -318,6 +324,7 @@ void HotCustomer(Demo& d, OrderPlacer& placer, Rng& rng, const std::vector<Custo
     r.Expect("workers." + label + "_drained", ok, label);
     return MeasurePhase(lab, queue_name, first, last);
   };
+  Mark(d, "hot burst");
   const PhaseStats before = burst("hot_unsalted");
   r.text += fmt::format("hot customer {}: {:.0f}% of a burst of {} orders ({} jobs), unsalted:\n", kHotCustomer,
                         kHotShare * 100, options.hot_burst_orders, before.jobs);
@@ -326,6 +333,7 @@ void HotCustomer(Demo& d, OrderPlacer& placer, Rng& rng, const std::vector<Custo
   (void)registry.Refresh();
   // The workers refresh the hot keys every 100 ms; wait until they all know.
   std::this_thread::sleep_for(300ms);
+  Mark(d, "salted burst");
   const PhaseStats after = burst("hot_salted");
   r.text += fmt::format("the same burst with customer {} salted over {} partitions (readers know: {}):\n", kHotCustomer,
                         kSalt, fmt::join(registry.Current()->PartitionsOf(kHotCustomer), " "));
@@ -351,6 +359,7 @@ Leaving EveryoneLeaves(Demo& d, const std::string& killed) {
   std::int64_t& refusals = out.refusals;
   Json& per_worker = out.per_worker;
   std::map<std::string, Json> finals;
+  Mark(d, "all leave");
   for (const auto& name : std::vector<std::string>(live)) {
     const int code = workers[name]->Terminate(5s);
     if (auto f = workers[name]->Last("final")) finals[name] = *f;

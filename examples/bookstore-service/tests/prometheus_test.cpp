@@ -1,7 +1,8 @@
 // The service's /metrics scraped by a real Prometheus (Debian's prometheus,
 // on loopback, every second) while bookstore-load runs: the pool, scatter,
-// directory and HTTP series are in Prometheus's HTTP API, and the counters
-// grew under the load. Skipped, saying why, only if prometheus is not
+// directory and HTTP series are in Prometheus's HTTP API, the counters
+// grew under the load, and a bucket moved meanwhile shows in the directory
+// series. Skipped, saying why, only if prometheus is not
 // installed (scripts/bootstrap installs it).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+
+#include <shardkit/resharding/move.hpp>
 
 #include "http_client.hpp"
 #include "support.hpp"
@@ -133,6 +136,19 @@ TEST(Prometheus, ScrapesThePoolScatterDirectoryAndHttpSeriesUnderLoad) {
 
   Process load({BOOKSTORE_LOAD_PATH, "--port", std::to_string(service.Port()), "--requests", "100000", "--duration-s",
                 "4", "--concurrency", "4", "--customers", "1-299", "--books", "1-60", "--json"});
+  // A bucket moves to the other shard and back while the load runs: the
+  // directory series change (the service follows the catalog).
+  shardkit::MoveOptions quick;
+  quick.cleanup_grace = 0ms;
+  shardkit::BucketMover mover{db.Config(), quick};
+  const shardkit::BucketId bucket{5};
+  (void)mover.Move(bucket, shardkit::ShardId{1});
+  EXPECT_TRUE(prometheus.WaitFor("changes(shardkit_directory_version[1m])", 10s)) << prometheus.Output();
+  EXPECT_TRUE(
+      prometheus.WaitFor("max_over_time(shardkit_directory_buckets{shard=\"1\"}[1m]) - "
+                         "min_over_time(shardkit_directory_buckets{shard=\"1\"}[1m])",
+                         10s));
+  (void)mover.Move(bucket, shardkit::ShardId{0});  // back: the even split
   const auto status = load.WaitForExit(60s);
   ASSERT_TRUE(status.has_value()) << load.Output();
   ASSERT_EQ(*status, 0) << load.Output();

@@ -52,6 +52,7 @@
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/sql/sql_options.hpp"
 #include "shardkit/sql/sql_result.hpp"
+#include "shardkit/sql/sql_transaction.hpp"
 #include "shardkit/writes/routed.hpp"
 
 namespace shardkit {
@@ -95,6 +96,20 @@ class Cluster {
   template <class Fn>
   auto Run(CustomerId customer, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
     return transactions_->Run(customer, std::forward<Fn>(fn), options, outcome);
+  }
+
+  // fn(SqlTransaction&) in a transaction on the customer's shard: plain SQL
+  // statements that stay on that customer's bucket, committed together when
+  // fn returns (sql_transaction.hpp); otherwise as Run().
+  template <class Fn>
+  auto Transact(CustomerId customer, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
+    return transactions_->Run(
+        customer,
+        [&](pqxx::transaction_base& tx, const RoutedContext& at) {
+          SqlTransaction sql_tx(*sql_, tx, at);
+          return fn(sql_tx);
+        },
+        options, outcome);
   }
 
   // One statement on every (or the chosen) shard (scatter.hpp).

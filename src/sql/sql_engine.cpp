@@ -368,4 +368,37 @@ SqlResult SqlEngine::Execute(const std::string& sql, const SqlParams& params, co
   return result;
 }
 
+SqlResult SqlEngine::ExecuteIn(pqxx::transaction_base& tx, const RoutedContext& at, const std::string& sql,
+                               const SqlParams& params) {
+  const Bound bound = Bind(sql, params);
+  const std::string bound_to = fmt::format("the transaction is bound to customer {} (bucket {}, shard {})",
+                                           ToInt(at.customer), ToInt(at.bucket), ToInt(at.shard));
+  const std::string advice = fmt::format(
+      "run it outside this transaction (Cluster::Execute, or Cluster::Transact for its own customer), or pin "
+      "customer_id to a customer of bucket {}",
+      ToInt(at.bucket));
+  if (bound.plan->kind == SqlPlanInfo::Kind::kScatter) {
+    throw Refusal(bound.plan->text, 0, "this statement in a transaction on one shard",
+                  fmt::format("it runs over several shards, and {}", bound_to), advice);
+  }
+  if (bound.plan->kind == SqlPlanInfo::Kind::kRouted && BucketOf(bound.customer) != at.bucket) {
+    // Another bucket may live on another shard, or move on its own: the
+    // transaction's fence holds its own bucket only.
+    throw Refusal(bound.plan->text, 0, "this statement in a transaction on one shard",
+                  fmt::format("it is pinned to customer {} (bucket {}), and {}", ToInt(bound.customer),
+                              ToInt(BucketOf(bound.customer)), bound_to),
+                  advice);
+  }
+  const pqxx::result rows =
+      tx.exec_params(StatementText(*bound.plan, bound.route), pqxx::prepare::make_dynamic_params(params));
+  SqlResult result;
+  ReadColumns(rows, result);
+  result.rows.reserve(rows.size());
+  AppendRows(rows, result);
+  result.affected = bound.plan->read_only ? rows.size() : static_cast<std::size_t>(rows.affected_rows());
+  result.rows_received = rows.size();
+  result.plan = Info(bound, at.shard);
+  return result;
+}
+
 }  // namespace shardkit::sql

@@ -19,7 +19,12 @@
 #include "sql/router.hpp"
 #include "sql/sql_catalog.hpp"
 
+namespace pqxx {
+class transaction_base;
+}
+
 namespace shardkit {
+struct RoutedContext;
 class BucketShardResolver;
 class RoutedTransactions;
 class ScatterGather;
@@ -35,6 +40,10 @@ class SqlEngine {
 
   [[nodiscard]] SqlResult Execute(const std::string& sql, const SqlParams& params, const SqlOptions& options);
   [[nodiscard]] SqlPlanInfo Explain(const std::string& sql, const SqlParams& params);
+  // One statement inside a routed transaction (SqlTransaction): refused
+  // unless it stays on the transaction's bucket or reads reference tables.
+  [[nodiscard]] SqlResult ExecuteIn(pqxx::transaction_base& tx, const RoutedContext& at, const std::string& sql,
+                                    const SqlParams& params);
 
   // The plan of a statement, from the cache or new (`cached` says which).
   [[nodiscard]] std::shared_ptr<const SqlPlan> Plan(const std::string& sql, bool* cached = nullptr);

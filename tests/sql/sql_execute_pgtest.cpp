@@ -1,8 +1,9 @@
 // Cluster::Execute on a scratch cluster loaded with the Bookstore: a corpus
 // of routed statements answers exactly what the unsharded reference server
 // answers; writes land on the owning shard only, with the right bucket;
-// refusals and syntax errors come back as SqlError; and shardctl sql exits 1
-// with the position of a syntax error.
+// refusals and syntax errors come back as SqlError; transactions bound to one
+// customer take SQL that stays on its bucket and refuse the rest; and
+// shardctl sql exits 1 with the position of a syntax error.
 #include "shardkit/cluster.hpp"
 
 #include <fmt/format.h>
@@ -217,6 +218,114 @@ TEST_F(SqlExecutePg, WritesLandOnTheOwningShardWithTheirBucket) {
   EXPECT_FALSE(plan.read_only);
   EXPECT_EQ(CountPerShard("customers WHERE customer_id = 4242"),
             std::vector<std::int64_t>(static_cast<std::size_t>(scratch_->ShardCount()), 0));
+}
+
+// The first customer after `after` whose bucket is (or is not) `bucket`.
+CustomerId CustomerOfBucket(BucketId bucket, int after, bool same = true) {
+  for (int c = after + 1;; ++c) {
+    if ((BucketOf(CustomerId{c}) == bucket) == same) return CustomerId{c};
+  }
+}
+
+TEST_F(SqlExecutePg, TransactionsTakeSqlThatStaysOnTheirBucket) {
+  const CustomerId customer{4242};  // bucket 44
+  const CustomerId neighbour = CustomerOfBucket(BucketId{44}, 4242);
+  const auto owner = static_cast<std::size_t>(ToInt(cluster_->Route(customer).shard));
+  std::vector<std::int64_t> none(static_cast<std::size_t>(scratch_->ShardCount()), 0);
+  std::vector<std::int64_t> expected = none;
+
+  RoutedOutcome outcome;
+  const std::size_t books = cluster_->Transact(
+      customer,
+      [&](SqlTransaction& tx) {
+        EXPECT_EQ(tx.At().bucket, BucketId{44});
+        EXPECT_EQ(tx.Execute("INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES ($1, 900101, "
+                             "now(), 3.50)",
+                             {"4242"})
+                      .affected,
+                  1U);
+        EXPECT_EQ(tx.Execute("INSERT INTO order_items (customer_id, order_id, line_no, book_id, quantity, unit_price) "
+                             "VALUES ($1, 900101, 1, 7, 2, 1.75) RETURNING bucket",
+                             {"4242"})
+                      .rows,
+                  (Rows{{"44"}}));
+        // Another customer of the same bucket: the same shard and fence.
+        (void)tx.Execute("INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES ($1, 900102, now(), 1)",
+                         {std::to_string(ToInt(neighbour))});
+        // Its own uncommitted rows are visible to it, and to nobody else yet.
+        EXPECT_EQ(tx.Execute("SELECT o.total, i.quantity FROM orders o JOIN order_items i USING (customer_id, "
+                             "order_id) WHERE o.customer_id = 4242 AND o.order_id = 900101")
+                      .rows,
+                  (Rows{{"3.50", "2"}}));
+        EXPECT_EQ(CountPerShard("orders WHERE order_id IN (900101, 900102)"), none);
+        // Reference tables are on every shard.
+        const SqlResult sql_books = tx.Execute("SELECT count(*) FROM books");
+        EXPECT_EQ(sql_books.rows, OnReference("SELECT count(*) FROM books", {}).rows);
+        return sql_books.rows.size();
+      },
+      {}, &outcome);
+  EXPECT_EQ(books, 1U);
+  EXPECT_EQ(ToInt(outcome.shard), static_cast<int>(owner));
+  expected[owner] = 2;
+  EXPECT_EQ(CountPerShard("orders WHERE order_id IN (900101, 900102) AND bucket = 44"), expected);
+  expected[owner] = 1;
+  EXPECT_EQ(CountPerShard("order_items WHERE order_id = 900101 AND bucket = 44"), expected);
+  (void)cluster_->Execute("DELETE FROM order_items WHERE customer_id = 4242 AND order_id = 900101");
+  (void)cluster_->Execute("DELETE FROM orders WHERE customer_id = 4242 AND order_id = 900101");
+  (void)cluster_->Execute("DELETE FROM orders WHERE customer_id = $1 AND order_id = 900102",
+                          {std::to_string(ToInt(neighbour))});
+  EXPECT_EQ(CountPerShard("orders WHERE order_id IN (900101, 900102)"), none);
+}
+
+TEST_F(SqlExecutePg, TransactionsRefuseWhatLeavesTheirBucketAndCommitNothing) {
+  const CustomerId customer{4242};  // bucket 44
+  const CustomerId elsewhere = CustomerOfBucket(BucketId{44}, 4242, false);
+  const std::vector<std::int64_t> none(static_cast<std::size_t>(scratch_->ShardCount()), 0);
+  const auto insert = [](SqlTransaction& tx, int order_id) {
+    (void)tx.Execute("INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES (4242, $1, now(), 1)",
+                     {std::to_string(order_id)});
+  };
+  const std::vector<std::pair<std::string, SqlParams>> leaving = {
+      {"UPDATE orders SET status = 'x' WHERE customer_id = $1", {std::to_string(ToInt(elsewhere))}},
+      {"SELECT count(*) FROM orders", {}},
+      {"SELECT * FROM orders WHERE customer_id IN (4242, $1)", {std::to_string(ToInt(elsewhere))}},
+  };
+  for (const auto& [sql, params] : leaving) {
+    try {
+      cluster_->Transact(customer, [&](SqlTransaction& tx) {
+        insert(tx, 900201);
+        (void)tx.Execute(sql, params);
+      });
+      ADD_FAILURE() << "ran in the transaction: " << sql;
+    } catch (const SqlError& e) {
+      EXPECT_EQ(e.kind(), SqlError::Kind::kRefused) << e.what();
+      EXPECT_NE(e.reason().find("bound to customer 4242 (bucket 44"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(CountPerShard("orders WHERE order_id = 900201"), none) << sql;
+  }
+  // Transaction control is the callback's: refused as text.
+  for (const char* control : {"COMMIT", "ROLLBACK", "SAVEPOINT s", "BEGIN"}) {
+    EXPECT_THROW(cluster_->Transact(customer, [&](SqlTransaction& tx) { (void)tx.Execute(control); }), SqlError)
+        << control;
+  }
+  // A server error rolls back what came before it.
+  EXPECT_THROW(cluster_->Transact(customer,
+                                  [&](SqlTransaction& tx) {
+                                    insert(tx, 900202);
+                                    (void)tx.Execute("SELECT no_such_column FROM orders WHERE customer_id = 4242");
+                                  }),
+               std::exception);
+  EXPECT_EQ(CountPerShard("orders WHERE order_id = 900202"), none);
+  // A refusal runs nothing on the server: caught, the transaction goes on and commits.
+  cluster_->Transact(customer, [&](SqlTransaction& tx) {
+    insert(tx, 900203);
+    EXPECT_THROW((void)tx.Execute("SELECT count(*) FROM orders"), SqlError);
+    insert(tx, 900204);
+  });
+  std::vector<std::int64_t> two = none;
+  two[static_cast<std::size_t>(ToInt(cluster_->Route(customer).shard))] = 2;
+  EXPECT_EQ(CountPerShard("orders WHERE order_id IN (900203, 900204)"), two);
+  (void)cluster_->Execute("DELETE FROM orders WHERE customer_id = 4242 AND order_id IN (900203, 900204)");
 }
 
 TEST_F(SqlExecutePg, RefusalsAndSyntaxErrorsAreSqlErrors) {

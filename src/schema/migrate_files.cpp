@@ -154,7 +154,7 @@ void ParseHeaders(Migration& migration) {
 // The statements, checked against the transaction the file runs in, and the steps.
 void SplitIntoSteps(Migration& migration) {
   const std::string& file_name = migration.file_name;
-  const std::vector<std::string> statements = SplitStatements(migration.sql);
+  const std::vector<std::string> statements = SplitStatements(migration.sql, file_name);
   if (statements.empty()) throw MigrationError(fmt::format("{}: has no statements", file_name), {}, migration.version);
   for (std::size_t i = 0; i < statements.size(); ++i) {
     const std::string keywords = detail::LeadingKeywords(statements[i], 4);

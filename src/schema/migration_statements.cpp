@@ -1,12 +1,18 @@
 // Reading a migration file's SQL (migration_statements.hpp).
 #include "schema/migration_statements.hpp"
 
+#include <fmt/format.h>
+#include <pg_query.h>
+
 #include <cctype>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "shardkit/errors.hpp"
 #include "shardkit/schema/migrate.hpp"
 
 namespace shardkit {
@@ -49,60 +55,29 @@ bool HasCode(std::string_view statement) {
   return SkipSpaceAndComments(statement, 0) < statement.size();
 }
 
-// The position after the /* comment at `i`, nested comments included (to
-// the end of `sql` if it is not closed).
-std::size_t SkipBlockComment(std::string_view sql, std::size_t i) {
-  int depth = 1;
-  i += 2;
-  while (i < sql.size() && depth > 0) {
-    if (sql[i] == '/' && i + 1 < sql.size() && sql[i + 1] == '*') {
-      ++depth;
-      i += 2;
-    } else if (sql[i] == '*' && i + 1 < sql.size() && sql[i + 1] == '/') {
-      --depth;
-      i += 2;
+struct SplitResultDeleter {
+  void operator()(PgQuerySplitResult* r) const {
+    pg_query_free_split_result(*r);
+    delete r;
+  }
+};
+
+// Line and column (1-based) of PostgreSQL's cursor position: characters
+// from 1, UTF-8 continuation bytes not counted.
+std::pair<int, int> LineAndColumn(std::string_view text, int char_position) {
+  int line = 1, column = 1, chars = 1;
+  for (const char c : text) {
+    if (chars >= char_position) break;
+    if ((static_cast<unsigned char>(c) & 0xC0) == 0x80) continue;
+    ++chars;
+    if (c == '\n') {
+      ++line;
+      column = 1;
     } else {
-      ++i;
+      ++column;
     }
   }
-  return i;
-}
-
-// The position after the string or quoted identifier that `quote` opens at
-// `i`: a doubled quote is part of it, and so is the character after a
-// backslash with `backslash_escapes`.
-std::size_t SkipQuoted(std::string_view sql, std::size_t i, char quote, bool backslash_escapes) {
-  ++i;
-  while (i < sql.size()) {
-    if (backslash_escapes && sql[i] == '\\') {
-      i += 2;
-    } else if (sql[i] == quote) {
-      if (i + 1 < sql.size() && sql[i + 1] == quote) {
-        i += 2;
-      } else {
-        ++i;
-        break;
-      }
-    } else {
-      ++i;
-    }
-  }
-  return i;
-}
-
-// The position after the $tag$ ... $tag$ quote at `i` (to the end of `sql`
-// if it is not closed), or after the would-be tag if no '$' ends it.
-std::size_t SkipDollarQuote(std::string_view sql, std::size_t i) {
-  std::size_t j = i + 1;
-  while (j < sql.size() && sql[j] != '$' && (std::isalnum(static_cast<unsigned char>(sql[j])) != 0 || sql[j] == '_')) {
-    ++j;
-  }
-  if (j < sql.size() && sql[j] == '$') {
-    const std::string_view tag = sql.substr(i, j - i + 1);
-    const auto end = sql.find(tag, j + 1);
-    return end == std::string_view::npos ? sql.size() : end + tag.size();
-  }
-  return j;  // not a dollar quote after all ($1 inside an identifier, say)
+  return {line, column};
 }
 
 bool StartsWithWords(const std::string& keywords, std::string_view prefix) {
@@ -167,53 +142,25 @@ std::string Trim(std::string_view text) {
 
 }  // namespace detail
 
-std::vector<std::string> SplitStatements(std::string_view sql) {
-  std::vector<std::string> statements;
-  std::size_t start = 0;
-  std::size_t i = 0;
-  int atomic_depth = 0;  // inside BEGIN ATOMIC ... END (CASE ... END nests)
-  std::string previous_word;
-  auto flush = [&](std::size_t end) {
-    std::string statement = detail::Trim(sql.substr(start, end - start));
-    if (HasCode(statement)) statements.push_back(std::move(statement));
-    start = end + 1;
-  };
-  while (i < sql.size()) {
-    const char c = sql[i];
-    const char next = i + 1 < sql.size() ? sql[i + 1] : '\0';
-    if (c == '-' && next == '-') {
-      while (i < sql.size() && sql[i] != '\n') ++i;
-    } else if (c == '/' && next == '*') {
-      i = SkipBlockComment(sql, i);
-    } else if (c == '\'') {
-      // E'...' allows backslash escapes; standard strings double the quote.
-      const bool escapes = i > 0 && (sql[i - 1] == 'E' || sql[i - 1] == 'e') && (i < 2 || !IsIdentChar(sql[i - 2]));
-      i = SkipQuoted(sql, i, '\'', escapes);
-    } else if (c == '"') {
-      i = SkipQuoted(sql, i, '"', false);
-    } else if (c == '$' && (i == 0 || !IsIdentChar(sql[i - 1])) && (next == '$' || IsIdentStart(next))) {
-      i = SkipDollarQuote(sql, i);
-    } else if (IsIdentStart(c) && (i == 0 || !IsIdentChar(sql[i - 1]))) {
-      const std::size_t word_start = i;
-      while (i < sql.size() && IsIdentChar(sql[i])) ++i;
-      const std::string word = Upper(sql.substr(word_start, i - word_start));
-      if (word == "ATOMIC" && previous_word == "BEGIN") {
-        ++atomic_depth;
-      } else if (atomic_depth > 0 && word == "CASE") {
-        ++atomic_depth;
-      } else if (atomic_depth > 0 && word == "END") {
-        --atomic_depth;
-      }
-      previous_word = word;
-    } else if (c == ';' && atomic_depth == 0) {
-      flush(i);
-      ++i;
-      previous_word.clear();
-    } else {
-      ++i;
-    }
+std::vector<std::string> SplitStatements(std::string_view sql, std::string_view source) {
+  const std::string text(sql);
+  const std::unique_ptr<PgQuerySplitResult, SplitResultDeleter> result(
+      new PgQuerySplitResult(pg_query_split_with_parser(text.c_str())));
+  if (result->error != nullptr) {
+    // The whole file is refused before any of it runs.
+    const auto [line, column] = LineAndColumn(text, result->error->cursorpos);
+    throw MigrationError(fmt::format("{} line {}, column {}: {} (PostgreSQL 15's grammar); nothing was applied", source,
+                                     line, column, result->error->message));
   }
-  if (start < sql.size()) flush(sql.size());
+  std::vector<std::string> statements;
+  for (int i = 0; i < result->n_stmts; ++i) {
+    const PgQuerySplitStmt& stmt = *result->stmts[i];
+    const auto begin = static_cast<std::size_t>(stmt.stmt_location);
+    // A length of 0: to the end of the text.
+    const std::size_t length = stmt.stmt_len > 0 ? static_cast<std::size_t>(stmt.stmt_len) : std::string::npos;
+    std::string statement = detail::Trim(sql.substr(begin, length));
+    if (HasCode(statement)) statements.push_back(std::move(statement));
+  }
   return statements;
 }
 

@@ -2,11 +2,10 @@
 // in shardkit/schema/migrate.hpp) and, from their first words, which ones
 // the migrator's transaction cannot hold.
 //
-// This is a scanner of its own rather than core/sql_lexer.hpp, the
-// aggregate parser's lexer: that one throws UnmergeableQuery for text it
-// cannot tokenise (an unterminated quote or comment, a stray '$', '{' or
-// '\'), where a migration's text goes to the server as it is, and the
-// server reports what is wrong with it when it runs.
+// The statements are split by libpg_query's parser (PostgreSQL 15's
+// grammar), so a file with a syntax error is refused, with its line and
+// column, before any statement runs; the keywords are read from the
+// statement's text.
 #pragma once
 
 #include <cstddef>

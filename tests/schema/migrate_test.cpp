@@ -106,6 +106,25 @@ TEST(SplitStatements, RespectsQuotesCommentsAndBodies) {
   EXPECT_EQ(s[4], "SELECT $1::int");
 }
 
+TEST(SplitStatements, RefusesASyntaxErrorWithItsLineAndColumn) {
+  // "FORM" reads as the alias of 1, so the error is at "t"; columns count
+  // characters, not bytes (é is two).
+  try {
+    (void)SplitStatements("CREATE TABLE t (a int);\n-- ünïcode before it\nSELECT 'é', 1 FORM t;\n", "030_x.sql");
+    FAIL() << "split a statement PostgreSQL cannot parse";
+  } catch (const MigrationError& e) {
+    EXPECT_TRUE(Contains(e.what(), "030_x.sql line 3, column 20: syntax error at or near \"t\"")) << e.what();
+    EXPECT_TRUE(Contains(e.what(), "nothing was applied")) << e.what();
+  }
+  // A file with one is refused as it is read, naming the file.
+  try {
+    (void)ParseMigration("031_bad.sql", "-- shardkit-migration: targets = shard\nCREATE TABLE u (a int);\nSELEC 1;\n");
+    FAIL() << "parsed a migration with a syntax error";
+  } catch (const MigrationError& e) {
+    EXPECT_TRUE(Contains(e.what(), "031_bad.sql line 3, column 1")) << e.what();
+  }
+}
+
 TEST(MigrationSet, LoadsInVersionOrderAndRefusesDuplicates) {
   const auto dir = std::filesystem::temp_directory_path() / ("migrate_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -69,10 +69,12 @@ struct Migration {
 // line (a bad name, a missing or malformed header).
 [[nodiscard]] Migration ParseMigration(const std::string& file_name, std::string text);
 
-// Splits SQL text into statements at top-level semicolons; quotes, dollar
-// quotes, comments and BEGIN ATOMIC ... END bodies are respected. Empty
-// statements (comments only) are dropped.
-[[nodiscard]] std::vector<std::string> SplitStatements(std::string_view sql);
+// Splits SQL text into its statements with PostgreSQL 15's own parser
+// (libpg_query), so quotes, dollar quotes, comments and BEGIN ATOMIC ... END
+// bodies are read as the server reads them. Empty statements (comments
+// only) are dropped. A syntax error throws MigrationError naming `source`
+// (e.g. the file), the line and column, and PostgreSQL's message.
+[[nodiscard]] std::vector<std::string> SplitStatements(std::string_view sql, std::string_view source = "the SQL text");
 
 // SHA-256 of `bytes` as 64 lowercase hex digits.
 [[nodiscard]] std::string Sha256Hex(std::string_view bytes);

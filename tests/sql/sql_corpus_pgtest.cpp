@@ -975,11 +975,16 @@ class Generator {
         // Aliases named like input columns too: ORDER BY a bare name means the output column.
         std::string alias = Chance(30) ? fmt::format("c{}", i + 1) : "";
         if (alias.empty() && Chance(8)) alias = OneOf(std::vector<std::string>{"total", "order_id", "status"});
+        // ORDER BY ends in the unique keys by bare name: an output column
+        // named like one would stand in for it ("book_id AS order_id") and
+        // the order would not be complete.
+        if (std::find(src.unique.begin(), src.unique.end(), alias) != src.unique.end()) alias.clear();
         // Output names unique: ORDER BY a name two columns have is ambiguous.
         const auto name_of = [](const Item& item) {
           if (!item.alias.empty()) return item.alias;
           std::string t = item.text;
           if (t.starts_with("(") && t.ends_with(")::text")) t = t.substr(1, t.size() - 8);
+          if (const auto collate = t.find(" COLLATE "); collate != std::string::npos) t.resize(collate);
           if (t.find(" AT TIME ZONE ") != std::string::npos) return std::string("timezone");
           const auto dot = t.rfind('.');
           return dot == std::string::npos ? t : t.substr(dot + 1);

@@ -15,4 +15,12 @@ std::string QuoteIdentifier(std::string_view name) {
   return out;
 }
 
+std::string Upper(std::string_view word) {
+  std::string out(word);
+  for (char& c : out) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  }
+  return out;
+}
+
 }  // namespace shardkit::detail

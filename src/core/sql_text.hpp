@@ -11,4 +11,7 @@ namespace shardkit::detail {
 // one or a NUL byte, with the error its callers expect.
 [[nodiscard]] std::string QuoteIdentifier(std::string_view name);
 
+// ASCII letters upper-cased (SQL keywords), everything else as it is.
+[[nodiscard]] std::string Upper(std::string_view word);
+
 }  // namespace shardkit::detail

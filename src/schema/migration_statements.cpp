@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/sql_text.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/schema/migrate.hpp"
 
@@ -23,12 +24,6 @@ bool IsIdentStart(char c) noexcept {
 }
 bool IsIdentChar(char c) noexcept {
   return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '$';
-}
-
-std::string Upper(std::string_view word) {
-  std::string out(word);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
 }
 
 // The first position from `i` on that is neither whitespace nor inside a
@@ -98,7 +93,7 @@ std::string LeadingKeywords(std::string_view statement, std::size_t max_words) {
     if (i >= statement.size() || !IsIdentStart(statement[i])) break;
     const std::size_t start = i;
     while (i < statement.size() && IsIdentChar(statement[i])) ++i;
-    out += (out.empty() ? "" : " ") + Upper(statement.substr(start, i - start));
+    out += (out.empty() ? "" : " ") + detail::Upper(statement.substr(start, i - start));
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 
+#include "core/sql_text.hpp"
 #include "shardkit/errors.hpp"
 #include "sql/sql_error_text.hpp"
 
@@ -27,9 +28,8 @@ std::shared_ptr<const SqlPlan> Analyzer::Run() {
     plan_.read_only = false;
     AnalyzeUpdateOrDelete(body, type == "UpdateStmt");
   } else {
-    const std::string first = parsed_.tokens.empty() ? type : std::string(parsed_.TokenText(parsed_.tokens.front()));
-    std::string word = first;
-    std::transform(word.begin(), word.end(), word.begin(), [](unsigned char c) { return std::toupper(c); });
+    const std::string word =
+        shardkit::detail::Upper(parsed_.tokens.empty() ? type : parsed_.TokenText(parsed_.tokens.front()));
     Refuse(parsed_.tokens.empty() ? -1 : parsed_.tokens.front().start, fmt::format("a {} statement", word),
            "only SELECT, INSERT, UPDATE and DELETE are routed to a customer's shard",
            "run schema changes as migrations (shardctl migrate), and session or transaction commands through "

@@ -24,12 +24,6 @@ bool IsMergedAggregate(const std::string& name) {
   return name == "count" || name == "sum" || name == "min" || name == "max" || name == "avg";
 }
 
-std::string Upper(std::string_view word) {
-  std::string out(word);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::toupper(c); });
-  return out;
-}
-
 json WithoutLocations(const json& node) {
   if (node.is_object()) {
     json out = json::object();

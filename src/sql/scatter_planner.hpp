@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/sql_text.hpp"
 #include "shardkit/queries/aggregate_query.hpp"
 #include "sql/parse.hpp"
 #include "sql/scatter_plan.hpp"
@@ -29,7 +30,7 @@ using json = nlohmann::json;
 // The aggregates the merge engine combines exactly (aggregate_query.hpp).
 bool IsMergedAggregate(const std::string& name);
 
-std::string Upper(std::string_view word);
+using shardkit::detail::Upper;  // core/sql_text.hpp
 
 // A tree without its byte offsets: two expressions written alike compare equal.
 json WithoutLocations(const json& node);

@@ -25,10 +25,12 @@ struct YearCounts {
 };
 using PerYear = std::map<int, YearCounts>;
 
-PerYear Read(const pqxx::result& rows) {
+// A shard's pg::Rows or the reference's pqxx::result.
+template <class Rows>
+PerYear Read(const Rows& rows) {
   PerYear out;
   for (const auto& row : rows) {
-    out[row[0].as<int>()] = {row[1].as<std::int64_t>(), row[2].as<std::int64_t>()};
+    out[row[0].template as<int>()] = {row[1].template as<std::int64_t>(), row[2].template as<std::int64_t>()};
   }
   return out;
 }

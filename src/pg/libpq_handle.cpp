@@ -1,6 +1,5 @@
 // detail::LibpqHandle: the handles the pool's connection policy publishes,
-// and libpqxx's own route to a transaction's handle. detail::AdoptResult:
-// the one call into libpqxx's private members left (see below).
+// and libpqxx's own route to a transaction's handle.
 #include "pg/libpq_handle.hpp"
 
 #include <mutex>
@@ -33,25 +32,6 @@ struct TransactionHandle : pqxx::largeobject {
   using pqxx::largeobject::raw_connection;
 };
 
-// connection_base::make_result: private, exported by the library; builds a
-// result with the connection's encoding group (which libpqxx keeps private).
-// libpqxx has no public way to wrap a PGresult, and the scatter's results are
-// pqxx::result in the public API (ShardResult::rows). An explicit
-// instantiation may name a private member ([temp.spec.general]: access
-// checking does not apply to the names in it).
-struct MakeResultMember {
-  using type = pqxx::result (pqxx::connection_base::*)(pqxx::internal::pq::PGresult*, const std::string&);
-  friend type Member(MakeResultMember);
-};
-MakeResultMember::type Member(MakeResultMember);
-
-template <class Tag, typename Tag::type M>
-struct Expose {
-  friend typename Tag::type Member(Tag) { return M; }
-};
-
-template struct Expose<MakeResultMember, &pqxx::connection_base::make_result>;
-
 }  // namespace
 
 PGconn* LibpqHandle(const pqxx::connection_base& connection) noexcept {
@@ -75,17 +55,6 @@ void ForgetHandle(const pqxx::connection_base& connection) noexcept {
   Published& handles = Handles();
   std::unique_lock lock(handles.mutex);
   handles.slots.erase(&connection);
-}
-
-pqxx::result AdoptResult(pqxx::connection_base& connection, PGresult* result, const std::string& query) {
-  try {
-    return (connection.*Member(MakeResultMember{}))(result, query);
-  } catch (...) {
-    // make_result reads the client encoding before it owns the result, and
-    // throws only then (a closed connection).
-    PQclear(result);
-    throw;
-  }
 }
 
 }  // namespace shardkit::detail

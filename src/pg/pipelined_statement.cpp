@@ -111,7 +111,7 @@ void PipelinedStatement::Take(PGresult* raw) {
         case PGRES_EMPTY_QUERY:
           if (step_ == returned_) {
             bytes_ = PayloadBytes(result.result);
-            rows_ = AdoptResult(connection_, result.Release(), *steps_[step_]);
+            rows_ = pg::Rows(result.Release());
           }
           break;
         case PGRES_PIPELINE_ABORTED:  // skipped after an earlier step failed
@@ -190,7 +190,7 @@ bool RollBack(pqxx::connection_base& connection) noexcept {
          PQtransactionStatus(conn) == PQTRANS_IDLE;
 }
 
-pqxx::result PipelinedStatement::Finish(bool& reusable, bool* rollback_pending) {
+pg::Rows PipelinedStatement::Finish(bool& reusable, bool* rollback_pending) {
   const bool transaction = request_.wrap == PipelineRequest::Wrap::kTransaction;
   if (broken_ || expect_ != Expect::kDone || PQexitPipelineMode(conn_) != 1 ||
       (nonblocking_ && PQsetnonblocking(conn_, 0) != 0)) {
@@ -228,8 +228,8 @@ pqxx::result PipelinedStatement::Finish(bool& reusable, bool* rollback_pending) 
   return std::move(*rows_);
 }
 
-pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request, bool& reusable,
-                          std::size_t* bytes) {
+pg::Rows RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request, bool& reusable,
+                      std::size_t* bytes) {
   std::optional<PipelinedStatement> call;
   try {
     call.emplace(connection, request, /*nonblocking=*/false);
@@ -239,7 +239,7 @@ pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelineReque
     throw;
   }
   call->Wait();
-  pqxx::result rows = call->Finish(reusable);
+  pg::Rows rows = call->Finish(reusable);
   if (bytes != nullptr) *bytes = call->Bytes();
   return rows;
 }

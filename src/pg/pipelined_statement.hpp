@@ -8,7 +8,7 @@
 //
 // Blocking, on a thread of its own:
 //   bool reusable = true;
-//   pqxx::result rows = detail::RunPipelined(lease.Connection(), request, reusable);
+//   pg::Rows rows = detail::RunPipelined(lease.Connection(), request, reusable);
 //   if (!reusable) lease.Discard();
 // Non-blocking, many connections driven from one thread (poll Socket() for
 // input, and for output while WantsWrite()):
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include <pqxx/result>
+#include "shardkit/pg/rows.hpp"
 
 namespace pqxx {
 class connection_base;
@@ -90,13 +90,14 @@ class PipelinedStatement {
   // After Advance() returned true or Wait(): the connection goes back out
   // of pipeline mode, to blocking mode, with nothing pending, and a
   // transaction this call began and that failed is rolled back (one more
-  // round trip, on failure only). Returns the statement's rows or throws.
+  // round trip, on failure only). Returns the statement's rows (libpq's
+  // result itself, no copy) or throws.
   // `reusable` is set to false when the connection could not be left clean:
   // the caller must then discard it, as it must a connection whose call it
   // gives up on before the end. With `rollback_pending`, a failed
   // transaction is not rolled back here (no blocking round trip): it is set
   // to true and the caller must RollBack() before reusing the connection.
-  [[nodiscard]] pqxx::result Finish(bool& reusable, bool* rollback_pending = nullptr);
+  [[nodiscard]] pg::Rows Finish(bool& reusable, bool* rollback_pending = nullptr);
   // The returned rows' payload: the sum of their values' lengths.
   [[nodiscard]] std::size_t Bytes() const noexcept { return bytes_; }
 
@@ -126,7 +127,7 @@ class PipelinedStatement {
   Expect expect_ = Expect::kResult;
   bool broken_ = false;
   bool wants_write_ = false;
-  std::optional<pqxx::result> rows_;
+  std::optional<pg::Rows> rows_;
   std::size_t bytes_ = 0;
   std::optional<Failure> failure_;
 };
@@ -137,7 +138,7 @@ class PipelinedStatement {
 
 // Sends and reads a request on a blocking connection (a thread per call).
 // `bytes`, if given, receives the rows' payload (PipelinedStatement::Bytes).
-[[nodiscard]] pqxx::result RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request,
-                                        bool& reusable, std::size_t* bytes = nullptr);
+[[nodiscard]] pg::Rows RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request, bool& reusable,
+                                    std::size_t* bytes = nullptr);
 
 }  // namespace shardkit::detail

@@ -40,21 +40,23 @@ class RowsView {
   ShardId shard_;
 };
 
-class PqxxRows final : public RowsView {
+// pg::Rows or pqxx::result (the same spellings).
+template <class Result>
+class ResultRows final : public RowsView {
  public:
-  PqxxRows(ShardId shard, const pqxx::result& r) : RowsView(shard), r_(r) {}
+  ResultRows(ShardId shard, const Result& r) : RowsView(shard), r_(r) {}
   std::size_t Columns() const override { return r_.columns(); }
-  std::string ColumnName(std::size_t c) const override { return r_.column_name(static_cast<pqxx::row::size_type>(c)); }
-  TypeOid ColumnType(std::size_t c) const override { return r_.column_type(static_cast<pqxx::row::size_type>(c)); }
+  std::string ColumnName(std::size_t c) const override { return r_.column_name(static_cast<pqxx::row_size_type>(c)); }
+  TypeOid ColumnType(std::size_t c) const override { return r_.column_type(static_cast<pqxx::row_size_type>(c)); }
   std::size_t Rows() const override { return r_.size(); }
   std::optional<std::string_view> Field(std::size_t r, std::size_t c) const override {
-    const auto f = r_[static_cast<pqxx::result::size_type>(r)][static_cast<pqxx::row::size_type>(c)];
+    const auto f = r_[static_cast<pqxx::result_size_type>(r)][static_cast<pqxx::row_size_type>(c)];
     if (f.is_null()) return std::nullopt;
     return std::string_view(f.c_str(), f.size());
   }
 
  private:
-  const pqxx::result& r_;
+  const Result& r_;
 };
 
 class TextRows final : public RowsView {
@@ -611,15 +613,24 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
   return out;
 }
 
-}  // namespace
-
-MergedResult Merge(const MergePlan& plan, const std::vector<pqxx::result>& shard_results) {
+template <class Result>
+MergedResult MergeResults(const MergePlan& plan, const std::vector<Result>& shard_results) {
   Inputs inputs;
   inputs.reserve(shard_results.size());
   for (std::size_t i = 0; i < shard_results.size(); ++i) {
-    inputs.push_back(std::make_unique<PqxxRows>(ShardId{static_cast<int>(i)}, shard_results[i]));
+    inputs.push_back(std::make_unique<ResultRows<Result>>(ShardId{static_cast<int>(i)}, shard_results[i]));
   }
   return MergeInputs(plan, inputs);
+}
+
+}  // namespace
+
+MergedResult Merge(const MergePlan& plan, const std::vector<pg::Rows>& shard_results) {
+  return MergeResults(plan, shard_results);
+}
+
+MergedResult Merge(const MergePlan& plan, const std::vector<pqxx::result>& shard_results) {
+  return MergeResults(plan, shard_results);
 }
 
 MergedResult Merge(const MergePlan& plan, const std::vector<PartialRows>& shard_rows) {
@@ -631,10 +642,10 @@ MergedResult Merge(const MergePlan& plan, const std::vector<PartialRows>& shard_
 
 namespace detail {
 
-MergedResult MergeTagged(const MergePlan& plan, const std::vector<std::pair<ShardId, const pqxx::result*>>& results) {
+MergedResult MergeTagged(const MergePlan& plan, const std::vector<std::pair<ShardId, const pg::Rows*>>& results) {
   Inputs inputs;
   inputs.reserve(results.size());
-  for (const auto& [shard, rows] : results) inputs.push_back(std::make_unique<PqxxRows>(shard, *rows));
+  for (const auto& [shard, rows] : results) inputs.push_back(std::make_unique<ResultRows<pg::Rows>>(shard, *rows));
   return MergeInputs(plan, inputs);
 }
 

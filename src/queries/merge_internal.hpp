@@ -16,6 +16,6 @@ namespace shardkit::detail {
 // Merges results tagged with the shard each came from (for messages), such
 // as a scatter's answers, which need not be shards 0..n-1.
 [[nodiscard]] MergedResult MergeTagged(const MergePlan& plan,
-                                       const std::vector<std::pair<ShardId, const pqxx::result*>>& results);
+                                       const std::vector<std::pair<ShardId, const pg::Rows*>>& results);
 
 }  // namespace shardkit::detail

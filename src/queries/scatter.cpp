@@ -117,7 +117,7 @@ std::vector<const char*> ParameterValues(const ShardTask& task) {
 // Runs the statement on an acquired connection: BEGIN + SET LOCAL, the
 // statement, COMMIT. Throws on failure; the lease is marked for discard when
 // its session can no longer be trusted. `bytes`: the rows' payload.
-pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lease& lease, std::size_t& bytes) {
+pg::Rows ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lease& lease, std::size_t& bytes) {
   pqxx::connection_base& connection = lease.Connection();
   {
     std::lock_guard lock(task.cancel_mutex);
@@ -143,7 +143,7 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
   const auto request = Request(state, task, values, left);
   bool reusable = true;
   try {
-    pqxx::result rows = detail::RunPipelined(connection, request, reusable, &bytes);
+    pg::Rows rows = detail::RunPipelined(connection, request, reusable, &bytes);
     if (!reusable) lease.Discard();
     return rows;
   } catch (...) {
@@ -153,7 +153,7 @@ pqxx::result ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lea
 }
 
 // Publishes a task's outcome to the caller.
-void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, std::optional<pqxx::result> rows,
+void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, std::optional<pg::Rows> rows,
               std::string cause, std::string sqlstate, std::size_t bytes) {
   if (!rows) bytes = 0;
   const auto finished = Clock::now();
@@ -173,7 +173,7 @@ void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, s
 
 void RunShard(ScatterState& state, ShardTask& task) {
   const auto started = Clock::now();
-  std::optional<pqxx::result> rows;
+  std::optional<pg::Rows> rows;
   std::size_t bytes = 0;
   std::string cause;
   std::string sqlstate;

@@ -75,7 +75,7 @@ void SendInline(ScatterState& state, InlineCall& c) {
 void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& workers) {
   ShardTask& task = *c.task;
   c.open = false;
-  std::optional<pqxx::result> rows;
+  std::optional<pg::Rows> rows;
   std::string cause;
   std::string sqlstate;
   bool reusable = true;

@@ -15,7 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <pqxx/result>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -89,7 +88,7 @@ struct ShardTask {
 
   // Outcome, guarded by ScatterState::mutex.
   bool done = false;
-  std::optional<pqxx::result> rows;
+  std::optional<pg::Rows> rows;
   std::string cause;
   std::string sqlstate;
   bool stale_directory = false;
@@ -148,7 +147,7 @@ std::string DescribeFailure(const ShardTask& task, const std::exception& error, 
 std::string SqlStateOf(const std::exception& error);
 void Describe(ShardTask& task, const std::exception& error, Clock::time_point started, std::string& cause,
               std::string& sqlstate);
-void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, std::optional<pqxx::result> rows,
+void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, std::optional<pg::Rows> rows,
               std::string cause, std::string sqlstate, std::size_t bytes);
 void RunShard(ScatterState& state, ShardTask& task);
 

@@ -94,7 +94,7 @@ MergedResult Merge(const MergePlan& plan, const ScatterResult& scatter, const Me
                        scatter.failures);
   }
   ShardFacts facts;
-  std::vector<std::pair<ShardId, const pqxx::result*>> results;
+  std::vector<std::pair<ShardId, const pg::Rows*>> results;
   results.reserve(scatter.shards.size());
   for (const auto& s : scatter.shards) {
     if (s.session) {

@@ -128,7 +128,7 @@ TopKStatements BuildTopKStatements(const TopKQuery& q, bool integer_sums) {
 namespace {
 
 template <class Measure>
-[[nodiscard]] Measure ParseMeasure(const pqxx::field& f, ShardId shard, const TopKKey& key) {
+[[nodiscard]] Measure ParseMeasure(const pg::Field& f, ShardId shard, const TopKKey& key) {
   const std::string_view text(f.c_str(), f.size());
   std::optional<Measure> value;
   if (!f.is_null()) value = TopKMeasureTraits<Measure>::FromText(text);
@@ -141,7 +141,7 @@ template <class Measure>
   return *std::move(value);
 }
 
-[[nodiscard]] TopKKey ParseKey(const pqxx::field& f, TopKKeyType type, ShardId shard) {
+[[nodiscard]] TopKKey ParseKey(const pg::Field& f, TopKKeyType type, ShardId shard) {
   if (f.is_null()) return std::monostate{};
   if (type == TopKKeyType::kText) return std::string(f.c_str(), f.size());
   std::int64_t value = 0;
@@ -236,7 +236,7 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::Decode(const ScatterResult& resu
 namespace {
 
 // "5:12,6:3" -> {(5, 12), (6, 3)}.
-std::vector<std::pair<int, std::int64_t>> ParseHistogram(const pqxx::field& f) {
+std::vector<std::pair<int, std::int64_t>> ParseHistogram(const pg::Field& f) {
   std::vector<std::pair<int, std::int64_t>> out;
   const std::string hist = f.is_null() ? std::string() : f.c_str();
   std::size_t pos = 0;
@@ -303,7 +303,7 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::LocalTopK(std::size_t k, bool wa
     if (index < 0 || index >= shard_count_) throw UnknownShard(shard.shard, shard_count_);
     const auto i = static_cast<std::size_t>(index);
     auto& out = reply.shards[i];
-    pqxx::result::size_type first_row = 0;
+    pg::Rows::size_type first_row = 0;
     if (with_stats) {
       if (shard.rows.empty() || shard.rows[0][3].is_null()) {
         throw ShardQueryError(shard.shard,
@@ -318,7 +318,7 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::LocalTopK(std::size_t k, bool wa
       first_row = 1;
     }
     out.reserve(shard.rows.size() - first_row);
-    for (pqxx::result::size_type r = first_row; r < shard.rows.size(); ++r) {
+    for (pg::Rows::size_type r = first_row; r < shard.rows.size(); ++r) {
       const auto row = shard.rows[r];
       auto& entry = out.emplace_back();
       entry.key = ParseKey(row[0], query_.key_type, shard.shard);

@@ -14,7 +14,7 @@ namespace shardkit::sql {
 namespace {
 
 struct Row {
-  const pqxx::row* row = nullptr;
+  const pg::Row* row = nullptr;
   std::vector<Value> keys;  // comparison forms of the sort keys
 };
 
@@ -26,11 +26,11 @@ bool IsBytewise(std::string_view collation) {
 
 SqlResult MergeSortedRows(const ScatterResult& scattered, const RowOrder& order) {
   SqlResult result;
-  std::vector<pqxx::row> rows;  // owned copies keep the results' rows addressable
+  std::vector<pg::Row> rows;  // owned copies keep the results' rows addressable
   std::vector<Row> sorted;
   std::size_t columns = 0;
   for (const ShardResult& shard : scattered.shards) {
-    const pqxx::result& r = shard.rows;
+    const pg::Rows& r = shard.rows;
     if (r.columns() == 0) continue;
     if (shard.session) CheckMergeAssumptions(*shard.session, shard.shard);
     columns = r.columns();
@@ -38,8 +38,8 @@ SqlResult MergeSortedRows(const ScatterResult& scattered, const RowOrder& order)
     const std::size_t visible = columns - order.hidden_columns;
     if (result.columns.empty()) {
       for (std::size_t c = 0; c < visible; ++c) {
-        result.columns.emplace_back(r.column_name(static_cast<pqxx::row::size_type>(c)));
-        result.types.push_back(static_cast<unsigned>(r.column_type(static_cast<pqxx::row::size_type>(c))));
+        result.columns.emplace_back(r.column_name(static_cast<pg::Row::size_type>(c)));
+        result.types.push_back(static_cast<unsigned>(r.column_type(static_cast<pg::Row::size_type>(c))));
       }
     }
     for (const auto& row : r) rows.push_back(row);
@@ -50,10 +50,10 @@ SqlResult MergeSortedRows(const ScatterResult& scattered, const RowOrder& order)
   };
   sorted.reserve(rows.size());
   for (std::size_t n = 0; n < rows.size(); ++n) {
-    const pqxx::row& row = rows[n];
+    const pg::Row& row = rows[n];
     Row out{&row, {}};
     for (const SortColumn& k : order.keys) {
-      const auto c = static_cast<pqxx::row::size_type>(index_of(k, false));
+      const auto c = static_cast<pg::Row::size_type>(index_of(k, false));
       const TypeOid type = static_cast<TypeOid>(row[c].type());
       const PgTypeInfo info = TypeInfoFor(type);
       if (!info.orderable) {
@@ -63,7 +63,7 @@ SqlResult MergeSortedRows(const ScatterResult& scattered, const RowOrder& order)
                         "numeric, timestamp without time zone)",
                         c + 1, info.name, info.name));
       }
-      const auto collation = row[static_cast<pqxx::row::size_type>(index_of(k, true))];
+      const auto collation = row[static_cast<pg::Row::size_type>(index_of(k, true))];
       if (!collation.is_null() && !IsBytewise(collation.c_str())) {
         throw UnmergeableQuery(
             fmt::format("ORDER BY column {} is sorted in collation {}, not C: shardkit merges text "
@@ -100,7 +100,7 @@ SqlResult MergeSortedRows(const ScatterResult& scattered, const RowOrder& order)
     auto& out = result.rows.emplace_back();
     out.reserve(visible);
     for (std::size_t c = 0; c < visible; ++c) {
-      const auto field = (*sorted[n].row)[static_cast<pqxx::row::size_type>(c)];
+      const auto field = (*sorted[n].row)[static_cast<pg::Row::size_type>(c)];
       out.push_back(field.is_null() ? std::nullopt
                                     : std::optional<std::string>(std::string(field.c_str(), field.size())));
     }

@@ -123,20 +123,25 @@ SqlPlanInfo SqlEngine::Explain(const std::string& sql, const SqlParams& params) 
 
 namespace {
 
-std::optional<std::string> FieldText(const pqxx::field& field) {
+// Field: pg::Field or pqxx::field; Rows: pg::Rows (scatters, routed reads)
+// or pqxx::result (a routed write's transaction).
+template <class Field>
+std::optional<std::string> FieldText(const Field& field) {
   if (field.is_null()) return std::nullopt;
   return std::string(field.c_str(), field.size());
 }
 
 // The result's columns from a shard's rows.
-void ReadColumns(const pqxx::result& rows, SqlResult& result) {
-  for (pqxx::row::size_type c = 0; c < rows.columns(); ++c) {
+template <class Rows>
+void ReadColumns(const Rows& rows, SqlResult& result) {
+  for (pqxx::row_size_type c = 0; c < rows.columns(); ++c) {
     result.columns.emplace_back(rows.column_name(c));
     result.types.push_back(static_cast<unsigned>(rows.column_type(c)));
   }
 }
 
-void AppendRows(const pqxx::result& rows, SqlResult& result) {
+template <class Rows>
+void AppendRows(const Rows& rows, SqlResult& result) {
   for (const auto& row : rows) {
     auto& out = result.rows.emplace_back();
     out.reserve(row.size());
@@ -343,7 +348,7 @@ SqlResult SqlEngine::Execute(const std::string& sql, const SqlParams& params, co
   routed.read_only = bound.plan->read_only;
   routed.label = options.label;
   SqlResult result;
-  const auto fill = [&](const pqxx::result& rows, ShardId shard) {
+  const auto fill = [&](const auto& rows, ShardId shard) {
     result = SqlResult{};
     ReadColumns(rows, result);
     result.rows.reserve(rows.size());
@@ -355,7 +360,7 @@ SqlResult SqlEngine::Execute(const std::string& sql, const SqlParams& params, co
   if (bound.plan->read_only) {
     // A read: its whole transaction in one round trip.
     RoutedOutcome outcome;
-    const pqxx::result rows = transactions_.Read(bound.customer, text, params, routed, &outcome);
+    const pg::Rows rows = transactions_.Read(bound.customer, text, params, routed, &outcome);
     fill(rows, outcome.shard);
     return result;
   }

@@ -86,11 +86,11 @@ RoutedStats RoutedTransactions::Stats() const {
 struct RoutedTransactions::ReadRequest {
   const std::string& sql;
   std::vector<const char*> values;  // into the caller's params; nullptr is NULL
-  pqxx::result rows;
+  pg::Rows rows;
 };
 
-pqxx::result RoutedTransactions::Read(CustomerId customer, const std::string& sql, const SqlParams& params,
-                                      const RoutedOptions& options, RoutedOutcome* outcome) {
+pg::Rows RoutedTransactions::Read(CustomerId customer, const std::string& sql, const SqlParams& params,
+                                  const RoutedOptions& options, RoutedOutcome* outcome) {
   ReadRequest read{sql, {}, {}};
   read.values.reserve(params.size());
   for (const auto& p : params) read.values.push_back(p ? p->c_str() : nullptr);

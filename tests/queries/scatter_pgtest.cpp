@@ -31,7 +31,9 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using Row = std::vector<std::optional<std::string>>;
 
-std::vector<Row> ToRows(const pqxx::result& result) {
+// A shard's pg::Rows or the reference's pqxx::result.
+template <class Result>
+std::vector<Row> ToRows(const Result& result) {
   std::vector<Row> rows;
   for (const auto& r : result) {
     Row row;

@@ -1,4 +1,4 @@
-// shardkit/core/value.hpp — typed SQL values and result sets read from pqxx results.
+// shardkit/core/value.hpp — typed SQL values and result sets read from query results.
 //
 // A Value is what one field of a row holds once its PostgreSQL type is known:
 // NULL, boolean, an integer (smallint/integer/bigint/oid), a double (double
@@ -7,7 +7,7 @@
 // the types shardkit only carries along: date, timestamp, uuid...). The type
 // comes from the column's type OID, never from guessing at the text.
 //
-//   shardkit::ResultSet rows = shardkit::ReadResultSet(pqxx_result);
+//   shardkit::ResultSet rows = shardkit::ReadResultSet(shard.rows);   // pg::Rows or pqxx::result
 //   rows.column_types[2];             // "numeric"
 //   rows.rows[0][2].AsDecimal();      // exact, as the server printed it
 //
@@ -33,6 +33,11 @@ namespace pqxx {
 class field;
 class result;
 }  // namespace pqxx
+
+namespace shardkit::pg {
+class Field;
+class Rows;
+}  // namespace shardkit::pg
 
 namespace shardkit {
 
@@ -131,6 +136,7 @@ struct PgTypeInfo {
 
 // A field's value as its column's type says (see TypeInfoFor). Throws
 // shardkit::Error for text that does not parse or for non-finite numerics.
+[[nodiscard]] Value ReadValue(const pg::Field& field, TypeOid type);
 [[nodiscard]] Value ReadValue(const pqxx::field& field, TypeOid type);
 // The same from PostgreSQL's text form; nullopt is NULL.
 [[nodiscard]] Value ReadValue(std::optional<std::string_view> text, TypeOid type);
@@ -147,6 +153,7 @@ struct ResultSet {
   [[nodiscard]] std::string Format(std::size_t max_rows = 50) const;
 };
 
+[[nodiscard]] ResultSet ReadResultSet(const pg::Rows& result);
 [[nodiscard]] ResultSet ReadResultSet(const pqxx::result& result);
 
 }  // namespace shardkit

@@ -77,6 +77,7 @@
 
 #include "shardkit/core/bucket.hpp"
 #include "shardkit/core/value.hpp"
+#include "shardkit/pg/rows.hpp"
 
 namespace shardkit {
 
@@ -182,7 +183,7 @@ struct MergedResult : ResultSet {
 };
 
 // One shard's partial rows in PostgreSQL's text form, for sources other
-// than a pqxx::result (tests, tools, rows cached or relayed).
+// than a query's result (tests, tools, rows cached or relayed).
 struct PartialRows {
   ShardId shard{};
   std::vector<std::string> column_names;
@@ -190,11 +191,14 @@ struct PartialRows {
   std::vector<std::vector<std::optional<std::string>>> rows;  // nullopt is NULL
 };
 
-// One pqxx::result per shard (index = shard, for messages). A result with no
-// columns at all (default-constructed) counts as a shard without rows.
+// One result per shard (index = shard, for messages): pg::Rows (what
+// scatters and routed reads return), or pqxx::result (a caller's own
+// statements). A result with no columns at all (default-constructed)
+// counts as a shard without rows.
 // Throws UnmergeableQuery naming the shard and column when the shards'
 // rows do not fit the plan (missing column, differing types, a group
 // returned twice by one shard, a type that cannot be summed or ordered).
+[[nodiscard]] MergedResult Merge(const MergePlan& plan, const std::vector<pg::Rows>& shard_results);
 [[nodiscard]] MergedResult Merge(const MergePlan& plan, const std::vector<pqxx::result>& shard_results);
 [[nodiscard]] MergedResult Merge(const MergePlan& plan, const std::vector<PartialRows>& shard_rows);
 

@@ -23,7 +23,7 @@
 //   options.label = "best-sellers";
 //   auto result = scatter.Run("SELECT book_id, sum(quantity) FROM order_items "
 //                             "WHERE created_at >= $1 GROUP BY 1", {"2026-01-01"}, options);
-//   for (const auto& shard : result.shards) use(shard.shard, shard.rows);
+//   for (const auto& shard : result.shards) use(shard.shard, shard.rows);   // pg::Rows
 #pragma once
 
 #include <chrono>
@@ -34,11 +34,10 @@
 #include <utility>
 #include <vector>
 
-#include <pqxx/result>
-
 #include "shardkit/core/bucket.hpp"
 #include "shardkit/core/sql_params.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/pg/rows.hpp"
 #include "shardkit/pg/session.hpp"
 
 namespace shardkit {
@@ -80,7 +79,7 @@ struct ScatterOptions {
 
 struct ShardResult {
   ShardId shard{};
-  pqxx::result rows;
+  pg::Rows rows;                         // what the shard returned (shardkit/pg/rows.hpp)
   std::chrono::microseconds elapsed{0};  // acquire + execute on this shard
   std::chrono::microseconds queued{0};   // scatter start -> a worker thread took the statement
   std::size_t bytes = 0;                 // payload bytes received (sum of field sizes)

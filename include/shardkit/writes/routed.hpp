@@ -44,6 +44,7 @@
 #include "shardkit/core/bucket.hpp"
 #include "shardkit/core/sql_params.hpp"
 #include "shardkit/core/thread_annotations.hpp"
+#include "shardkit/pg/rows.hpp"
 
 namespace pqxx {
 class transaction_base;
@@ -133,8 +134,8 @@ class RoutedTransactions {
   // BEGIN to COMMIT in one round trip (libpq pipeline mode) instead of
   // Run's three; the same routing, fence, retries and errors as Run. The
   // statement is one statement (extended protocol); params are $1..$n.
-  [[nodiscard]] pqxx::result Read(CustomerId customer, const std::string& sql, const SqlParams& params,
-                                  const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr);
+  [[nodiscard]] pg::Rows Read(CustomerId customer, const std::string& sql, const SqlParams& params,
+                              const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr);
 
   [[nodiscard]] RoutedStats Stats() const;
   [[nodiscard]] BucketShardResolver& Resolver() const noexcept { return resolver_; }

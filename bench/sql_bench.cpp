@@ -124,6 +124,49 @@ void BM_BestSellersExecute(benchmark::State& state) {
 }
 BENCHMARK(BM_BestSellersExecute)->UseRealTime();
 
+// The finishing step's cost: the same groups merged, then an expression
+// over the merged aggregates evaluated by a shard (one more round trip
+// with the merged rows) instead of the merge alone.
+void BM_StatusTotalsMerged(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  for (auto _ : state) {
+    const shardkit::SqlResult result =
+        cluster.Execute("SELECT status, sum(total), count(*) FROM orders GROUP BY status ORDER BY 1");
+    benchmark::DoNotOptimize(result.rows.size());
+  }
+}
+BENCHMARK(BM_StatusTotalsMerged)->UseRealTime();
+
+void BM_StatusTotalsFinished(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  for (auto _ : state) {
+    const shardkit::SqlResult result = cluster.Execute(
+        "SELECT status, round(sum(total) / count(*), 2), count(*) FROM orders GROUP BY status ORDER BY 1");
+    benchmark::DoNotOptimize(result.rows.size());
+  }
+}
+BENCHMARK(BM_StatusTotalsFinished)->UseRealTime();
+
+// DISTINCT without the shard key (each shard's distinct rows, deduplicated
+// by one shard) vs the GROUP BY that merges the same keys.
+void BM_DistinctFinished(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  for (auto _ : state) {
+    const shardkit::SqlResult result = cluster.Execute("SELECT DISTINCT total FROM orders ORDER BY 1");
+    benchmark::DoNotOptimize(result.rows.size());
+  }
+}
+BENCHMARK(BM_DistinctFinished)->UseRealTime();
+
+void BM_DistinctAsGroupBy(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  for (auto _ : state) {
+    const shardkit::SqlResult result = cluster.Execute("SELECT total FROM orders GROUP BY total ORDER BY 1");
+    benchmark::DoNotOptimize(result.rows.size());
+  }
+}
+BENCHMARK(BM_DistinctAsGroupBy)->UseRealTime();
+
 // The lab's Bookstore data (flat sales: the best sellers barely stand out)
 // in scratch databases of its own, two shards.
 constexpr const char* kLabBestSellers =

@@ -132,8 +132,13 @@ class Cluster {
   // AND-conjunct of its WHERE or inner JOIN ... ON, or equated to a pinned
   // one): it runs as Run() does, on that customer's shard; an INSERT whose
   // column list lacks bucket gets it. Reading only reference tables
-  // ([sql] reference_tables) it runs on any one shard. Plans are cached by
-  // the exact text; the shards' registered sharded tables are read once.
+  // ([sql] reference_tables) it runs on any one shard. A SELECT over every
+  // shard is merged from per-shard partials; what partials cannot finish
+  // alone (expressions over aggregates, HAVING of any shape, DISTINCT
+  // without the shard key) is evaluated by PostgreSQL over the merged rows
+  // on one shard; UNION / INTERSECT / EXCEPT run arm by arm and are
+  // combined the same way. Plans are cached by the exact text; the shards'
+  // registered sharded tables are read once.
   [[nodiscard]] SqlResult Execute(const std::string& sql, const SqlParams& params = {}, const SqlOptions& options = {});
   // Where Execute would run the statement with these parameters (Describe():
   // in words), without running it.

@@ -1,8 +1,8 @@
-// A small SQL lexer: enough to find aggregate calls, keywords and function
-// names in one select item, key or condition without being fooled by
-// strings, quoted identifiers or comments. It follows PostgreSQL's lexical
-// rules for what it recognises (standard and E'' strings, $tag$ quotes,
-// nested /* */ comments, operators that cannot end in + or -).
+// The tokens of one select item, key or condition as the aggregate parser
+// reads them: PostgreSQL's own scanner (core/pg_scan.hpp) decides where
+// strings, quoted identifiers, comments and operators end; this gives each
+// token a type and its text (identifiers and keywords lowercased, quoted
+// identifiers and strings unquoted), comments dropped.
 #pragma once
 
 #include <cstddef>
@@ -20,8 +20,9 @@ struct Token {
   std::size_t end;
 };
 
-// Throws UnmergeableQuery "cannot read <what> "<text>": <why>" for text it
-// cannot tokenise (unterminated quote or comment, a stray character).
+// Throws UnmergeableQuery "cannot read <what> "<text>": <why>" for text the
+// scanner refuses (PostgreSQL's message: "unterminated quoted string") or a
+// character no SQL token starts with.
 [[nodiscard]] std::vector<Token> Lex(std::string_view text, std::string_view what = "the SQL text");
 
 [[nodiscard]] inline bool IsPunct(const Token& t, char c) {

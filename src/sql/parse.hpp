@@ -7,22 +7,22 @@
 //   parsed.tree.begin().key();  // "SelectStmt"
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/pg_scan.hpp"
+
 namespace shardkit::sql {
 
-struct Token {
-  int start = 0;  // byte offsets into the text: [start, end)
-  int end = 0;
-  int kind = 0;  // libpg_query's Token number: a character's code for single-character tokens
-};
+// A token of PostgreSQL's scanner (core/pg_scan.hpp).
+using Token = shardkit::detail::PgToken;
 
 // Token numbers used here (pg_query.proto, enum Token).
-inline constexpr int kTokenIconst = 266;
+inline constexpr int kTokenIconst = shardkit::detail::kPgIntegerConst;
 inline constexpr int kTokenValues = 703;
 
 struct ParsedStatement {
@@ -43,5 +43,9 @@ struct ParsedStatement {
 
 // The scanner's tokens of a text (its lexical errors: SqlError).
 [[nodiscard]] std::vector<Token> ScanTokens(const std::string& text);
+
+// The statement node of a text that is exactly one statement, or nullopt
+// (a syntax error, none, several): for checking a piece of text.
+[[nodiscard]] std::optional<nlohmann::json> TryParseTree(const std::string& text);
 
 }  // namespace shardkit::sql

@@ -177,8 +177,49 @@ std::shared_ptr<const SqlPlan> PlanStatement(const std::string& text, const SqlC
   return PlanStatement(ParseStatement(text), catalog);
 }
 
+namespace {
+
+// A set operation's arms planned one by one (set_operation.hpp).
+std::shared_ptr<const SqlPlan> PlanArmByArm(const ParsedStatement& parsed, const SqlCatalog& catalog) {
+  auto set_operation = std::make_shared<const SetOperationPlan>(PlanSetOperation(parsed, catalog));
+  SqlPlan plan;
+  plan.text = parsed.text;
+  plan.kind = SqlPlanInfo::Kind::kScatter;
+  plan.statement = "SELECT";
+  for (const SetOperationArm& arm : set_operation->arms) {
+    for (const auto* tables : {&arm.plan->sharded_tables, &arm.plan->reference_tables}) {
+      auto& into = tables == &arm.plan->sharded_tables ? plan.sharded_tables : plan.reference_tables;
+      for (const std::string& table : *tables) {
+        if (std::find(into.begin(), into.end(), table) == into.end()) into.push_back(table);
+      }
+    }
+  }
+  plan.set_operation = std::move(set_operation);
+  return std::make_shared<const SqlPlan>(std::move(plan));
+}
+
+}  // namespace
+
 std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, const SqlCatalog& catalog) {
-  return detail::Analyzer(parsed, catalog).Run();
+  if (!IsSetOperation(parsed)) return detail::Analyzer(parsed, catalog).Run();
+  // Whole on one shard when every arm is pinned to one customer (or reads
+  // reference tables only); otherwise arm by arm.
+  try {
+    std::shared_ptr<const SqlPlan> whole = detail::Analyzer(parsed, catalog).Run();
+    if (whole->keys.size() < 2) return whole;
+    // Pinned by parameters that may name different customers: arm by arm then.
+    auto routed = std::make_shared<SqlPlan>(*whole);
+    try {
+      routed->arm_by_arm = PlanArmByArm(parsed, catalog);
+    } catch (const SqlError& e) {
+      if (e.kind() != SqlError::Kind::kRefused) throw;
+      return whole;  // an arm alone is refused: the values must name one customer
+    }
+    return routed;
+  } catch (const SqlError& e) {
+    if (e.kind() != SqlError::Kind::kRefused) throw;
+  }
+  return PlanArmByArm(parsed, catalog);
 }
 
 BoundRoute BindRoute(const SqlPlan& plan, const SqlParams& params) {

@@ -36,6 +36,7 @@
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/sql/sql_plan_info.hpp"
 #include "sql/scatter_plan.hpp"
+#include "sql/set_operation.hpp"
 #include "sql/sql_catalog.hpp"
 
 namespace shardkit::sql {
@@ -87,6 +88,11 @@ struct SqlPlan {
   std::vector<std::string> reference_tables;
   // kScatter: how it runs on every shard.
   std::shared_ptr<const ScatterPlan> scatter;
+  // kScatter: a UNION, INTERSECT or EXCEPT of arms planned one by one.
+  std::shared_ptr<const SetOperationPlan> set_operation;
+  // kRouted set operation whose arms are pinned by different parameters:
+  // its arm-by-arm plan, for when their values name different customers.
+  std::shared_ptr<const SqlPlan> arm_by_arm;
   [[nodiscard]] bool AddsBucket() const noexcept { return columns_close_paren >= 0; }
 };
 

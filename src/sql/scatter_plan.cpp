@@ -1,6 +1,7 @@
 #include "sql/scatter_plan.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -22,22 +23,6 @@ namespace shardkit::sql::detail {
 
 bool IsMergedAggregate(const std::string& name) {
   return name == "count" || name == "sum" || name == "min" || name == "max" || name == "avg";
-}
-
-json WithoutLocations(const json& node) {
-  if (node.is_object()) {
-    json out = json::object();
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      if (it.key() != "location") out[it.key()] = WithoutLocations(it.value());
-    }
-    return out;
-  }
-  if (node.is_array()) {
-    json out = json::array();
-    for (const json& item : node) out.push_back(WithoutLocations(item));
-    return out;
-  }
-  return node;
 }
 
 const json* Field(const json& object, const char* key) {
@@ -62,13 +47,20 @@ ScatterPlan ScatterPlanner::Run() {
   RefuseUnsupportedShapes();
   SplitClauses();
   if (!HasAggregates()) return PlanConcatenation();
-  if (Field(select_, "distinctClause") != nullptr) {
-    Refuse(SelectKeywordLocation(), "DISTINCT over aggregates over every shard",
-           "duplicates among merged groups would have to be removed after the merge, which is not supported yet",
-           "drop DISTINCT (GROUP BY keys are distinct already), or pin customer_id");
-  }
   try {
-    return PlanAggregates();
+    // DISTINCT over merged groups: removed by the finishing step.
+    if (Field(select_, "distinctClause") == nullptr) {
+      try {
+        return PlanAggregates();
+      } catch (const NeedsFinish&) {
+      }
+    }
+    outputs_.clear();
+    hidden_columns_.clear();
+    order_keys_.clear();
+    limit_.reset();
+    offset_ = 0;
+    return PlanFinishedAggregates();
   } catch (const UnmergeableQuery& e) {
     // What AggregateQuery refuses: the clock, volatile functions, subqueries...
     Refuse(SelectKeywordLocation(), "this statement over every shard", e.what(),
@@ -139,12 +131,6 @@ void ScatterPlanner::RefuseUnsupportedShapes() {
              "without customer_id among its expressions, the rows of one group may come from several shards",
              "add customer_id to DISTINCT ON, or pin customer_id");
     }
-    if (!on && (Field(select_, "groupClause") != nullptr || !HasShardKey(select_.at("targetList"), true))) {
-      Refuse(SelectKeywordLocation(), "DISTINCT over every shard",
-             "without customer_id among its columns (of a table that no outer join can make NULL), the same row "
-             "may come from several shards, and removing duplicates across shards is not supported yet",
-             "select customer_id too, or GROUP BY the selected columns instead (groups are merged across shards)");
-    }
   }
   if (const json* window = Field(select_, "windowClause"); window != nullptr) {
     Refuse(window->empty() ? -1 : LocationOf(window->front()), "a WINDOW clause over every shard",
@@ -203,8 +189,9 @@ void ScatterPlanner::SplitClauses() {
     const std::string word = Word(t);
     first_keyword_ = t;
     if (word == "SELECT" && !select_list_.present) {
+      select_keyword_ = t;
       start(select_list_, t + 1);
-    } else if (word == "FROM") {
+    } else if (word == "FROM" && (t == 0 || Word(t - 1) != "DISTINCT")) {  // not IS [NOT] DISTINCT FROM
       start(from_, t + 1);
     } else if (word == "WHERE") {
       start(where_, t + 1);
@@ -316,6 +303,10 @@ std::optional<std::int64_t> ScatterPlanner::LimitValue(const json& node, const c
 namespace shardkit::sql {
 
 std::string ScatterPlan::DescribeMerge() const {
+  if (finish) {
+    return fmt::format("{}; then on one shard, over the merged rows (_m1: {}): {}", merge->Describe(),
+                       fmt::join(finish->inputs.front(), ", "), finish->select);
+  }
   if (merge) {
     std::string out = merge->Describe();
     if (offset_param > 0) out += fmt::format("; OFFSET ${}", offset_param);
@@ -329,6 +320,7 @@ std::string ScatterPlan::DescribeMerge() const {
                         k.direction == SortDirection::kDesc ? "DESC" : "ASC");
   }
   std::string out = keys.empty() ? "concatenation" : "merge-sorted by " + keys;
+  if (rows->distinct) out += ", then DISTINCT on one shard (the ordering, OFFSET and LIMIT there too)";
   if (offset_param > 0) out += fmt::format(", OFFSET ${}", offset_param);
   if (rows->offset > 0) out += fmt::format(", OFFSET {}", rows->offset);
   if (limit_param > 0) out += fmt::format(", LIMIT ${}", limit_param);

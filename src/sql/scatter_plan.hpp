@@ -15,9 +15,15 @@
 //     list fetched as hidden columns) and LIMIT/OFFSET, each shard returns
 //     at most OFFSET + LIMIT rows in that order and the merge sorts them
 //     by the same keys (row_merge.hpp) before OFFSET and LIMIT.
+// What the merge engine alone cannot finish is finished by PostgreSQL over
+// the merged rows, on one shard (finish.hpp): expressions over aggregates
+// and group keys in the select list, HAVING and ORDER BY (`sum(a) - sum(b)`,
+// `round(avg(x), 2)`, CASE), HAVING of any shape, DISTINCT over groups, and
+// plain-row DISTINCT without the shard key.
 // Everything else is refused with the construct, its position, why and what
-// to do: expressions over aggregates, DISTINCT, set operations, window
-// functions, WITH, GROUPING SETS, and any aggregate other than the five.
+// to do: window functions, WITH, GROUPING SETS, DISTINCT ON without the
+// shard key, subqueries over merged aggregates, and any aggregate other
+// than the five.
 //
 // One aggregate shape also gets a cheaper exact method, the best sellers:
 //
@@ -38,6 +44,7 @@
 
 #include "shardkit/queries/merge.hpp"
 #include "shardkit/queries/topk.hpp"
+#include "sql/finish.hpp"
 #include "sql/parse.hpp"
 #include "sql/sql_catalog.hpp"
 
@@ -58,6 +65,10 @@ struct RowOrder {
   std::optional<std::int64_t> limit;
   std::int64_t offset = 0;
   std::size_t hidden_columns = 0;  // appended after the select list's; not returned
+  // SELECT DISTINCT without the shard key: equal rows may come from several
+  // shards. Each shard's distinct rows (at most OFFSET + LIMIT of them) are
+  // deduplicated, ordered and limited by the finishing step (finish.hpp).
+  bool distinct = false;
 };
 
 // The best-sellers shape, recognised only when exact top-k's answer is the
@@ -105,8 +116,12 @@ struct ScatterPlan {
   // Set for the best-sellers shape: try exact top-k first, `merge` if it
   // cannot answer.
   std::optional<TopKShape> topk;
-  // Plain rows with ORDER BY, LIMIT or OFFSET.
+  // Plain rows with ORDER BY, LIMIT, OFFSET or DISTINCT.
   std::optional<RowOrder> rows;
+  // Aggregates that `merge` cannot finish alone: `merge` merges the groups,
+  // then this step evaluates the statement's select list, HAVING, DISTINCT,
+  // ORDER BY and LIMIT over them on one shard.
+  std::optional<FinishStep> finish;
   std::string shard_sql;  // what every shard runs (merge->ShardSql() for aggregates)
   // The merged result's column names, as PostgreSQL names them (merged
   // columns are "_c1".., since SQL lets names repeat).

@@ -18,6 +18,7 @@
 
 #include "core/sql_text.hpp"
 #include "shardkit/queries/aggregate_query.hpp"
+#include "sql/extent.hpp"
 #include "sql/parse.hpp"
 #include "sql/scatter_plan.hpp"
 #include "sql/sql_catalog.hpp"
@@ -31,9 +32,6 @@ using json = nlohmann::json;
 bool IsMergedAggregate(const std::string& name);
 
 using shardkit::detail::Upper;  // core/sql_text.hpp
-
-// A tree without its byte offsets: two expressions written alike compare equal.
-json WithoutLocations(const json& node);
 
 const json* Field(const json& object, const char* key);
 
@@ -137,9 +135,14 @@ class ScatterPlanner {
 
   // PostgreSQL's name for an unaliased output column (FigureColname).
   static std::string DefaultName(const json& expression);
+  // A select-list item's (ResTarget's) output name: its alias, else DefaultName.
+  static std::string OutputName(const json& target) {
+    return target.contains("name") ? target.at("name").get<std::string>() : DefaultName(target.at("val"));
+  }
 
-  // The text of a select-list item without its alias.
-  [[nodiscard]] std::string ItemText(const Range& item, bool aliased) const;
+  // A select-list item without its alias, and its text.
+  [[nodiscard]] Range ItemRange(const Range& item, bool aliased) const;
+  [[nodiscard]] std::string ItemText(const Range& item, bool aliased) const { return Text(ItemRange(item, aliased)); }
 
   std::optional<std::int64_t> Integer(const json& node, const char* what) const;
 
@@ -148,15 +151,55 @@ class ScatterPlanner {
     return t < parsed_.tokens.size() ? std::string(parsed_.TokenText(parsed_.tokens[t])) : std::string();
   }
 
-  // The text of a function call starting at `location`: its name, the
-  // parenthesised arguments and a FILTER (...) after them.
-  [[nodiscard]] std::string CallText(int location) const;
+  // The tokens of a function call starting at `location`: its name, the
+  // parenthesised arguments and a FILTER (...) after them; and their text.
+  [[nodiscard]] Range CallRange(int location) const;
+  [[nodiscard]] std::string CallText(int location) const { return Text(CallRange(location)); }
+
+  // GROUP BY items as expressions (a position: that select-list item's)
+  // and their texts.
+  struct GroupKeys {
+    std::vector<json> trees;  // without locations
+    std::vector<std::string> texts;
+    [[nodiscard]] std::optional<std::size_t> Find(const json& tree) const;
+  };
+  GroupKeys ReadGroupKeys(const json& targets, const std::vector<Range>& items) const;
+
+  // Thrown by PlanAggregates where the merge engine alone cannot finish the
+  // statement (an expression over aggregates, HAVING of another shape,
+  // DISTINCT): PlanFinishedAggregates plans it again with the finishing step.
+  struct NeedsFinish {};
 
   ScatterPlan PlanAggregates();
+  // The aggregate query of the statement's FROM and WHERE.
+  [[nodiscard]] AggregateQuery FromAndWhere() const;
+  // The select list's items (refused when they cannot be told apart).
+  [[nodiscard]] std::vector<Range> SelectItems() const;
+
+  // ---- aggregates finished by PostgreSQL (finish.hpp) ----
+
+  // Per-shard partials merged into groups and aggregates, then the select
+  // list, HAVING, DISTINCT, ORDER BY and LIMIT evaluated by the server over
+  // the merged rows, with the aggregates and group keys in them replaced
+  // by the merged columns.
+  ScatterPlan PlanFinishedAggregates();
+
+  // A piece of the statement replaced: tokens [range) by `text`.
+  struct Replacement {
+    Range range;
+    std::string text;
+  };
+  // The text of tokens [clause) with the replacements inside it applied.
+  [[nodiscard]] std::string Splice(const Range& clause, const std::vector<Replacement>& replacements) const;
+
+  // The shards' SQL referring to every parameter the statement refers to
+  // (PostgreSQL refuses a parameter whose type it cannot tell): those only
+  // the finishing step uses are typed as text in a clause that changes nothing.
+  [[nodiscard]] std::string KeepParamsTyped(std::string sql) const;
 
   // GROUP BY name: an input column first, as PostgreSQL resolves it; a
   // select-list alias only when no table of the FROM clause has the column.
-  json ResolveOutputAlias(const json& item, const json& targets) const;
+  const json& ResolveOutputAlias(const json& item, const json& targets) const;
 
   // Whether a table of the FROM clause has (or may have: columns not known) the column.
   bool FromMayHaveColumn(const std::string& column) const;
@@ -191,7 +234,8 @@ class ScatterPlanner {
   const json& select_;
   Range select_list_, from_, where_, group_, having_, order_, tail_;
   std::size_t first_keyword_ = 0;
-  std::vector<Output> outputs_;  // the select list's, then hidden ones
+  std::size_t select_keyword_ = 0;  // the top level's SELECT
+  std::vector<Output> outputs_;     // the select list's, then hidden ones
   std::vector<ScatterPlan::HiddenColumn> hidden_columns_;
   // ORDER BY as the merge sorts: merged columns, directions, NULLS.
   struct OrderKey {

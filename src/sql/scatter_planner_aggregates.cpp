@@ -19,40 +19,144 @@
 
 namespace shardkit::sql::detail {
 
-std::string ScatterPlanner::DefaultName(const json& expression) {
-  if (!expression.is_object() || expression.empty()) return "?column?";
-  const std::string type = expression.begin().key();
-  const json& body = expression.begin().value();
+namespace {
+
+// PostgreSQL's FigureColnameInternal (parse_target.c): a name and its
+// strength (2: a column or function name, 1: a type or "case", 0: none).
+int FigureColname(const json& node, std::string& name) {
+  if (!node.is_object() || node.empty()) return 0;
+  const std::string type = node.begin().key();
+  const json& body = node.begin().value();
+  const auto last_string = [](const json& list) -> std::optional<std::string> {
+    std::optional<std::string> found;
+    for (const json& item : list) {
+      if (item.contains("String")) found = item.at("String").value("sval", "");
+    }
+    return found;
+  };
   if (type == "ColumnRef") {
-    const json& fields = body.at("fields");
-    if (!fields.empty() && fields.back().contains("String")) return fields.back().at("String").value("sval", "");
+    if (auto field = last_string(body.at("fields"))) {
+      name = *field;
+      return 2;
+    }
+  } else if (type == "A_Indirection") {
+    if (auto field = last_string(body.at("indirection"))) {
+      name = *field;
+      return 2;
+    }
+    return FigureColname(body.at("arg"), name);
   } else if (type == "FuncCall") {
-    return FunctionName(body);
+    name = FunctionName(body);
+    return 2;
+  } else if (type == "A_Expr") {
+    if (body.value("kind", "") == "AEXPR_NULLIF") {
+      name = "nullif";
+      return 2;
+    }
   } else if (type == "TypeCast") {
-    std::string inner = DefaultName(body.at("arg"));
-    if (inner != "?column?") return inner;
-    const json* names = Field(body.at("typeName"), "names");
-    if (names != nullptr && !names->empty() && names->back().contains("String")) {
-      return names->back().at("String").value("sval", "?column?");
+    const int strength = body.contains("arg") ? FigureColname(body.at("arg"), name) : 0;
+    if (strength <= 1 && body.contains("typeName")) {
+      if (auto last = last_string(body.at("typeName").value("names", json::array()))) {
+        name = *last;
+        return 1;
+      }
+    }
+    return strength;
+  } else if (type == "CollateClause") {
+    return FigureColname(body.at("arg"), name);
+  } else if (type == "GroupingFunc") {
+    name = "grouping";
+    return 2;
+  } else if (type == "SubLink") {
+    const std::string kind = body.value("subLinkType", "");
+    if (kind == "EXISTS_SUBLINK" || kind == "ARRAY_SUBLINK") {
+      name = kind == "EXISTS_SUBLINK" ? "exists" : "array";
+      return 2;
+    }
+    if (kind == "EXPR_SUBLINK") {
+      // The subquery's one output column's name, when it has one.
+      const json* select = Field(body.at("subselect"), "SelectStmt");
+      if (select != nullptr && select->contains("targetList") && !select->at("targetList").empty()) {
+        const json& target = select->at("targetList").front().at("ResTarget");
+        std::string inner;
+        if (target.contains("name")) {
+          name = target.at("name").get<std::string>();
+          return 2;
+        }
+        if (target.contains("val") && FigureColname(target.at("val"), inner) > 0) {
+          name = inner;
+          return 2;
+        }
+      }
     }
   } else if (type == "CaseExpr") {
-    return "case";
+    const int strength = body.contains("defresult") ? FigureColname(body.at("defresult"), name) : 0;
+    if (strength <= 1) {
+      name = "case";
+      return 1;
+    }
+    return strength;
+  } else if (type == "A_ArrayExpr") {
+    name = "array";
+    return 2;
+  } else if (type == "RowExpr") {
+    name = "row";
+    return 2;
   } else if (type == "CoalesceExpr") {
-    return "coalesce";
+    name = "coalesce";
+    return 2;
+  } else if (type == "MinMaxExpr") {
+    name = body.value("op", "") == "IS_GREATEST" ? "greatest" : "least";
+    return 2;
+  } else if (type == "SQLValueFunction") {
+    static constexpr std::pair<const char*, const char*> kNames[] = {
+        {"SVFOP_CURRENT_DATE", "current_date"},
+        {"SVFOP_CURRENT_TIME", "current_time"},
+        {"SVFOP_CURRENT_TIME_N", "current_time"},
+        {"SVFOP_CURRENT_TIMESTAMP", "current_timestamp"},
+        {"SVFOP_CURRENT_TIMESTAMP_N", "current_timestamp"},
+        {"SVFOP_LOCALTIME", "localtime"},
+        {"SVFOP_LOCALTIME_N", "localtime"},
+        {"SVFOP_LOCALTIMESTAMP", "localtimestamp"},
+        {"SVFOP_LOCALTIMESTAMP_N", "localtimestamp"},
+        {"SVFOP_CURRENT_ROLE", "current_role"},
+        {"SVFOP_CURRENT_USER", "current_user"},
+        {"SVFOP_USER", "user"},
+        {"SVFOP_SESSION_USER", "session_user"},
+        {"SVFOP_CURRENT_CATALOG", "current_catalog"},
+        {"SVFOP_CURRENT_SCHEMA", "current_schema"},
+    };
+    const std::string op = body.value("op", "");
+    for (const auto& [svf, svf_name] : kNames) {
+      if (op == svf) {
+        name = svf_name;
+        return 2;
+      }
+    }
+  } else if (type == "XmlSerialize") {
+    name = "xmlserialize";
+    return 2;
   }
-  return "?column?";
+  return 0;
 }
 
-std::string ScatterPlanner::ItemText(const Range& item, bool aliased) const {
+}  // namespace
+
+std::string ScatterPlanner::DefaultName(const json& expression) {
+  std::string name;
+  return FigureColname(expression, name) > 0 ? name : "?column?";
+}
+
+Range ScatterPlanner::ItemRange(const Range& item, bool aliased) const {
   std::size_t end = item.end;
   if (aliased && end > item.begin) {
     --end;
     if (end > item.begin && Word(end - 1) == "AS") --end;
   }
-  return Text(item.begin, end);
+  return Range{item.begin, end, true};
 }
 
-std::string ScatterPlanner::CallText(int location) const {
+Range ScatterPlanner::CallRange(int location) const {
   std::size_t t = parsed_.TokenAt(location);
   const std::size_t begin = t;
   while (t < parsed_.tokens.size() && !IsChar(t, '(')) ++t;
@@ -66,57 +170,78 @@ std::string ScatterPlanner::CallText(int location) const {
   };
   std::size_t end = close(t);
   if (Word(end) == "FILTER" && IsChar(end + 1, '(')) end = close(end + 1);
-  return Text(begin, end);
+  return Range{begin, end, true};
+}
+
+std::optional<std::size_t> ScatterPlanner::GroupKeys::Find(const json& tree) const {
+  for (std::size_t g = 0; g < trees.size(); ++g) {
+    if (trees[g] == tree) return g;
+  }
+  return std::nullopt;
+}
+
+ScatterPlanner::GroupKeys ScatterPlanner::ReadGroupKeys(const json& targets, const std::vector<Range>& items) const {
+  GroupKeys keys;
+  const json* group = Field(select_, "groupClause");
+  if (group == nullptr) return keys;
+  const std::vector<Range> group_items = Items(group_);
+  for (std::size_t g = 0; g < group->size(); ++g) {
+    const json& item = (*group)[g];
+    if (const auto position = Integer(item, "GROUP BY"); position) {
+      if (*position < 1 || static_cast<std::size_t>(*position) > targets.size()) {
+        Refuse(LocationOf(item), fmt::format("GROUP BY {}", *position), "the select list has no such position",
+               fmt::format("use 1 to {}", targets.size()));
+      }
+      const json& target = targets[static_cast<std::size_t>(*position - 1)].at("ResTarget");
+      keys.trees.push_back(WithoutLocations(target.at("val")));
+      keys.texts.push_back(ItemText(items[static_cast<std::size_t>(*position - 1)], target.contains("name")));
+      continue;
+    }
+    if (ContainsAggregate(item)) {
+      Refuse(LocationOf(item), "an aggregate in GROUP BY", "PostgreSQL does not allow it either",
+             "group by columns or expressions of them");
+    }
+    const json& resolved = ResolveOutputAlias(item, targets);
+    keys.trees.push_back(WithoutLocations(resolved));
+    // An output alias stands for its select-list item's expression, which is what the shards group by.
+    std::string text = g < group_items.size() ? Text(group_items[g]) : std::string();
+    for (std::size_t i = 0; i < targets.size() && &resolved != &item; ++i) {
+      if (&targets[i].at("ResTarget").at("val") == &resolved) text = ItemText(items[i], true);
+    }
+    keys.texts.push_back(std::move(text));
+  }
+  return keys;
+}
+
+AggregateQuery ScatterPlanner::FromAndWhere() const {
+  AggregateQuery query = AggregateQuery::FromSql(Text(from_));
+  if (where_.present) query.Where(Text(where_));
+  return query;
+}
+
+std::vector<Range> ScatterPlanner::SelectItems() const {
+  std::vector<Range> items = Items(select_list_);
+  if (items.size() != select_.at("targetList").size()) {
+    Refuse(-1, "the select list", "its items could not be told apart", "simplify the select list");
+  }
+  return items;
 }
 
 ScatterPlan ScatterPlanner::PlanAggregates() {
-  AggregateQuery query = AggregateQuery::FromSql(Text(from_));
-  if (where_.present) query.Where(Text(where_));
-
+  AggregateQuery query = FromAndWhere();
   const json& targets = select_.at("targetList");
-  const std::vector<Range> items = Items(select_list_);
-  if (items.size() != targets.size()) {
-    Refuse(-1, "the select list", "its items could not be told apart", "simplify the select list");
-  }
-  // GROUP BY items as expressions: a position means that select-list item's.
-  std::vector<json> group_trees;
-  std::vector<std::string> group_texts;
-  if (const json* group = Field(select_, "groupClause"); group != nullptr) {
-    const std::vector<Range> group_items = Items(group_);
-    for (std::size_t g = 0; g < group->size(); ++g) {
-      const json& item = (*group)[g];
-      if (const auto position = Integer(item, "GROUP BY"); position) {
-        if (*position < 1 || static_cast<std::size_t>(*position) > targets.size()) {
-          Refuse(LocationOf(item), fmt::format("GROUP BY {}", *position), "the select list has no such position",
-                 fmt::format("use 1 to {}", targets.size()));
-        }
-        const json& target = targets[static_cast<std::size_t>(*position - 1)].at("ResTarget");
-        group_trees.push_back(WithoutLocations(target.at("val")));
-        group_texts.push_back(ItemText(items[static_cast<std::size_t>(*position - 1)], target.contains("name")));
-        continue;
-      }
-      if (ContainsAggregate(item)) {
-        Refuse(LocationOf(item), "an aggregate in GROUP BY", "PostgreSQL does not allow it either",
-               "group by columns or expressions of them");
-      }
-      group_trees.push_back(WithoutLocations(ResolveOutputAlias(item, targets)));
-      group_texts.push_back(g < group_items.size() ? Text(group_items[g]) : std::string());
-    }
-  }
-  const auto group_index = [&](const json& tree) -> std::optional<std::size_t> {
-    for (std::size_t g = 0; g < group_trees.size(); ++g) {
-      if (group_trees[g] == tree) return g;
-    }
-    return std::nullopt;
-  };
+  const std::vector<Range> items = SelectItems();
+  const GroupKeys group_keys = ReadGroupKeys(targets, items);
+  const std::vector<json>& group_trees = group_keys.trees;
+  const std::vector<std::string>& group_texts = group_keys.texts;
+  const auto group_index = [&](const json& tree) { return group_keys.Find(tree); };
 
   std::vector<bool> group_selected(group_trees.size(), false);
   for (std::size_t i = 0; i < targets.size(); ++i) {
     const json& target = targets[i].at("ResTarget");
     const json& value = target.at("val");
     const bool aliased = target.contains("name");
-    Output out{fmt::format("_c{}", i + 1), WithoutLocations(value), false,
-               aliased ? target.at("name").get<std::string>() : DefaultName(value)};
+    Output out{fmt::format("_c{}", i + 1), WithoutLocations(value), false, OutputName(target)};
     if (value.contains("ColumnRef") && value.at("ColumnRef").at("fields").back().contains("A_Star")) {
       Refuse(LocationOf(value), "* in an aggregate query",
              "it selects columns that are neither grouped nor "
@@ -129,14 +254,10 @@ ScatterPlan ScatterPlanner::PlanAggregates() {
       query.GroupByExpr(ItemText(items[i], aliased), out.name);
     } else if (value.contains("FuncCall") && catalog_.IsAggregate(FunctionName(value.at("FuncCall")))) {
       AddAggregate(query, value, ItemText(items[i], aliased), out.name);
-    } else if (ContainsAggregate(value)) {
-      Refuse(LocationOf(value), fmt::format("the expression {}", ItemText(items[i], aliased)),
-             "expressions over aggregates are not merged across shards yet (a shard's value of the expression is "
-             "not the whole table's)",
-             "select the aggregates themselves and compute the expression from the merged values");
     } else {
-      Refuse(LocationOf(value), fmt::format("the column {}", ItemText(items[i], aliased)),
-             "it is neither in GROUP BY nor an aggregate", "add it to GROUP BY or aggregate it");
+      // An expression over aggregates or group keys, a constant, or a
+      // column neither grouped nor aggregated (which the finishing plan refuses).
+      throw NeedsFinish{};
     }
     outputs_.push_back(std::move(out));
   }
@@ -190,7 +311,7 @@ ScatterPlan ScatterPlanner::PlanAggregates() {
   return plan;
 }
 
-json ScatterPlanner::ResolveOutputAlias(const json& item, const json& targets) const {
+const json& ScatterPlanner::ResolveOutputAlias(const json& item, const json& targets) const {
   if (!item.contains("ColumnRef")) return item;
   const json& fields = item.at("ColumnRef").at("fields");
   if (fields.size() != 1 || !fields.front().contains("String")) return item;
@@ -262,10 +383,7 @@ std::string ScatterPlanner::ColumnFor(AggregateQuery& query, const json& express
     outputs_.push_back(Output{name, tree, false, {}});
     return name;
   }
-  Refuse(location, fmt::format("the expression at \"{}\"", TokenAt(location)),
-         ContainsAggregate(expression) ? "expressions over aggregates are not merged across shards yet"
-                                       : "it is neither a selected column, a GROUP BY expression nor an aggregate",
-         "order by or filter on selected columns, GROUP BY expressions or aggregates");
+  throw NeedsFinish{};
 }
 
 void ScatterPlanner::AddHaving(AggregateQuery& query, const json& having) {
@@ -273,13 +391,9 @@ void ScatterPlanner::AddHaving(AggregateQuery& query, const json& having) {
     for (const json& term : both->at("args")) AddHaving(query, term);
     return;
   }
-  const int location = LocationOf(having);
-  const auto refuse = [&] {
-    Refuse(location, "this HAVING condition",
-           "HAVING is merged for `aggregate op constant` terms joined by AND (op one of = <> < <= > >=, or IS [NOT] "
-           "NULL)",
-           "write HAVING that way, or filter the merged rows yourself");
-  };
+  // Other shapes than `aggregate op constant` terms joined by AND (op one
+  // of = <> < <= > >=, or IS [NOT] NULL): evaluated by the finishing step.
+  const auto refuse = [] { throw NeedsFinish{}; };
   if (const json* test = Field(having, "NullTest"); test != nullptr) {
     const bool is_null = test->value("nulltesttype", "") == "IS_NULL";
     query.Having(ColumnFor(query, test->at("arg")), is_null ? CompareOp::kIsNull : CompareOp::kIsNotNull);
@@ -299,7 +413,9 @@ void ScatterPlanner::AddHaving(AggregateQuery& query, const json& having) {
     flipped = true;
   }
   const std::optional<Value> value = ConstantValue(*constant);
-  if (!value) refuse();
+  // A quoted constant is read as the column's type (a date, a number...),
+  // which the merge compares exactly only for text: the server does it.
+  if (!value || value->kind() == Value::Kind::kText) refuse();
   CompareOp compare = CompareOp::kEq;
   if (op == "=") {
     compare = CompareOp::kEq;

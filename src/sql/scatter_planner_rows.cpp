@@ -24,11 +24,17 @@ ScatterPlan ScatterPlanner::PlanConcatenation() const {
   const json* sort = Field(select_, "sortClause");
   const json* limit = Field(select_, "limitCount");
   const json* offset = Field(select_, "limitOffset");
-  if (sort == nullptr && limit == nullptr && offset == nullptr) {
+  const json* distinct = Field(select_, "distinctClause");
+  // DISTINCT ON without the key was refused; with it, or with the key among
+  // the columns, equal rows are on one shard.
+  const bool distinct_across_shards = distinct != nullptr && (distinct->empty() || distinct->front().empty()) &&
+                                      !HasShardKey(select_.at("targetList"), true);
+  if (sort == nullptr && limit == nullptr && offset == nullptr && !distinct_across_shards) {
     plan.shard_sql = parsed_.text;
     return plan;
   }
   RowOrder order;
+  order.distinct = distinct_across_shards;
   if (limit != nullptr) plan.limit_param = LimitParam(*limit, "LIMIT");
   if (offset != nullptr) plan.offset_param = LimitParam(*offset, "OFFSET");
   if (limit != nullptr && plan.limit_param == 0) order.limit = LimitValue(*limit, "LIMIT");
@@ -75,12 +81,17 @@ ScatterPlan ScatterPlanner::PlanConcatenation() const {
         const std::optional<std::string> bare = BareName(node);
         for (std::size_t i = 0; i < targets.size() && !item; ++i) {
           const json& target = targets[i].at("ResTarget");
-          const std::string display =
-              target.contains("name") ? target.at("name").get<std::string>() : DefaultName(target.at("val"));
+          const std::string display = OutputName(target);
           if ((bare && display == *bare) || WithoutLocations(target.at("val")) == tree) item = i;
         }
       }
       std::string expression;
+      if (!item && distinct_across_shards) {
+        Refuse(LocationOf(node), "this ORDER BY item of a SELECT DISTINCT over every shard",
+               star ? "with * in the select list, its place among the columns is not known before the rows arrive"
+                    : "it is not one of the selected columns (PostgreSQL requires that for SELECT DISTINCT)",
+               star ? "name the selected columns instead of *" : "select it, or order by a selected column");
+      }
       if (item) {
         key.column = *item;
         expression = ItemText(items[*item], targets[*item].at("ResTarget").contains("name"));

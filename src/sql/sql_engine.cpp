@@ -1,6 +1,7 @@
 #include "sql/sql_engine.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <pqxx/pqxx>
 #include <string_view>
 
+#include "core/sql_text.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/queries/scatter_merge.hpp"
@@ -70,8 +72,24 @@ std::shared_ptr<const SqlPlan> SqlEngine::Plan(const std::string& sql, bool* cac
 }
 
 SqlEngine::Bound SqlEngine::Bind(const std::string& sql, const SqlParams& params) {
+  bool cached = false;
+  std::shared_ptr<const SqlPlan> plan = Plan(sql, &cached);
+  return Bind(std::move(plan), cached, params);
+}
+
+SqlEngine::Bound SqlEngine::Bind(std::shared_ptr<const SqlPlan> plan, bool cached, const SqlParams& params) {
+  if (plan->arm_by_arm) {
+    // A set operation pinned by several parameters: routed when they name
+    // one customer, arm by arm when they do not.
+    try {
+      (void)BindRoute(*plan, params);
+    } catch (const SqlError&) {
+      return Bind(plan->arm_by_arm, cached, params);
+    }
+  }
   Bound bound;
-  bound.plan = Plan(sql, &bound.cached);
+  bound.plan = std::move(plan);
+  bound.cached = cached;
   bound.route = BindRoute(*bound.plan, params);
   // No sharded table: any shard answers; customer 0's is as good as any.
   bound.customer = bound.route.customer.value_or(CustomerId{0});
@@ -92,6 +110,11 @@ SqlPlanInfo SqlEngine::Info(const Bound& bound, ShardId shard) const {
   info.sharded_tables = bound.plan->sharded_tables;
   info.reference_tables = bound.plan->reference_tables;
   info.cached = bound.cached;
+  if (const auto& set = bound.plan->set_operation; set) {
+    info.total_shards = resolver_.ShardCount();
+    info.shard_count = info.total_shards;
+    info.merge = set->Describe();
+  }
   if (const auto& scatter = bound.plan->scatter; scatter) {
     info.total_shards = resolver_.ShardCount();
     info.shard_count = info.total_shards;
@@ -277,7 +300,8 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     ran_on(scattered);
     try {
       SqlPlanInfo keep = std::move(result.plan);
-      result = MergeSortedRows(scattered, order);
+      result = order.distinct ? FinishDistinct(scattered, order, params, scatter_options)
+                              : MergeSortedRows(scattered, order);
       result.plan = std::move(keep);
       result.rows_received = scattered.TotalRows();
     } catch (const UnmergeableQuery& e) {
@@ -293,6 +317,7 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     result.rows_received = result.rows.size();
   } else {
     MergedResult merged;
+    ShardId finish_on{0};
     try {
       MergePlan merge = *plan.merge;
       if (limit) merge.Limit(*limit);
@@ -301,6 +326,7 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
       const ScatterResult scattered = scatter_.Run(plan.shard_sql, params, scatter_options);
       ran_on(scattered);
       merged = Merge(merge, scattered);
+      finish_on = scattered.shards.empty() ? ShardId{0} : scattered.shards.front().shard;
     } catch (const UnmergeableQuery& e) {
       // What only the shards' column types tell (a type the merge cannot order or group).
       std::string reason = e.what();
@@ -333,13 +359,164 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
         out.push_back(v.IsNull() ? std::nullopt : std::optional<std::string>(v.ToString()));
       }
     }
+    if (plan.finish) {
+      // The merged groups are the finishing step's input _m1.
+      FinishInput input{CastTypeNames(result.types), std::move(result.rows)};
+      SqlResult finished = Finish(*plan.finish, {input}, params, scatter_options, finish_on);
+      finished.plan = std::move(result.plan);
+      finished.rows_received = result.rows_received;
+      result = std::move(finished);
+    }
   }
   result.affected = result.rows.size();
   return result;
 }
 
+std::vector<std::string> SqlEngine::CastTypeNames(const std::vector<unsigned>& oids) {
+  std::vector<unsigned> missing;
+  {
+    const std::lock_guard lock(type_names_mutex_);
+    for (const unsigned oid : oids) {
+      if (!type_names_.contains(oid)) missing.push_back(oid);
+    }
+  }
+  if (!missing.empty()) {
+    // Never format_type(): it names bpchar "character", which a cast reads as character(1).
+    const std::string sql = fmt::format(
+        "SELECT t.oid::int8, format('%I.%I', n.nspname, t.typname) FROM pg_catalog.pg_type t JOIN "
+        "pg_catalog.pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = ANY('{{{}}}'::oid[])",
+        fmt::join(missing, ","));
+    std::string failures;
+    bool read = false;
+    for (ConnectionPool& pool : resolver_.AllShards()) {
+      try {
+        auto lease = pool.Acquire();
+        pqxx::nontransaction tx(*lease);
+        const pqxx::result rows = tx.exec(sql);
+        const std::lock_guard lock(type_names_mutex_);
+        for (const auto& row : rows) type_names_[row[0].as<unsigned>()] = row[1].as<std::string>();
+        read = true;
+        break;
+      } catch (const std::exception& e) {
+        failures += fmt::format("{}{}", failures.empty() ? "" : "; ", e.what());
+      }
+    }
+    if (!read) throw Error("sql: the result's column types could not be read from any shard: " + failures);
+  }
+  std::vector<std::string> names;
+  const std::lock_guard lock(type_names_mutex_);
+  for (const unsigned oid : oids) {
+    const auto it = type_names_.find(oid);
+    if (it == type_names_.end()) throw Error(fmt::format("sql: no type with OID {} on the shards", oid));
+    names.push_back(it->second);
+  }
+  return names;
+}
+
+SqlResult SqlEngine::Finish(const FinishStep& step, const std::vector<FinishInput>& inputs, const SqlParams& params,
+                            ScatterOptions options, ShardId shard) {
+  const FinishStatement statement = BuildFinishStatement(step, inputs, params);
+  // It reads no table: no bucket to fence, any shard computes it alike.
+  options.shards = std::vector<ShardId>{shard};
+  options.buckets.reset();
+  options.directory_buckets = false;
+  options.read_only = true;
+  const ScatterResult finished = scatter_.Run(statement.sql, statement.params, options);
+  SqlResult result;
+  for (const ShardResult& one : finished.shards) {
+    ReadColumns(one.rows, result);
+    AppendRows(one.rows, result);
+  }
+  result.affected = result.rows.size();
+  return result;
+}
+
+SqlResult SqlEngine::FinishDistinct(const ScatterResult& scattered, const RowOrder& order, const SqlParams& params,
+                                    const ScatterOptions& options) {
+  // Every shard's rows (the merge checks that each was sorted as the
+  // server sorts: C collation), without their hidden columns.
+  RowOrder all = order;
+  all.limit.reset();
+  all.offset = 0;
+  const SqlResult rows = MergeSortedRows(scattered, all);
+  FinishStep step;
+  step.inputs.push_back(NumberedColumns(rows.columns.size()));
+  std::string select = SelectNamed(rows.columns, "_m1", true);
+  for (std::size_t k = 0; k < order.keys.size(); ++k) {
+    const SortColumn& key = order.keys[k];
+    select += fmt::format("{}{}{}{}", k == 0 ? " ORDER BY " : ", ", key.column + 1,
+                          key.direction == SortDirection::kDesc ? " DESC" : "",
+                          key.nulls == NullsOrder::kFirst  ? " NULLS FIRST"
+                          : key.nulls == NullsOrder::kLast ? " NULLS LAST"
+                                                           : "");
+  }
+  if (order.limit) select += fmt::format(" LIMIT {}", *order.limit);
+  if (order.offset > 0) select += fmt::format(" OFFSET {}", order.offset);
+  step.select = std::move(select);
+  FinishInput input{CastTypeNames(rows.types), rows.rows};
+  const ShardId shard = scattered.shards.empty() ? ShardId{0} : scattered.shards.front().shard;
+  return Finish(step, {input}, params, options, shard);
+}
+
+SqlResult SqlEngine::ExecuteSetOperation(const Bound& bound, const SqlParams& params, const SqlOptions& options) {
+  const SetOperationPlan& set = *bound.plan->set_operation;
+  SqlOptions arm_options = options;
+  // One deadline for every arm and the finishing step.
+  if (!arm_options.deadline) arm_options.deadline = std::chrono::steady_clock::now() + kScatterTimeout;
+  std::vector<SqlResult> arms;
+  std::size_t rows_received = 0;
+  for (const SetOperationArm& arm : set.arms) {
+    SqlParams arm_params;
+    for (const int p : arm.params) {
+      if (static_cast<std::size_t>(p) > params.size()) {
+        throw Refusal(bound.plan->text, 0, fmt::format("the parameter ${}", p),
+                      fmt::format("it has no value ({} parameter(s) given)", params.size()), "give every parameter");
+      }
+      arm_params.push_back(params[static_cast<std::size_t>(p - 1)]);
+    }
+    arms.push_back(ExecuteBound(Bind(arm.plan, true, arm_params), arm_params, arm_options));
+    rows_received += arms.back().rows_received;
+  }
+  const bool same_types =
+      std::all_of(arms.begin(), arms.end(), [&](const SqlResult& a) { return a.types == arms.front().types; });
+  SqlResult result;
+  if (set.union_all_only && same_types) {
+    // UNION ALL: the arms' rows one after the other.
+    result.columns = arms.front().columns;
+    result.types = arms.front().types;
+    for (SqlResult& arm : arms) {
+      for (auto& row : arm.rows) result.rows.push_back(std::move(row));
+    }
+  } else {
+    FinishStep step;
+    std::vector<FinishInput> inputs;
+    for (SqlResult& arm : arms) {
+      step.inputs.push_back(NumberedColumns(arm.columns.size()));
+      inputs.push_back(FinishInput{CastTypeNames(arm.types), std::move(arm.rows)});
+    }
+    // The first arm's columns name the result's.
+    step.select = set.combination;
+    step.select.replace(step.select.find(SetOperationPlan::kFirstArm),
+                        std::string_view(SetOperationPlan::kFirstArm).size(), SelectNamed(arms.front().columns, "_m1"));
+    if (!set.tail.empty()) step.select += " " + set.tail;
+    step.params_used = ParamsIn(step.select);
+    ScatterOptions scatter_options;
+    scatter_options.deadline = arm_options.deadline;
+    scatter_options.label = options.label;
+    result = Finish(step, inputs, params, scatter_options, ShardId{0});
+  }
+  result.plan = Info(bound, ShardId{0});
+  result.rows_received = rows_received;
+  result.affected = result.rows.size();
+  return result;
+}
+
 SqlResult SqlEngine::Execute(const std::string& sql, const SqlParams& params, const SqlOptions& options) {
-  const Bound bound = Bind(sql, params);
+  return ExecuteBound(Bind(sql, params), params, options);
+}
+
+SqlResult SqlEngine::ExecuteBound(const Bound& bound, const SqlParams& params, const SqlOptions& options) {
+  if (bound.plan->set_operation) return ExecuteSetOperation(bound, params, options);
   if (bound.plan->kind == SqlPlanInfo::Kind::kScatter) return ExecuteScatter(bound, params, options);
   const std::string text = StatementText(*bound.plan, bound.route);
   RoutedOptions routed;

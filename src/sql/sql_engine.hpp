@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/sql/sql_options.hpp"
 #include "shardkit/sql/sql_result.hpp"
+#include "sql/finish.hpp"
 #include "sql/plan_cache.hpp"
 #include "sql/router.hpp"
 #include "sql/sql_catalog.hpp"
@@ -58,12 +60,26 @@ class SqlEngine {
     bool cached = false;
   };
   Bound Bind(const std::string& sql, const SqlParams& params);
+  Bound Bind(std::shared_ptr<const SqlPlan> plan, bool cached, const SqlParams& params);
+  SqlResult ExecuteBound(const Bound& bound, const SqlParams& params, const SqlOptions& options);
+  // Each arm as a statement of its own, then combined (set_operation.hpp).
+  SqlResult ExecuteSetOperation(const Bound& bound, const SqlParams& params, const SqlOptions& options);
   SqlPlanInfo Info(const Bound& bound, ShardId shard) const;
   SqlResult ExecuteScatter(const Bound& bound, const SqlParams& params, const SqlOptions& options);
   // The best-sellers shape by exact top-k; nullopt (and *why) when top-k
   // cannot answer it exactly and the merge plan must.
   std::optional<SqlResult> ExecuteTopK(const Bound& bound, const SqlParams& params,
                                        const ScatterOptions& scatter_options, std::string* why);
+  // The finishing step (finish.hpp) over these inputs, on `shard`.
+  SqlResult Finish(const FinishStep& step, const std::vector<FinishInput>& inputs, const SqlParams& params,
+                   ScatterOptions options, ShardId shard);
+  // SELECT DISTINCT without the shard key: the shards' rows (each shard's
+  // distinct ones, in order) deduplicated, ordered and limited on one shard.
+  SqlResult FinishDistinct(const ScatterResult& scattered, const RowOrder& order, const SqlParams& params,
+                           const ScatterOptions& options);
+  // For each type OID, a name the server casts text to exactly (a
+  // qualified pg_type name), looked up on a shard once.
+  std::vector<std::string> CastTypeNames(const std::vector<unsigned>& oids);
 
   BucketShardResolver& resolver_;
   RoutedTransactions& transactions_;
@@ -72,6 +88,8 @@ class SqlEngine {
   PlanCache cache_;
   std::mutex catalog_mutex_;
   std::shared_ptr<const SqlCatalog> catalog_ SHARDKIT_GUARDED_BY(catalog_mutex_);
+  std::mutex type_names_mutex_;
+  std::map<unsigned, std::string> type_names_ SHARDKIT_GUARDED_BY(type_names_mutex_);
 };
 
 }  // namespace shardkit::sql

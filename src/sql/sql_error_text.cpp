@@ -62,6 +62,17 @@ int CharPosition(std::string_view text, int byte_offset) {
   return chars + 1;
 }
 
+int ByteOffset(std::string_view text, int char_position) {
+  int chars = 1;
+  std::size_t at = 0;
+  while (at < text.size() && chars < char_position) {
+    ++at;
+    while (at < text.size() && IsContinuation(text[at])) ++at;
+    ++chars;
+  }
+  return static_cast<int>(at);
+}
+
 SqlError SyntaxError(std::string_view text, const std::string& message, int char_position) {
   SqlError::Details details;
   details.kind = SqlError::Kind::kSyntax;

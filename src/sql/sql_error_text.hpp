@@ -20,5 +20,7 @@ namespace shardkit::sql {
 
 // 1-based character position of a byte offset (0 for a negative offset).
 [[nodiscard]] int CharPosition(std::string_view text, int byte_offset);
+// The byte offset of a 1-based character position (its inverse).
+[[nodiscard]] int ByteOffset(std::string_view text, int char_position);
 
 }  // namespace shardkit::sql

@@ -16,6 +16,8 @@ std::string SqlPlanInfo::Describe() const {
       over = fmt::format("{} of {} shards ({} {})", shard_count, total_shards, shards.size() == 1 ? "shard" : "shards",
                          which);
     }
+    // A set operation has no one per-shard statement: its arms have their own.
+    if (shard_sql.empty()) return fmt::format("scatter over {}: {}", over, merge);
     return fmt::format("scatter over {}, per-shard SQL: {}; merge: {}", over, shard_sql, merge);
   }
   std::string tables;

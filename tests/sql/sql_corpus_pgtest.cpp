@@ -430,11 +430,117 @@ std::vector<Statement> HandWritten() {
       {"SELECT count(*) FROM orders LIMIT $1", true, {"0"}},
       {"SELECT order_id FROM orders WHERE customer_id IN (1, 2, 3) ORDER BY 1 LIMIT $1", true, {"2"}},
       {"SELECT order_id FROM orders WHERE order_id > $1 ORDER BY 1 LIMIT $1", true, {"3"}},
+      // ---- expressions over aggregates, HAVING of any shape, DISTINCT over groups: finished by the server ----
+      {"SELECT coalesce(sum(total), 0) AS revenue, count(*) FROM orders WHERE status = 'no such status'", true},
+      {"SELECT status, sum(total) - sum(total / 2) AS half, round(avg(total), 2) AS avg2 FROM orders GROUP BY status "
+       "ORDER BY status",
+       true},
+      {"SELECT status, 100.0 * count(*) / sum(count(*)) OVER () FROM orders GROUP BY status", false},
+      {"SELECT status, 100.0 * count(*) / (SELECT count(*) FROM books) FROM orders GROUP BY status", false},
+      {"SELECT b.category, round(100.0 * sum(i.quantity) / sum(sum(i.quantity)) OVER (), 2) FROM order_items i "
+       "JOIN books b USING (book_id) GROUP BY 1",
+       false},
+      {"SELECT status, count(*) * 2 + 1, sum(total)::int, max(total) - min(total) AS spread FROM orders GROUP BY 1 "
+       "ORDER BY spread DESC, 1",
+       true},
+      {"SELECT status, CASE WHEN count(*) > 250 THEN 'many' WHEN count(*) > 100 THEN 'some' ELSE 'few' END AS size "
+       "FROM orders GROUP BY status ORDER BY 1",
+       true},
+      {"SELECT upper(status) || ':' || count(*) AS label FROM orders GROUP BY status ORDER BY label", true},
+      {"SELECT upper(status), count(*) FROM orders GROUP BY status ORDER BY upper(status) DESC", true},
+      {"SELECT status, round(avg(total)::numeric, 3), avg(total)::float8, sum(total) / nullif(count(*), 0) FROM orders "
+       "GROUP BY status ORDER BY 1",
+       true},
+      {"SELECT book_id, sum(quantity) * avg(unit_price) AS est FROM order_items GROUP BY book_id "
+       "ORDER BY est DESC, book_id LIMIT 5",
+       true},
+      {"SELECT book_id, sum(quantity) FROM order_items GROUP BY book_id ORDER BY sum(quantity) - count(*) DESC, "
+       "book_id LIMIT 6 OFFSET 1",
+       true},
+      {"SELECT book_id FROM order_items GROUP BY book_id HAVING sum(quantity) > 2 * count(*) ORDER BY book_id", true},
+      {"SELECT book_id, count(*) FROM order_items GROUP BY book_id HAVING count(*) > 30 OR max(quantity) < 3 "
+       "ORDER BY 1",
+       true},
+      {"SELECT status, count(*) FROM orders GROUP BY status HAVING NOT (count(*) < 100) ORDER BY 1", true},
+      {"SELECT customer_id, sum(total) FROM orders GROUP BY customer_id HAVING sum(total) > $1 ORDER BY 2 DESC, 1 "
+       "LIMIT 5",
+       true,
+       {"120"}},
+      {"SELECT status, sum(total) * $1 FROM orders WHERE ordered_at >= $2 GROUP BY status ORDER BY 1",
+       true,
+       {"2", "2026-01-05 00:00:00+00"}},
+      {"SELECT customer_id % 10 AS d, count(*) FROM orders GROUP BY 1 HAVING count(*) BETWEEN 50 AND 90 ORDER BY d",
+       true},
+      {"SELECT status FROM orders GROUP BY status HAVING max(total) IS DISTINCT FROM 0 ORDER BY 1", true},
+      {"SELECT status FROM orders GROUP BY status HAVING max(ordered_at AT TIME ZONE 'UTC') > '2026-1-5' ORDER BY 1",
+       true},
+      {"SELECT status, count(*) FROM orders WHERE total IS DISTINCT FROM 0 GROUP BY status ORDER BY 1", true},
+      {"SELECT status, count(*) FROM orders WHERE total IS NOT DISTINCT FROM $1 GROUP BY status ORDER BY 1",
+       true,
+       {"0"}},
+      {"SELECT DISTINCT count(*) FROM orders GROUP BY customer_id ORDER BY 1", true},
+      {"SELECT DISTINCT count(*) % 3 AS r FROM orders GROUP BY customer_id ORDER BY r DESC LIMIT 2", true},
+      {"SELECT DISTINCT ON (count(*) > 3) count(*) > 3 AS big, min(customer_id) FROM orders GROUP BY customer_id "
+       "ORDER BY count(*) > 3, min(customer_id)",
+       true},
+      {"SELECT 1 AS one, count(*), 'x' AS x, now() >= now() AS t FROM orders", true},
+      {"SELECT count(*) FILTER (WHERE status = 'shipped') * 1.0 / count(*) AS shipped_share FROM orders", true},
+      {"SELECT extract(year FROM min(ordered_at) AT TIME ZONE 'UTC'), to_char(max(ordered_at) AT TIME ZONE 'UTC', "
+       "'YYYY-MM') FROM orders",
+       true},
+      {"SELECT b.category, sum(i.quantity * i.unit_price) / sum(i.quantity) AS avg_price FROM order_items i "
+       "JOIN books b USING (book_id) GROUP BY b.category ORDER BY avg_price DESC, 1",
+       true},
+      {"SELECT date_trunc('month', ordered_at AT TIME ZONE 'UTC') AS m, count(*), "
+       "to_char(date_trunc('month', ordered_at AT TIME ZONE 'UTC'), 'YYYY-MM') AS label FROM orders GROUP BY 1 "
+       "ORDER BY 1",
+       true},
+      {"SELECT greatest(max(quantity), 5), least(min(unit_price), 3.5), sum(quantity) % 7 FROM order_items", true},
+      {"SELECT status, count(*) FROM orders GROUP BY status ORDER BY count(*) % 5, status", true},
+      {"SELECT count(*) > 0 AS any_orders, bool_or(total > 40) FROM orders", true},
+      {"SELECT sum(total) / 0 FROM orders WHERE false", true},
+      // ---- DISTINCT without the shard key: each shard's distinct rows, deduplicated by the server ----
+      {"SELECT DISTINCT status FROM orders ORDER BY 1", true},
+      {"SELECT DISTINCT status FROM orders ORDER BY 1 DESC LIMIT 2 OFFSET 1", true},
+      {"SELECT DISTINCT quantity, book_id % 3 AS r FROM order_items ORDER BY 2, 1 DESC LIMIT 7", true},
+      {"SELECT DISTINCT b.category FROM order_items i LEFT JOIN books b USING (book_id) ORDER BY 1 NULLS FIRST", true},
+      {"SELECT DISTINCT total::int / 10 AS band FROM orders WHERE total > $1 ORDER BY band LIMIT $2", true, {"5", "4"}},
+      {"SELECT DISTINCT o.status, i.quantity FROM orders o JOIN order_items i USING (customer_id, order_id)", false},
+      {"SELECT DISTINCT unit_price FROM order_items ORDER BY unit_price DESC OFFSET 3", true},
+      // ---- UNION / INTERSECT / EXCEPT: arm by arm, combined by the server ----
+      {"SELECT status FROM orders UNION SELECT category FROM books ORDER BY 1", true},
+      {"SELECT customer_id FROM orders WHERE total > 45 INTERSECT SELECT customer_id FROM order_items "
+       "WHERE quantity = 6 ORDER BY 1",
+       true},
+      {"SELECT customer_id FROM customers EXCEPT SELECT customer_id FROM orders ORDER BY 1", true},
+      {"SELECT customer_id FROM customers EXCEPT ALL SELECT customer_id FROM orders WHERE total = 0 ORDER BY 1 "
+       "LIMIT 10",
+       true},
+      {"SELECT order_id, total FROM orders WHERE customer_id = 42 UNION ALL SELECT order_id, total FROM orders "
+       "WHERE customer_id = 77 ORDER BY 1",
+       true},
+      {"SELECT count(*) FROM orders UNION ALL SELECT count(*) FROM order_items UNION ALL SELECT sum(quantity) "
+       "FROM order_items",
+       false},
+      {"SELECT status, count(*) FROM orders GROUP BY status UNION SELECT 'total', count(*) FROM orders "
+       "ORDER BY 2 DESC, 1",
+       true},
+      {"SELECT total FROM orders WHERE customer_id = $1 UNION SELECT avg(total) FROM orders ORDER BY 1 LIMIT 3",
+       true,
+       {"42"}},
+      {"SELECT book_id FROM order_items WHERE quantity > $2 EXCEPT SELECT book_id FROM books WHERE price < $1 "
+       "ORDER BY book_id",
+       true,
+       {"10", "4"}},
+      {"(SELECT order_id FROM orders ORDER BY total DESC, order_id LIMIT 3) UNION ALL (SELECT order_id FROM orders "
+       "ORDER BY total, order_id LIMIT 2)",
+       false},
+      {"SELECT 1::int AS n UNION SELECT 2::bigint UNION SELECT 2.5 ORDER BY 1", true},
+      {"SELECT status FROM orders INTERSECT SELECT status FROM orders WHERE customer_id IN (1, 2, 3) ORDER BY 1", true},
+      {"VALUES ('placed'), ('lost') EXCEPT SELECT status FROM orders", false},
       // ---- reference tables alone ----
       {"SELECT category, count(*), min(price), max(title) FROM books GROUP BY 1 ORDER BY 1", true},
       // ---- refused over every shard (they must still be valid SQL) ----
-      {"SELECT DISTINCT status FROM orders", false},
-      {"SELECT coalesce(sum(total), 0) FROM orders", true},
       {"SELECT order_id, rank() OVER (ORDER BY total) FROM orders", false},
       {"SELECT count(*) FROM orders WHERE total > (SELECT avg(total) FROM orders)", true},
       {"SELECT status FROM orders GROUP BY status ORDER BY upper(status)", true},
@@ -486,14 +592,18 @@ class Generator {
   Statement Next() {
     const int kind = Pick(100);
     Statement s;
-    if (kind < 50) {
+    if (kind < 44) {
       s = Aggregate(false);
-    } else if (kind < 75) {
+    } else if (kind < 64) {
       s = PlainRows(false);
-    } else if (kind < 86) {
+    } else if (kind < 74) {
       s = Pick(2) == 0 ? Aggregate(true) : PlainRows(true);
-    } else if (kind < 93) {
+    } else if (kind < 80) {
       s = TopKShaped();
+    } else if (kind < 86) {
+      s = DistinctRows();
+    } else if (kind < 93) {
+      s = SetOperation();
     } else {
       s = RoutedExtra();
     }
@@ -713,6 +823,119 @@ class Generator {
     return call;
   }
 
+  // A numeric aggregate (count, sum, avg, min, max of a measure).
+  std::string NumericAggregate(const Source& src) {
+    switch (Pick(5)) {
+      case 0:
+        return "count(*)";
+      case 1:
+        return fmt::format("sum({})", OneOf(src.measures));
+      case 2:
+        return fmt::format("avg({})", OneOf(src.measures));
+      case 3:
+        return fmt::format("max({})", OneOf(src.measures));
+      default:
+        return fmt::format("count({})", OneOf(src.measures));
+    }
+  }
+
+  // An expression over aggregates: answered by the server over the merged groups.
+  std::string AggregateExpression(const Source& src, Statement& s) {
+    const std::string a = NumericAggregate(src);
+    const std::string b = NumericAggregate(src);
+    switch (Pick(7)) {
+      case 0:
+        return fmt::format("coalesce({}, 0)", a);
+      case 1:
+        return fmt::format("{} - {}", a, b);
+      case 2:
+        return fmt::format("round(({})::numeric, 2)", a);
+      case 3:
+        return fmt::format("CASE WHEN {} > 10 THEN 'high' ELSE 'low' END", a);
+      case 4:
+        return fmt::format("{} / nullif({}, 0)", a, b);
+      case 5:
+        // An integer: next to count(*) the server reads the parameter as bigint.
+        s.params.emplace_back(OneOf(std::vector<std::string>{"2", "3", "-1"}));
+        return fmt::format("{} * ${}", a, s.params.size());
+      default:
+        return fmt::format("({} + 1) * 100.0 / (count(*) + 1)", a);
+    }
+  }
+
+  // SELECT DISTINCT of columns without the shard key, ordered by all of them.
+  Statement DistinctRows() {
+    Statement s;
+    const Source& src = OneOf(Sources());
+    std::vector<std::string> columns;
+    const int n = 1 + Pick(3);
+    for (int i = 0; i < n; ++i) {
+      std::string c = OneOf(src.columns);
+      if (c.find("customer_id") != std::string::npos || c.find("COLLATE") != std::string::npos) continue;
+      if (std::find(columns.begin(), columns.end(), c) == columns.end()) columns.push_back(c);
+    }
+    if (columns.empty()) columns.push_back(src.columns.front());
+    std::string sql = "SELECT DISTINCT ";
+    for (std::size_t i = 0; i < columns.size(); ++i) sql += (i ? ", " : "") + columns[i] + fmt::format(" AS d{}", i);
+    sql += " FROM " + src.from + Where(src, s, false);
+    // Every column in the order: distinct rows are then totally ordered.
+    std::vector<std::string> order;
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+      order.push_back((Chance(50) ? std::to_string(i + 1) : fmt::format("d{}", i)) + Direction(rng_));
+    }
+    std::shuffle(order.begin(), order.end(), rng_);
+    sql += " ORDER BY " + fmt::format("{}", fmt::join(order, ", "));
+    if (Chance(60)) sql += LimitOffset(s);
+    s.sql = sql;
+    s.ordered = true;
+    return s;
+  }
+
+  // UNION / INTERSECT / EXCEPT of arms with one integer and one text column.
+  Statement SetOperation() {
+    Statement s;
+    static const std::vector<std::string> arms = {
+        "SELECT customer_id, status FROM orders WHERE total > {n}",
+        "SELECT customer_id, status FROM orders WHERE customer_id = {c}",
+        "SELECT o.customer_id, o.status FROM orders o WHERE o.customer_id IN ({c}, {c}, {c})",
+        "SELECT customer_id, 'placed' FROM customers WHERE customer_id % 7 = {d}",
+        "SELECT i.book_id, b.category FROM order_items i JOIN books b USING (book_id) WHERE i.quantity >= {q}",
+        "SELECT book_id, category FROM books WHERE price < {n}",
+        "SELECT customer_id, max(status) FROM orders GROUP BY customer_id HAVING count(*) > {q}",
+        "SELECT quantity, 'q' || quantity FROM order_items WHERE line_no = {q}",
+        "SELECT (order_id % 50)::int, status FROM orders WHERE total BETWEEN {n} AND {n} + 10",
+    };
+    static const std::vector<std::string> ops = {" UNION ",  " UNION ALL ",     " INTERSECT ",
+                                                 " EXCEPT ", " INTERSECT ALL ", " EXCEPT ALL "};
+    const auto arm = [&] {
+      std::string text = OneOf(arms);
+      static const std::vector<std::pair<std::string, std::vector<std::string>>> values = {
+          {"{n}", {"10", "25", "40"}},
+          {"{c}", {"1", "42", "77", "150", "299"}},
+          {"{d}", {"0", "3"}},
+          {"{q}", {"2", "4"}}};
+      for (const auto& [hole, choices] : values) {
+        for (std::size_t at; (at = text.find(hole)) != std::string::npos;) {
+          std::string value = OneOf(choices);
+          if (Chance(25)) {
+            s.params.emplace_back(value);
+            value = fmt::format("${}", s.params.size());
+          }
+          text.replace(at, hole.size(), value);
+        }
+      }
+      return text;
+    };
+    std::string sql = arm();
+    const int more = 1 + Pick(2);
+    for (int i = 0; i < more; ++i) sql += OneOf(ops) + arm();
+    sql += " ORDER BY " + std::string(Chance(50) ? "1, 2" : "2 DESC, 1");
+    if (Chance(40)) sql += LimitOffset(s);
+    s.sql = sql;
+    s.ordered = true;
+    return s;
+  }
+
   static std::string Direction(std::mt19937& rng) {
     switch (std::uniform_int_distribution<int>(0, 5)(rng)) {
       case 0:
@@ -790,7 +1013,12 @@ class Generator {
     }
     const int naggs = 1 + Pick(3);
     for (int a = 0; a < naggs; ++a) {
-      items.push_back(Item{AggregateCall(src, s), Chance(40) ? fmt::format("a{}", a + 1) : "", -1});
+      const std::string call = Chance(25) ? AggregateExpression(src, s) : AggregateCall(src, s);
+      items.push_back(Item{call, Chance(40) ? fmt::format("a{}", a + 1) : "", -1});
+    }
+    // An expression over a group key (evaluated over the merged groups).
+    if (!keys.empty() && Chance(15)) {
+      items.push_back(Item{fmt::format("({})::text || '!'", OneOf(keys).expr), "", -2});
     }
     std::shuffle(items.begin(), items.end(), rng_);
     std::string sql = "SELECT ";
@@ -821,7 +1049,7 @@ class Generator {
       std::vector<std::string> terms;
       const int n = 1 + Pick(2);
       for (int t = 0; t < n; ++t) {
-        switch (Pick(6)) {
+        switch (Pick(7)) {
           case 0:
             terms.push_back(fmt::format("count(*) > {}", OneOf(std::vector<std::string>{"1", "2", "5", "20", "0"})));
             break;
@@ -848,13 +1076,23 @@ class Generator {
                                         OneOf(std::vector<std::string>{"placed", "shipped", "Book 3"})));
             break;
           }
+          case 5:
+            // Other shapes: expressions over aggregates, parameters.
+            if (Chance(50)) {
+              terms.push_back(fmt::format("sum({}) > 2 * count(*)", OneOf(src.measures)));
+            } else {
+              s.params.emplace_back(OneOf(std::vector<std::string>{"1", "3", "10"}));
+              terms.push_back(fmt::format("count(*) > ${}", s.params.size()));
+            }
+            break;
           default:
             terms.push_back(fmt::format("{} IS NOT NULL", fmt::format("min({})", OneOf(src.measures))));
             break;
         }
       }
       sql += " HAVING ";
-      for (std::size_t t = 0; t < terms.size(); ++t) sql += (t ? " AND " : "") + terms[t];
+      const char* join = Chance(20) ? " OR " : " AND ";
+      for (std::size_t t = 0; t < terms.size(); ++t) sql += (t ? join : "") + terms[t];
     }
     const bool scalar = keys.empty();
     bool ordered = scalar;
@@ -878,7 +1116,7 @@ class Generator {
             order.push_back(items[i].text + Direction(rng_));
             break;
           default:
-            order.push_back(AggregateCall(src, s) + Direction(rng_));
+            order.push_back((Chance(30) ? AggregateExpression(src, s) : AggregateCall(src, s)) + Direction(rng_));
             break;
         }
       }
@@ -1081,8 +1319,6 @@ TEST_F(SqlCorpusPg, HandWrittenStatementsAnswerAsTheReferenceOrAreRefused) {
   const std::vector<std::tuple<std::string, int, std::string>> refused = {
       {"SELECT status, sum(total::float8) FROM orders GROUP BY status", 16, "sum(x::numeric)"},
       {"SELECT status FROM orders GROUP BY status ORDER BY avg(total::float8)", 52, "avg(x::numeric)"},
-      {"SELECT status FROM orders GROUP BY status HAVING max(ordered_at AT TIME ZONE 'UTC') > '2026-1-5'", 43,
-       "timestamp without time zone"},
   };
   for (const auto& [sql, column, reason] : refused) {
     SCOPED_TRACE(sql);

@@ -305,7 +305,7 @@ TEST(SqlRouter, WritesWithKeyListsRouteOnlyWithinOneBucket) {
             "DELETE orders");
 }
 
-TEST(SqlRouter, DistinctScattersOnlyWithTheShardKey) {
+TEST(SqlRouter, DistinctIsPerShardWithTheShardKeyAndFinishedWithout) {
   for (const char* sql : {"SELECT DISTINCT customer_id, status FROM orders",
                           "SELECT DISTINCT o.status, o.customer_id FROM orders o ORDER BY 1, 2 LIMIT 3",
                           "SELECT DISTINCT * FROM orders", "SELECT DISTINCT o.* FROM orders o JOIN books b ON true",
@@ -314,15 +314,108 @@ TEST(SqlRouter, DistinctScattersOnlyWithTheShardKey) {
     EXPECT_EQ(plan->kind, SqlPlanInfo::Kind::kScatter) << sql;
     ASSERT_TRUE(plan->scatter) << sql;
     EXPECT_FALSE(plan->scatter->merge) << sql;
+    EXPECT_FALSE(plan->scatter->rows && plan->scatter->rows->distinct) << sql;
   }
-  EXPECT_EQ(RefusalOf("SELECT DISTINCT status FROM orders").construct(), "DISTINCT over every shard");
-  EXPECT_EQ(RefusalOf("SELECT DISTINCT b.customer_id FROM orders o, books b").construct(), "DISTINCT over every shard");
-  EXPECT_EQ(
-      RefusalOf("SELECT DISTINCT o.customer_id FROM customers c LEFT JOIN orders o USING (customer_id)").construct(),
-      "DISTINCT over every shard");
+  // Without the key, equal rows may come from several shards: each shard's
+  // distinct rows, deduplicated again by the finishing step.
+  for (const char* sql : {"SELECT DISTINCT status FROM orders", "SELECT DISTINCT b.customer_id FROM orders o, books b",
+                          "SELECT DISTINCT o.customer_id FROM customers c LEFT JOIN orders o USING (customer_id)",
+                          "SELECT DISTINCT status, total FROM orders ORDER BY 2 DESC, status LIMIT 4"}) {
+    const auto plan = PlanStatement(sql, Catalog());
+    ASSERT_TRUE(plan->scatter && plan->scatter->rows) << sql;
+    EXPECT_TRUE(plan->scatter->rows->distinct) << sql;
+  }
+  const auto limited = PlanStatement("SELECT DISTINCT status FROM orders ORDER BY 1 LIMIT 2 OFFSET 1", Catalog());
+  EXPECT_NE(limited->scatter->shard_sql.find("LIMIT 3"), std::string::npos) << limited->scatter->shard_sql;
   EXPECT_EQ(RefusalOf("SELECT DISTINCT ON (status) status FROM orders ORDER BY status").construct(),
             "DISTINCT ON over every shard");
-  EXPECT_EQ(RefusalOf("SELECT DISTINCT count(*) FROM orders").construct(), "DISTINCT over every shard");
+  EXPECT_EQ(RefusalOf("SELECT DISTINCT status FROM orders ORDER BY total").construct(),
+            "this ORDER BY item of a SELECT DISTINCT over every shard");
+  // DISTINCT over merged groups: the finishing step.
+  const auto groups = PlanStatement("SELECT DISTINCT count(*) FROM orders GROUP BY status", Catalog());
+  ASSERT_TRUE(groups->scatter->finish);
+  EXPECT_EQ(groups->scatter->finish->select, "SELECT DISTINCT _m1._a1 AS \"count\" FROM _m1");
+}
+
+TEST(SqlRouter, ExpressionsOverAggregatesAreFinishedOverTheMergedGroups) {
+  const auto plan = PlanStatement(
+      "SELECT status, sum(total) - sum(total / 2) AS half, round(avg(total), 2), coalesce(max(total), 0), "
+      "CASE WHEN count(*) > 10 THEN 'many' ELSE 'few' END AS size, upper(status) || '!' "
+      "FROM orders WHERE total > $1 GROUP BY status HAVING sum(total) > 2 * min(total) OR count(*) < $2 "
+      "ORDER BY sum(total) DESC, size, 1 LIMIT $3",
+      Catalog());
+  ASSERT_TRUE(plan->scatter);
+  ASSERT_TRUE(plan->scatter->merge);
+  ASSERT_TRUE(plan->scatter->finish);
+  const FinishStep& finish = *plan->scatter->finish;
+  // Each group key and aggregate merged once, whatever expressions use them.
+  EXPECT_EQ(finish.inputs.front(), (std::vector<std::string>{"_g1", "_a1", "_a2", "_a3", "_a4", "_a5", "_a6"}));
+  EXPECT_EQ(finish.select,
+            "SELECT _m1._g1 AS \"status\", _m1._a1 - _m1._a2 AS \"half\", round(_m1._a3, 2) AS \"round\", "
+            "coalesce(_m1._a4, 0) AS \"coalesce\", CASE WHEN _m1._a5 > 10 THEN 'many' ELSE 'few' END AS \"size\", "
+            "upper(_m1._g1) || '!' AS \"?column?\" FROM _m1 WHERE _m1._a1 > 2 * _m1._a6 OR _m1._a5 < $2 "
+            "ORDER BY _m1._a1 DESC, size, 1 LIMIT $3");
+  EXPECT_EQ(finish.params_used, (std::vector<int>{2, 3}));
+  // The shards see $1 in WHERE, and $2 and $3 typed so that they still parse.
+  EXPECT_NE(plan->scatter->shard_sql.find("OFFSET 0 * length(concat($2::text, $3::text))"), std::string::npos)
+      << plan->scatter->shard_sql;
+  EXPECT_EQ(plan->scatter->column_names,
+            (std::vector<std::string>{"status", "half", "round", "coalesce", "size", "?column?"}));
+
+  // What PostgreSQL refuses too, and what cannot be evaluated over merged groups.
+  EXPECT_EQ(RefusalOf("SELECT total, count(*) FROM orders GROUP BY status").construct(), "the column total");
+  EXPECT_EQ(RefusalOf("SELECT count(*) + (SELECT count(*) FROM books) FROM orders").construct(),
+            "a subquery over merged aggregates");
+  EXPECT_NE(RefusalOf("SELECT sum(total) / percentile_cont(0.5) WITHIN GROUP (ORDER BY total) FROM orders")
+                .construct()
+                .find("percentile_cont"),
+            std::string::npos);
+}
+
+TEST(SqlRouter, OutputNamesAreThoseThePostgreSQLParserGives) {
+  const auto plan = PlanStatement(
+      "SELECT count(*)::int, CASE WHEN true THEN 1 ELSE max(total) END, CASE WHEN true THEN 1 END, "
+      "sum(total)::numeric(10, 2), nullif(count(*), 0), greatest(min(total), 1), (sum(total)), now(), "
+      "current_date - 1 FROM orders",
+      Catalog());
+  EXPECT_EQ(plan->scatter->column_names,
+            (std::vector<std::string>{"count", "max", "case", "sum", "nullif", "greatest", "sum", "now", "?column?"}));
+}
+
+TEST(SqlRouter, SetOperationsRunArmByArm) {
+  const auto plan = PlanStatement(
+      "SELECT customer_id, status FROM orders WHERE total > $2 UNION SELECT customer_id, 'x' FROM customers "
+      "WHERE customer_id = $1 EXCEPT (SELECT customer_id, status FROM orders WHERE customer_id IN (1, $3)) "
+      "ORDER BY 1 DESC LIMIT $4",
+      Catalog());
+  EXPECT_EQ(plan->kind, SqlPlanInfo::Kind::kScatter);
+  ASSERT_TRUE(plan->set_operation);
+  const SetOperationPlan& set = *plan->set_operation;
+  ASSERT_EQ(set.arms.size(), 3U);
+  // Each arm's parameters numbered from $1, in the order it uses them.
+  EXPECT_EQ(set.arms[0].text, "SELECT customer_id, status FROM orders WHERE total > $1");
+  EXPECT_EQ(set.arms[0].params, (std::vector<int>{2}));
+  EXPECT_EQ(set.arms[0].plan->kind, SqlPlanInfo::Kind::kScatter);
+  EXPECT_EQ(set.arms[1].plan->kind, SqlPlanInfo::Kind::kRouted);
+  EXPECT_EQ(set.arms[2].text, "SELECT customer_id, status FROM orders WHERE customer_id IN (1, $1)");
+  EXPECT_EQ(set.arms[2].params, (std::vector<int>{3}));
+  EXPECT_EQ(set.combination, "((<first arm>) UNION (SELECT * FROM _m2)) EXCEPT (SELECT * FROM _m3)");
+  EXPECT_EQ(set.tail, "ORDER BY 1 DESC LIMIT $4");
+  EXPECT_FALSE(set.union_all_only);
+  EXPECT_TRUE(PlanStatement("SELECT order_id FROM orders UNION ALL SELECT order_id FROM order_items", Catalog())
+                  ->set_operation->union_all_only);
+  // Every arm pinned to one customer: the whole statement on that shard.
+  EXPECT_EQ(RoutesTo("SELECT order_id FROM orders WHERE customer_id = 5 UNION SELECT order_id FROM order_items "
+                     "WHERE customer_id = 5"),
+            5);
+  // An arm's refusal points into the whole statement.
+  const SqlError e = RefusalOf(
+      "SELECT 1 UNION ALL SELECT rank() OVER (ORDER BY total) FROM orders WHERE total > $2 "
+      "AND order_id > $1");
+  EXPECT_EQ(e.column(), 27) << e.what();
+  EXPECT_NE(e.reason().find("arm 2"), std::string::npos) << e.what();
+  EXPECT_EQ(RefusalOf("WITH x AS (SELECT 1) SELECT order_id FROM orders UNION SELECT 1 FROM x").construct(),
+            "WITH over a set operation across shards");
 }
 
 TEST(SqlRouter, LimitAndOffsetParametersAreBoundAtExecution) {
@@ -355,7 +448,6 @@ TEST(SqlRouter, ScatterRefusalsSayWhereAndWhy) {
                                        "o.order_id\n                                    ^"),
             std::string::npos)
       << e.what();
-  EXPECT_EQ(RefusalOf("SELECT round(avg(total), 2) FROM orders").construct(), "the expression round(avg(total), 2)");
   EXPECT_EQ(RefusalOf("SELECT order_id FROM orders\nORDER BY total USING < LIMIT 5").line(), 2);
   EXPECT_EQ(RefusalOf("SELECT status, count(*) FROM orders GROUP BY CUBE (status)").column(), 46);
   EXPECT_NE(RefusalOf("SELECT bool_and(total > 0) FROM orders").construct().find("bool_and"), std::string::npos);
@@ -405,7 +497,10 @@ TEST(SqlRouter, SubqueriesAndCtesArePinnedLevelByLevel) {
   RefusalOf(
       "SELECT * FROM customers c WHERE EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.customer_id "
       "AND c.customer_id = 7 AND o.customer_id = 7)");
-  RefusalOf("SELECT order_id FROM orders WHERE customer_id = 3 UNION SELECT order_id FROM order_items");
+  // Arms of a set operation on different shards: arm by arm.
+  EXPECT_TRUE(PlanStatement("SELECT order_id FROM orders WHERE customer_id = 3 UNION SELECT order_id FROM order_items",
+                            Catalog())
+                  ->set_operation);
   RefusalOf("WITH x AS (DELETE FROM orders WHERE customer_id = 1 RETURNING *) SELECT * FROM x");
 }
 
@@ -420,7 +515,11 @@ TEST(SqlRouter, AmbiguousOrConflictingKeysAreRefused) {
   const SqlError two = RefusalOf("SELECT * FROM orders WHERE customer_id = 1 AND customer_id = 2");
   EXPECT_NE(two.reason().find("customers 1 and 2"), std::string::npos);
   RefusalOf("SELECT * FROM orders a, orders b WHERE a.customer_id = 1 AND b.customer_id = 2");
-  RefusalOf("SELECT * FROM orders WHERE customer_id = 1 UNION ALL SELECT * FROM orders WHERE customer_id = 2");
+  // Arms pinned to different customers: each arm on its own shard.
+  const auto arms = PlanStatement(
+      "SELECT * FROM orders WHERE customer_id = 1 UNION ALL SELECT * FROM orders WHERE customer_id = 2", Catalog());
+  ASSERT_TRUE(arms->set_operation);
+  EXPECT_EQ(arms->set_operation->arms.size(), 2U);
   // Parameters that differ are refused when bound.
   const SqlError params =
       RefusalOf("SELECT * FROM orders a, orders b WHERE a.customer_id = $1 AND b.customer_id = $2", {"1", "2"});

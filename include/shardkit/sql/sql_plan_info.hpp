@@ -39,7 +39,10 @@ struct SqlPlanInfo {
   // scatter restricted by `customer_id IN (...)` or `= ANY(...)` runs only on
   // the shards owning those customers' buckets: `shards` lists them (empty:
   // every shard). After Execute, the shards it ran on, by the directory
-  // snapshot it ran with; from Explain, by the current directory.
+  // snapshot it ran with; from Explain, by the current directory. When the
+  // server finishes the merged rows (expressions over aggregates, HAVING,
+  // DISTINCT), `merge` ends with the finishing SELECT; a set operation has
+  // no shard_sql, and `merge` names how each arm runs and how they combine.
   int shard_count = 0;
   int total_shards = 0;
   std::vector<ShardId> shards;

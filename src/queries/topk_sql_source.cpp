@@ -452,6 +452,7 @@ class ObservedByQuery {
 template <class Measure>
 std::vector<ShardLink> BasicSqlTopKSource<Measure>::Links() const {
   std::vector<ShardLink> links;
+  links.reserve(static_cast<std::size_t>(shard_count_));
   for (int s = 0; s < shard_count_; ++s) links.push_back(scatter_.Link(ShardId{s}));
   return links;
 }

@@ -15,6 +15,7 @@
 //   build/bench/topk_bench                       # $SHARDKIT_CONFIG or .cluster/shardkit.toml
 //   TOPK_BENCH_HISTORY_ORDERS=400000 build/bench/topk_bench --benchmark_filter=flat
 //   TOPK_BENCH_KEEP=1 ...   # leave the scratch databases topk_bench_<pid> behind
+//   TOPK_BENCH_BIG=1 build/bench/topk_bench --benchmark_filter=big/   # 8 shards, 1.2M keys (opt-in)
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -41,15 +42,18 @@
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/queries/topk.hpp"
 #include "shardkit/routing/resolver.hpp"
+#include "topk_bench_data.hpp"
 #include "topk_shortcut.hpp"
 
 namespace shardkit {
 namespace {
 
-using I64 = std::int64_t;
-using Clock = std::chrono::steady_clock;
-
-constexpr std::size_t kTop = 10;
+using bench::BigCluster;
+using bench::Clock;
+using bench::I64;
+using bench::kTop;
+using bench::Scenario;
+using bench::WithDatabase;
 constexpr int kBooks = 30000;
 constexpr int kHotBooks = 2000;
 constexpr int kWindowOrders = 39875;
@@ -65,14 +69,6 @@ std::string Timestamp(I64 unix_seconds) {
   return fmt::format("{:04}-{:02}-{:02} {:02}:{:02}:{:02}+00", static_cast<int>(ymd.year()),
                      static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()), hms.hours().count(),
                      hms.minutes().count(), hms.seconds().count());
-}
-
-Dsn WithDatabase(const Dsn& dsn, const std::string& database) {
-  const std::string& text = dsn.Reveal();
-  if (text.starts_with("postgres://") || text.starts_with("postgresql://")) {
-    return Dsn(text + (text.find('?') == std::string::npos ? "?" : "&") + "dbname=" + database);
-  }
-  return Dsn(text + " dbname=" + database);  // libpq: the last keyword wins
 }
 
 struct OrderRow {
@@ -139,13 +135,6 @@ std::vector<OrderRow> GenerateOrders(const std::string& shape, int history_order
   }
   return orders;
 }
-
-struct Scenario {
-  std::string shape;
-  TopKQuery query;
-  std::vector<TopKEntry<I64>> reference;  // the unsharded answer
-  std::size_t all_partials_rows = 0;
-};
 
 // The scratch databases, the data and a resolver over them; made once.
 class Cluster {
@@ -311,6 +300,22 @@ class Cluster {
   std::map<std::string, Scenario> scenarios_;
 };
 
+// A shape's scatter and scenario: the 2-shard data sets or the 8-shard ones.
+struct Target {
+  ScatterGather* scatter = nullptr;
+  Scenario* scenario = nullptr;
+};
+std::optional<Target> Find(const std::string& shape) {
+  if (shape.starts_with("big-")) {
+    BigCluster* big = BigCluster::Get();
+    if (big == nullptr) return std::nullopt;
+    return Target{&big->Scatter(), &big->Shape(shape)};
+  }
+  Cluster* cluster = Cluster::Get();
+  if (cluster == nullptr) return std::nullopt;
+  return Target{&cluster->Scatter(), &cluster->Shape(shape)};
+}
+
 // What the summary prints after the run.
 struct Figures {
   std::size_t rows = 0;
@@ -339,22 +344,22 @@ TopKResult<I64> AsResult(lab::ShortcutTopKResult<I64> r) {
 
 // method is ignored with shortcut (the wrong per-shard list, lab/src/topk_shortcut.hpp).
 void BM_BestSellers(benchmark::State& state, const std::string& shape, TopKMethod method, bool shortcut) {
-  Cluster* cluster = Cluster::Get();
-  if (cluster == nullptr) {
+  const auto target = Find(shape);
+  if (!target) {
     state.SkipWithError("no cluster: run lab/cluster start");
     return;
   }
-  Scenario& s = cluster->Shape(shape);
+  Scenario& s = *target->scenario;
   TopKResult<I64> last;
   double total_ms = 0;
   std::size_t runs = 0;
   std::vector<double> phase_ms;
   for (auto _ : state) {
     if (shortcut) {
-      SqlTopKSource source(cluster->Scatter(), s.query, cluster->Options());
+      SqlTopKSource source(*target->scatter, s.query, Cluster::Options());
       last = AsResult(lab::PerShardShortcutTopK(source, kTop));
     } else {
-      last = TopKBySum(cluster->Scatter(), s.query, method, cluster->Options());
+      last = TopKBySum(*target->scatter, s.query, method, Cluster::Options());
     }
     total_ms += static_cast<double>(last.elapsed.count()) / 1000.0;
     phase_ms.resize(last.phases.size());
@@ -389,22 +394,27 @@ void BM_BestSellers(benchmark::State& state, const std::string& shape, TopKMetho
   Summary()[shape + " / " + (shortcut ? lab::kShortcutName : TopKMethodName(method))] = f;
 }
 
+double MedianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
 // TPUT (or auto) and all partials alternately, one after the other in every
 // iteration (which goes first alternates too), so that both see the same
 // load on a shared machine: medians of each and the median of the
 // per-iteration ratios.
 void BM_BestSellersPaired(benchmark::State& state, const std::string& shape, TopKMethod method) {
-  Cluster* cluster = Cluster::Get();
-  if (cluster == nullptr) {
+  const auto target = Find(shape);
+  if (!target) {
     state.SkipWithError("no cluster: run lab/cluster start");
     return;
   }
-  Scenario& s = cluster->Shape(shape);
+  Scenario& s = *target->scenario;
   std::vector<double> mine, all, ratio;
   TopKResult<I64> last_mine, last_all;
   bool first_mine = true;
   for (auto _ : state) {
-    const auto run = [&](TopKMethod m) { return TopKBySum(cluster->Scatter(), s.query, m, cluster->Options()); };
+    const auto run = [&](TopKMethod m) { return TopKBySum(*target->scatter, s.query, m, Cluster::Options()); };
     if (first_mine) {
       last_mine = run(method);
       last_all = run(TopKMethod::kAllPartials);
@@ -421,10 +431,7 @@ void BM_BestSellersPaired(benchmark::State& state, const std::string& shape, Top
     state.SkipWithError("an exact method differs from the reference server");
     return;
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-  };
+  const auto median = MedianOf;
   state.counters["ms"] = median(mine);
   state.counters["all_partials_ms"] = median(all);
   state.counters["ratio"] = median(ratio);
@@ -440,6 +447,56 @@ void BM_BestSellersPaired(benchmark::State& state, const std::string& shape, Top
       "over {} iterations",
       last_all.total_rows, last_all.total_bytes, median(mine), median(all), median(ratio), ratio.size());
   Summary()[shape + " / " + TopKMethodName(method) + " vs all partials, paired"] = f;
+}
+
+// All partials, TPUT and auto in every iteration (the order rotates), so
+// all three see the same load: medians of each, and the median of the
+// iterations' auto / min(all partials, TPUT).
+void BM_AutoVsFaster(benchmark::State& state, const std::string& shape) {
+  const auto target = Find(shape);
+  if (!target) {
+    state.SkipWithError("no cluster: run lab/cluster start");
+    return;
+  }
+  Scenario& s = *target->scenario;
+  const TopKMethod methods[3] = {TopKMethod::kAllPartials, TopKMethod::kTput, TopKMethod::kAuto};
+  std::vector<double> ms[3];
+  std::vector<double> ratio;
+  TopKResult<I64> last[3];
+  int turn = 0;
+  for (auto _ : state) {
+    for (int i = 0; i < 3; ++i) {
+      const int which = (turn + i) % 3;
+      last[which] = TopKBySum(*target->scatter, s.query, methods[which], Cluster::Options());
+      ms[which].push_back(static_cast<double>(last[which].elapsed.count()) / 1000.0);
+    }
+    turn = (turn + 1) % 3;
+    ratio.push_back(ms[2].back() / std::min(ms[0].back(), ms[1].back()));
+  }
+  for (const auto& r : last) {
+    if (r.items != s.reference) {
+      state.SkipWithError("an exact method differs from the reference server");
+      return;
+    }
+  }
+  const double faster = std::min(MedianOf(ms[0]), MedianOf(ms[1]));
+  state.counters["all_partials_ms"] = MedianOf(ms[0]);
+  state.counters["tput_ms"] = MedianOf(ms[1]);
+  state.counters["auto_ms"] = MedianOf(ms[2]);
+  state.counters["auto_to_faster"] = MedianOf(ms[2]) / faster;
+  state.counters["auto_to_faster_paired"] = MedianOf(ratio);
+  Figures f;
+  f.rows = last[2].total_rows;
+  f.bytes = last[2].total_bytes;
+  f.mean_ms = MedianOf(ms[2]);
+  f.matches_reference = true;
+  f.extra = fmt::format(
+      "medians: all partials {:.2f} ms ({} rows, {} B), TPUT {:.2f} ms ({} rows, {} B), auto {:.2f} ms ({}); "
+      "auto / faster {:.3f}, paired {:.3f}, {} iterations\n      auto's last estimate: {}",
+      MedianOf(ms[0]), last[0].total_rows, last[0].total_bytes, MedianOf(ms[1]), last[1].total_rows,
+      last[1].total_bytes, MedianOf(ms[2]), TopKMethodName(last[2].method), MedianOf(ms[2]) / faster, MedianOf(ratio),
+      ratio.size(), last[2].choice);
+  Summary()[shape + " / auto vs the faster of all partials and TPUT"] = f;
 }
 
 // The same question asked of the one unsharded server (for scale only).
@@ -558,6 +615,32 @@ void Register() {
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond)
           ->MinTime(4.0);
+    }
+    benchmark::RegisterBenchmark(("best_sellers/" + s + "/auto_vs_faster").c_str(), BM_AutoVsFaster, s)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(6.0);
+  }
+  // The 8-shard, 1.2M-key data set: opt-in, its load takes a while.
+  if (const char* big = std::getenv("TOPK_BENCH_BIG"); big != nullptr && *big == '1') {
+    for (const char* shape : {"big-flat", "big-zipf"}) {
+      const std::string s = shape;
+      for (auto [name, method] : {std::pair{"all_partials", TopKMethod::kAllPartials},
+                                  std::pair{"tput", TopKMethod::kTput}, std::pair{"auto", TopKMethod::kAuto}}) {
+        benchmark::RegisterBenchmark(("big/" + s + "/" + name).c_str(), BM_BestSellers, s, method, false)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(5);
+      }
+      benchmark::RegisterBenchmark(("big/" + s + "/tput_vs_all_partials").c_str(), BM_BestSellersPaired, s,
+                                   TopKMethod::kTput)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(5);
+      benchmark::RegisterBenchmark(("big/" + s + "/auto_vs_faster").c_str(), BM_AutoVsFaster, s)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(5);
     }
   }
   for (const char* shape : {"zipf", "flat", "one-shard-holds"}) {

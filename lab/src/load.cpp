@@ -345,7 +345,9 @@ ServerLoad LoadServer(pqxx::connection_base& connection, const Dataset& data, co
   const auto analyze_start = Clock::now();
   {
     pqxx::nontransaction tx{connection};
-    tx.exec0("ANALYZE books, customers, orders, order_items");
+    // VACUUM too: it sets the visibility map, so the reports' probes of
+    // order_items (sql/030) are index-only scans from the start.
+    tx.exec0("VACUUM (ANALYZE) books, customers, orders, order_items");
   }
   result.analyze_time = Micros(Clock::now() - analyze_start);
   progress.Phase(server_index, "done");

@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -51,6 +53,19 @@ class MemoryTopKSource final : public TopKShardSource<Measure> {
       const auto n = std::min(k, rows.size());
       reply.shards[s].assign(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(n));
       if (want_min_partial && !rows.empty()) reply.min_partial[s] = rows.back().value;
+    }
+    // kAuto's statistics, as the SQL source computes them: the group count
+    // and a histogram of the positive partials by quarter powers of two.
+    reply.groups.resize(by_rank_.size());
+    reply.histogram.resize(by_rank_.size());
+    for (std::size_t s = 0; s < by_rank_.size(); ++s) {
+      reply.groups[s] = static_cast<std::int64_t>(by_rank_[s].size());
+      std::map<int, std::int64_t> buckets;
+      for (const auto& e : by_rank_[s]) {
+        const double v = TopKMeasureTraits<Measure>::ToDouble(e.value);
+        if (v > 0) ++buckets[static_cast<int>(std::floor(4 * std::log2(v)))];
+      }
+      reply.histogram[s].assign(buckets.begin(), buckets.end());
     }
     return reply;
   }

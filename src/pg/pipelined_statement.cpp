@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <poll.h>
+
 #include <pqxx/connection_base>
 #include <pqxx/except>
 #include <utility>
@@ -75,11 +77,18 @@ void PipelinedStatement::Send() {
   if (nonblocking_ && PQsetnonblocking(conn_, 1) != 0) throw pqxx::broken_connection(ConnectionMessage(conn_));
   // Fails when not idle: something was left pending by an earlier user.
   if (PQenterPipelineMode(conn_) != 1) throw pqxx::broken_connection(ConnectionMessage(conn_));
+  sent_at_ = std::chrono::steady_clock::now();
   for (int i = 0; i < count_; ++i) {
     const auto* values = i == main_ ? request.values : nullptr;
     const int n = values == nullptr ? 0 : static_cast<int>(values->size());
     if (PQsendQueryParams(conn_, steps_[i]->c_str(), n, nullptr, n == 0 ? nullptr : values->data(), nullptr, nullptr,
                           0) != 1) {
+      throw pqxx::broken_connection(ConnectionMessage(conn_));
+    }
+    // The server holds its replies until a Sync or a Flush: asked to
+    // flush after the first step (a BEGIN, a few bytes), it sends that
+    // step's reply at once, which times one round trip (Timings()).
+    if (i == 0 && main_ > 0 && PQsendFlushRequest(conn_) != 1) {
       throw pqxx::broken_connection(ConnectionMessage(conn_));
     }
   }
@@ -98,6 +107,9 @@ void PipelinedStatement::Fail(std::string message, std::string sqlstate, bool co
 
 void PipelinedStatement::Take(PGresult* raw) {
   ResultGuard result{raw};
+  if (step_ == 0 && expect_ == Expect::kResult && main_ > 0 && !first_result_at_) {
+    first_result_at_ = std::chrono::steady_clock::now();
+  }
   switch (expect_) {
     case Expect::kResult:
       if (result.result == nullptr) {
@@ -152,6 +164,7 @@ void PipelinedStatement::Take(PGresult* raw) {
         return;
       }
       expect_ = Expect::kDone;
+      done_at_ = std::chrono::steady_clock::now();
       return;
     case Expect::kDone:
       return;
@@ -160,6 +173,7 @@ void PipelinedStatement::Take(PGresult* raw) {
 
 bool PipelinedStatement::Advance() {
   if (broken_ || expect_ == Expect::kDone) return true;
+  const auto entered = std::chrono::steady_clock::now();
   if (wants_write_) {
     const int flushed = PQflush(conn_);
     if (flushed < 0) {
@@ -175,7 +189,24 @@ bool PipelinedStatement::Advance() {
     return true;
   }
   while (!broken_ && expect_ != Expect::kDone && PQisBusy(conn_) == 0) Take(PQgetResult(conn_));
+  // The returned step's first data came with this wake-up (the earlier
+  // steps' replies travel with it: the server flushes them together).
+  if (!data_at_ && step_ >= returned_) data_at_ = entered;
   return broken_ || expect_ == Expect::kDone;
+}
+
+void PipelinedStatement::StartWatching(bool right_after_send) {
+  pollfd fd{PQsocket(conn_), POLLIN, 0};
+  if (::poll(&fd, 1, 0) == 0) return;
+  round_trip_stale_ = true;
+  transfer_stale_ = !right_after_send;
+}
+
+PipelinedStatement::Timing PipelinedStatement::Timings() const noexcept {
+  Timing t;
+  if (first_result_at_ && !round_trip_stale_) t.round_trip = *first_result_at_ - sent_at_;
+  if (data_at_ && done_at_ && !transfer_stale_) t.transfer = *done_at_ - *data_at_;
+  return t;
 }
 
 void PipelinedStatement::Wait() {
@@ -229,7 +260,7 @@ pg::Rows PipelinedStatement::Finish(bool& reusable, bool* rollback_pending) {
 }
 
 pg::Rows RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request, bool& reusable,
-                      std::size_t* bytes) {
+                      std::size_t* bytes, PipelinedStatement::Timing* timing) {
   std::optional<PipelinedStatement> call;
   try {
     call.emplace(connection, request, /*nonblocking=*/false);
@@ -241,6 +272,7 @@ pg::Rows RunPipelined(pqxx::connection_base& connection, const PipelineRequest& 
   call->Wait();
   pg::Rows rows = call->Finish(reusable);
   if (bytes != nullptr) *bytes = call->Bytes();
+  if (timing != nullptr) *timing = call->Timings();
   return rows;
 }
 

@@ -20,6 +20,7 @@
 
 #include <libpq-fe.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -100,6 +101,23 @@ class PipelinedStatement {
   [[nodiscard]] pg::Rows Finish(bool& reusable, bool* rollback_pending = nullptr);
   // The returned rows' payload: the sum of their values' lengths.
   [[nodiscard]] std::size_t Bytes() const noexcept { return bytes_; }
+  // What the call measured of the link, for the scatter's estimates
+  // (ScatterGather::Link). round_trip: Send to the first step's result, when
+  // a step came before the statement (the server is asked to flush right
+  // after it, so it arrives one round trip after sending). transfer: from
+  // the returned rows' first data to the Sync, non-blocking calls only.
+  struct Timing {
+    std::optional<std::chrono::steady_clock::duration> round_trip;
+    std::optional<std::chrono::steady_clock::duration> transfer;
+  };
+  [[nodiscard]] Timing Timings() const noexcept;
+  // For a caller that drives several calls from one thread: call it when it
+  // starts waiting on this call's socket. If something has arrived already,
+  // the times this call would measure are those of its reading, not of the
+  // arrival: it measures no round trip, and, unless it is watched right
+  // after sending (only the first step's reply can be there then), no
+  // transfer either.
+  void StartWatching(bool right_after_send);
 
  private:
   // Takes one PQgetResult() outcome (null included) in pipeline order.
@@ -130,6 +148,12 @@ class PipelinedStatement {
   std::optional<pg::Rows> rows_;
   std::size_t bytes_ = 0;
   std::optional<Failure> failure_;
+  std::chrono::steady_clock::time_point sent_at_{};
+  std::optional<std::chrono::steady_clock::time_point> first_result_at_;
+  std::optional<std::chrono::steady_clock::time_point> data_at_;
+  std::optional<std::chrono::steady_clock::time_point> done_at_;
+  bool round_trip_stale_ = false;  // see StartWatching
+  bool transfer_stale_ = false;
 };
 
 // Ends an aborted transaction (blocking); false if the connection is not
@@ -137,8 +161,9 @@ class PipelinedStatement {
 [[nodiscard]] bool RollBack(pqxx::connection_base& connection) noexcept;
 
 // Sends and reads a request on a blocking connection (a thread per call).
-// `bytes`, if given, receives the rows' payload (PipelinedStatement::Bytes).
+// `bytes`, if given, receives the rows' payload (PipelinedStatement::Bytes),
+// `timing` what it measured (Timings(): the round trip only, as it blocks).
 [[nodiscard]] pg::Rows RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request, bool& reusable,
-                                    std::size_t* bytes = nullptr);
+                                    std::size_t* bytes = nullptr, PipelinedStatement::Timing* timing = nullptr);
 
 }  // namespace shardkit::detail

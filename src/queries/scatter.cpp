@@ -143,7 +143,7 @@ pg::Rows ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lease& 
   const auto request = Request(state, task, values, left);
   bool reusable = true;
   try {
-    pg::Rows rows = detail::RunPipelined(connection, request, reusable, &bytes);
+    pg::Rows rows = detail::RunPipelined(connection, request, reusable, &bytes, &task.timing);
     if (!reusable) lease.Discard();
     return rows;
   } catch (...) {
@@ -157,6 +157,8 @@ void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, s
               std::string cause, std::string sqlstate, std::size_t bytes) {
   if (!rows) bytes = 0;
   const auto finished = Clock::now();
+  if (rows && state.links != nullptr)
+    state.links->Record(task.shard, task.timing.round_trip, bytes, task.timing.transfer);
   std::lock_guard lock(state.mutex);
   task.phase = Phase::kDone;
   task.done = true;
@@ -280,6 +282,7 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
   state->read_only = options.read_only;
   state->remaining = statements.size();
   state->session = session;
+  state->links = &links;
   if (options.directory_buckets && session == nullptr) {
     state->bucket_setups = SetupsFor(directory);
     if (options.buckets) {

@@ -86,6 +86,7 @@ void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& 
     Describe(task, error, c.started, cause, sqlstate);
   }
   const std::size_t bytes = c.call->Bytes();
+  task.timing = c.call->Timings();
   c.call.reset();
   // A failure aborts a session's transaction: its connection is never reused.
   if (!reusable || (!rows && !c.owned)) c.lease->Discard();
@@ -110,8 +111,8 @@ void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& 
 // grace it gives up on them (their connections are closed; the servers
 // stop the statements at their statement_timeout or on the cancel).
 //
-// The calls are read in shard order, waiting on one socket at a time, as a
-// plain libpq loop would: the answers arrive at about the same time, the
+// The calls are read one after another (from a turning first one, see
+// below), waiting on one socket at a time, as a plain libpq loop would: the answers arrive at about the same time, the
 // scatter waits for the last one anyway, and a poll over every socket after
 // each answer costs more client CPU than it saves (bench/scatter_bench.cpp).
 void DriveInline(const std::shared_ptr<ScatterState>& shared_state, std::deque<InlineCall>& calls,
@@ -129,7 +130,14 @@ void DriveInline(const std::shared_ptr<ScatterState>& shared_state, std::deque<I
     if (c.open) SendInline(state, c);
   }
   bool cancelled = false;
-  for (auto& c : calls) {
+  // Which call is waited on first turns from one fan-out to the next: only
+  // that one's round trip and transfer are timed as they arrive (the
+  // others' answers wait in their sockets), and every shard takes a turn.
+  static std::atomic<std::size_t> rotation{0};
+  const std::size_t first = calls.empty() ? 0 : rotation.fetch_add(1, std::memory_order_relaxed) % calls.size();
+  for (std::size_t turn = 0; turn < calls.size(); ++turn) {
+    auto& c = calls[(first + turn) % calls.size()];
+    if (c.open) c.call->StartWatching(turn == 0);
     while (c.open) {
       pollfd fd{c.call->Socket(), static_cast<short>(POLLIN | (c.call->WantsWrite() ? POLLOUT : 0)), 0};
       const auto now = Clock::now();

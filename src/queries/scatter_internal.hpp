@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "pg/pipelined_statement.hpp"
+#include "queries/link_estimates.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/queries/scatter.hpp"
@@ -95,6 +96,7 @@ struct ShardTask {
   microseconds elapsed{0};
   microseconds queued{0};
   std::size_t bytes = 0;
+  detail::PipelinedStatement::Timing timing;  // set before Complete
 
   void Cancel() noexcept {
     std::shared_ptr<const ConnectionPool::CancelHandle> handle;
@@ -128,6 +130,7 @@ struct ScatterState {
   // last task is done, even after the caller gave up on it.
   std::shared_ptr<ScatterSession::State> session;
   std::shared_ptr<const BucketSetups> bucket_setups;  // null: no bucket step
+  detail::LinkEstimates* links = nullptr;             // the ScatterGather's, fed by Complete
   Clock::time_point start;
   Clock::time_point deadline;
   bool read_only = true;
@@ -240,6 +243,7 @@ struct ScatterGather::Impl {
   boost::asio::thread_pool canceller;
   mutable std::mutex stats_mutex;
   ScatterStats stats;
+  detail::LinkEstimates links;
 };
 
 }  // namespace shardkit

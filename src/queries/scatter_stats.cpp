@@ -26,6 +26,10 @@ ScatterStats ScatterGather::Stats() const {
   return impl_->stats;
 }
 
+ShardLink ScatterGather::Link(ShardId shard) const {
+  return impl_->links.Get(shard);
+}
+
 void ScatterGather::Impl::Record(const ScatterResult* result, std::size_t fanout, std::size_t failures,
                                  microseconds slowest, bool threw) {
   std::lock_guard lock(stats_mutex);

@@ -178,6 +178,8 @@ std::vector<TopKEntry<Measure>> RankTopK(std::vector<TopKEntry<Measure>> items, 
 template <class Measure>
 TopKReply<Measure> TopKShardSource<Measure>::RestOfPartials(const std::vector<std::vector<TopKKey>>& exclude) {
   TopKReply<Measure> reply = AllPartials();
+  std::size_t before = 0, after = 0;
+  for (const auto& rows : reply.shards) before += rows.size();
   for (std::size_t s = 0; s < reply.shards.size() && s < exclude.size(); ++s) {
     if (exclude[s].empty()) continue;
     std::vector<TopKKey> sorted = exclude[s];
@@ -186,23 +188,27 @@ TopKReply<Measure> TopKShardSource<Measure>::RestOfPartials(const std::vector<st
     std::erase_if(rows,
                   [&](const TopKEntry<Measure>& e) { return std::binary_search(sorted.begin(), sorted.end(), e.key); });
   }
+  // The bytes of the rows kept, pro rata: what the rest alone would ship.
+  for (const auto& rows : reply.shards) after += rows.size();
+  if (before > 0) reply.bytes = reply.bytes * after / before;
   return reply;
 }
 
 namespace {
 
-// kAuto's estimate: how many groups phase 2 would ship (partial * m >=
-// tau1, not already reported), from each shard's histogram of partials.
-// Buckets are quarter powers of two; the bucket holding the threshold is
-// counted whole, so the estimate errs high by at most that bucket.
+// kAuto's estimate, per shard: how many groups phase 2 would ship
+// (partial * m >= tau1, not already reported), from each shard's histogram
+// of partials. Buckets are quarter powers of two; the bucket holding the
+// threshold is counted whole, so the estimate errs high by at most that
+// bucket.
 template <class Measure>
-std::int64_t EstimatePhase2Rows(const TopKReply<Measure>& p1, const Measure& tau1, int m) {
+std::vector<std::int64_t> EstimatePhase2Rows(const TopKReply<Measure>& p1, const Measure& tau1, int m) {
   const double threshold = TopKMeasureTraits<Measure>::ToDouble(tau1) / m;
-  std::int64_t rows = 0;
+  std::vector<std::int64_t> rows(p1.groups.size(), 0);
   for (std::size_t s = 0; s < p1.groups.size(); ++s) {
     const auto reported = static_cast<std::int64_t>(p1.shards[s].size());
     if (threshold <= 0) {
-      rows += p1.groups[s] - reported;  // every group passes
+      rows[s] = std::max<std::int64_t>(0, p1.groups[s] - reported);  // every group passes
       continue;
     }
     const int from = static_cast<int>(std::floor(4 * std::log2(threshold)));
@@ -212,17 +218,107 @@ std::int64_t EstimatePhase2Rows(const TopKReply<Measure>& p1, const Measure& tau
         if (bucket >= from) passing += count;
       }
     }
-    rows += std::max<std::int64_t>(0, passing - reported);
+    rows[s] = std::max<std::int64_t>(0, passing - reported);
   }
   return rows;
 }
 
+// What TPUT's phase 2 would send from each shard, counted on every shard's
+// partials (`all`, index = shard): phase 1's top k per shard, tau1 from
+// their sums, then each shard's other partials with partial * m >= tau1.
+template <class Measure>
+std::vector<std::int64_t> CountPhase2Rows(const std::vector<std::vector<TopKEntry<Measure>>>& all, std::size_t k) {
+  using Traits = TopKMeasureTraits<Measure>;
+  const int m = static_cast<int>(all.size());
+  std::vector<std::vector<const TopKEntry<Measure>*>> tops(all.size());
+  std::unordered_map<TopKKey, Measure> lower;
+  for (std::size_t s = 0; s < all.size(); ++s) {
+    auto& top = tops[s];
+    top.reserve(all[s].size());
+    for (const auto& e : all[s]) top.push_back(&e);
+    const std::size_t n = std::min(k, top.size());
+    const auto by_rank = [](const TopKEntry<Measure>* a, const TopKEntry<Measure>* b) { return RanksBefore(*a, *b); };
+    std::nth_element(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(n), top.end(), by_rank);
+    top.resize(n);
+    for (const auto* e : top) {
+      auto [it, inserted] = lower.try_emplace(e->key, e->value);
+      if (!inserted) it->second = Traits::Add(it->second, e->value, it->first);
+    }
+  }
+  std::vector<std::int64_t> rows(all.size(), 0);
+  if (lower.size() < k || k == 0) {
+    for (std::size_t s = 0; s < all.size(); ++s) rows[s] = static_cast<std::int64_t>(all[s].size() - tops[s].size());
+    return rows;
+  }
+  std::vector<const Measure*> sums;
+  sums.reserve(lower.size());
+  for (const auto& [key, sum] : lower) sums.push_back(&sum);
+  const auto nth = sums.begin() + static_cast<std::ptrdiff_t>(k - 1);
+  std::nth_element(sums.begin(), nth, sums.end(), [](const Measure* a, const Measure* b) { return *b < *a; });
+  const TopKThreshold<Measure> threshold{**nth, m};
+  for (std::size_t s = 0; s < all.size(); ++s) {
+    std::int64_t passing = 0;
+    for (const auto& e : all[s]) passing += threshold.Admits(e.value) ? 1 : 0;
+    // Less the shard's own top k, sent in phase 1 already.
+    for (const auto* e : tops[s]) passing -= threshold.Admits(e->value) ? 1 : 0;
+    rows[s] = passing;
+  }
+  return rows;
+}
+
+template <class Measure>
+double BytesPerRow(const TopKReply<Measure>& reply) {
+  std::size_t rows = 0;
+  for (const auto& r : reply.shards) rows += r.size();
+  return rows == 0 || reply.bytes == 0 ? 0.0 : static_cast<double>(reply.bytes) / static_cast<double>(rows);
+}
+
+// Merges every shard's partials (all of them) into the top k.
+template <class Measure>
+void RankAllPartials(TopKResult<Measure>& result, std::vector<std::vector<TopKEntry<Measure>>> shards,
+                     std::unordered_map<TopKKey, Measure> totals, std::size_t k) {
+  for (auto& rows : shards) {
+    for (auto& e : rows) {
+      auto [it, inserted] = totals.try_emplace(std::move(e.key), e.value);
+      if (!inserted) it->second = TopKMeasureTraits<Measure>::Add(it->second, e.value, it->first);
+    }
+  }
+  std::vector<TopKEntry<Measure>> items;
+  items.reserve(totals.size());
+  for (auto& [key, total] : totals) items.push_back(TopKEntry<Measure>{key, total});
+  result.candidates = items.size();
+  result.items = RankTopK(std::move(items), k);
+}
+
+// The all-partials method; with `observed`, what its partials show for
+// kAuto's next decision.
+template <class Measure>
+TopKResult<Measure> AllPartialsImpl(TopKShardSource<Measure>& source, std::size_t k, TopKObserved* observed) {
+  const auto start = Clock::now();
+  TopKResult<Measure> result;
+  result.method = TopKMethod::kAllPartials;
+  if (k == 0) return result;
+  const int m = source.ShardCount();
+  auto reply = Phase(result, m, "all partials", [&] { return source.AllPartials(); });
+  if (observed != nullptr) {
+    for (const auto& rows : reply.shards) observed->groups.push_back(static_cast<std::int64_t>(rows.size()));
+    observed->phase2_rows = CountPhase2Rows(reply.shards, k);
+    observed->bytes_per_row = BytesPerRow(reply);
+  }
+  RankAllPartials(result, std::move(reply.shards), {}, k);
+  result.elapsed = Since(start);
+  return result;
+}
+
 }  // namespace
 
-// TPUT; with may_switch (kAuto) it may fetch the rest of the partials after
-// phase 1 instead.
+// TPUT; with `links` (kAuto without a last run to go by) phase 1 carries
+// the statistics and the cost model may fetch the rest of the partials
+// instead of phases 2 and 3. `observed`, if given, receives what the run
+// saw (its groups only where phase 1 had statistics).
 template <class Measure>
-static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::size_t k, bool may_switch) {
+static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::size_t k,
+                                      const std::vector<ShardLink>* links, TopKObserved* observed) {
   using Traits = TopKMeasureTraits<Measure>;
   const auto start = Clock::now();
   TopKResult<Measure> result;
@@ -231,6 +327,7 @@ static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::siz
   const int m = source.ShardCount();
   const auto shards = static_cast<std::size_t>(m);
   Ledger<Measure> ledger(m);
+  const bool may_switch = links != nullptr;
 
   // Phase 1: local top k. A key missing from a shard's list counts 0 there.
   source.WantStatistics(may_switch);
@@ -249,43 +346,42 @@ static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::siz
   for (std::size_t s = 0; s < shards; ++s) {
     for (const auto& e : p1.shards[s]) exclude[s].push_back(e.key);
   }
+  const bool have_groups = p1.groups.size() == shards;
+  if (observed != nullptr && have_groups) observed->groups = p1.groups;
+  if (observed != nullptr && !may_switch) observed->bytes_per_row = BytesPerRow(p1);
 
   if (may_switch) {
-    // Phase 2 would ship `estimate` rows; the rest of the partials is
-    // `rest` rows. TPUT also needs phase 3 (a few rows, one more round
-    // trip), so it must save a clear share of the rows to be worth it.
-    if (p1.groups.size() != shards) {
+    if (!have_groups) {
       result.choice = "the source gives no phase-1 statistics -> TPUT";
     } else {
-      std::int64_t groups = 0, reported = 0;
-      for (std::size_t s = 0; s < shards; ++s) {
-        groups += p1.groups[s];
-        reported += static_cast<std::int64_t>(p1.shards[s].size());
-      }
-      const std::int64_t rest = groups - reported;
-      const std::int64_t estimate = EstimatePhase2Rows(p1, tau1, m);
-      result.groups = groups;
-      result.estimated_phase2_rows = estimate;
-      // Below ~64 rows per shard a round trip costs more than the rows.
-      const bool tput = estimate * 2 < rest && rest > 64 * m;
-      result.choice = fmt::format("phase 1: {} groups on {} shards, {} not yet sent; about {} at or above tau1/m -> {}",
-                                  groups, m, rest, estimate, tput ? "TPUT" : "the rest of the partials");
-      if (!tput) {
+      // Phase 1 is paid: the rest of the partials against phases 2 and 3.
+      TopKCostInputs in;
+      in.k = k;
+      in.after_phase1 = true;
+      in.data.groups = p1.groups;
+      in.data.phase2_rows = EstimatePhase2Rows(p1, tau1, m);
+      in.links = *links;
+      const TopKEstimate estimate = EstimateTopKCosts(in);
+      result.estimate = estimate;
+      result.groups = estimate.groups;
+      result.estimated_phase2_rows = estimate.phase2_rows;
+      result.choice = "phase 1's statistics: " + estimate.Describe();
+      if (estimate.choice == TopKMethod::kAllPartials) {
         result.method = TopKMethod::kAllPartials;
-        auto rest_reply = Phase(result, m, "2 rest of the partials", [&] { return source.RestOfPartials(exclude); });
+        auto rest = Phase(result, m, "2 rest of the partials", [&] { return source.RestOfPartials(exclude); });
+        if (observed != nullptr) {
+          // Every partial is here now: count what phase 2 would have sent.
+          std::vector<std::vector<TopKEntry<Measure>>> all(shards);
+          for (std::size_t s = 0; s < shards; ++s) {
+            all[s] = p1.shards[s];
+            all[s].insert(all[s].end(), rest.shards[s].begin(), rest.shards[s].end());
+          }
+          observed->phase2_rows = CountPhase2Rows(all, k);
+          observed->bytes_per_row = BytesPerRow(rest);
+        }
         std::unordered_map<TopKKey, Measure> totals;
         for (auto& [key, info] : ledger.Items()) totals.emplace(key, info.sum);
-        for (auto& rows : rest_reply.shards) {
-          for (auto& e : rows) {
-            auto [it, inserted] = totals.try_emplace(std::move(e.key), e.value);
-            if (!inserted) it->second = Traits::Add(it->second, e.value, it->first);
-          }
-        }
-        std::vector<TopKEntry<Measure>> items;
-        items.reserve(totals.size());
-        for (auto& [key, total] : totals) items.push_back(TopKEntry<Measure>{key, total});
-        result.candidates = items.size();
-        result.items = RankTopK(std::move(items), k);
+        RankAllPartials(result, std::move(rest.shards), std::move(totals), k);
         result.elapsed = Since(start);
         return result;
       }
@@ -295,6 +391,11 @@ static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::siz
   // Phase 2: every key with a partial >= tau1/m, except those already sent.
   const TopKThreshold<Measure> threshold{tau1, m};
   auto p2 = Phase(result, m, "2 threshold", [&] { return source.AtLeast(threshold, exclude); });
+  if (observed != nullptr) {
+    observed->phase2_rows.clear();
+    for (const auto& rows : p2.shards) observed->phase2_rows.push_back(static_cast<std::int64_t>(rows.size()));
+    if (const double b = BytesPerRow(p2); b > 0) observed->bytes_per_row = b;
+  }
   for (std::size_t s = 0; s < shards; ++s) {
     for (auto& e : p2.shards[s]) {
       RequireNonNegative(e.value, static_cast<int>(s), &e.key);
@@ -379,36 +480,45 @@ static TopKResult<Measure> TputOrAuto(TopKShardSource<Measure>& source, std::siz
 
 template <class Measure>
 TopKResult<Measure> TputTopK(TopKShardSource<Measure>& source, std::size_t k) {
-  return TputOrAuto(source, k, false);
+  return TputOrAuto(source, k, nullptr, nullptr);
 }
 
 template <class Measure>
 TopKResult<Measure> AutoTopK(TopKShardSource<Measure>& source, std::size_t k) {
-  return TputOrAuto(source, k, true);
+  if (k == 0) return TputOrAuto(source, k, nullptr, nullptr);
+  const auto m = static_cast<std::size_t>(source.ShardCount());
+  const std::vector<ShardLink> links = source.Links();
+  const std::optional<TopKObserved> last = source.Recall();
+  TopKObserved observed;
+  TopKResult<Measure> result;
+  if (last && last->groups.size() == m && last->phase2_rows.size() == m) {
+    // The whole of both methods priced before anything runs.
+    TopKCostInputs in;
+    in.k = k;
+    in.data = *last;
+    in.links = links;
+    const TopKEstimate estimate = EstimateTopKCosts(in);
+    if (estimate.choice == TopKMethod::kAllPartials) {
+      result = AllPartialsImpl(source, k, &observed);
+    } else {
+      result = TputOrAuto(source, k, nullptr, &observed);
+      observed.groups = last->groups;  // phase 1 without statistics: the group counts stay as they were
+    }
+    if (observed.bytes_per_row <= 0) observed.bytes_per_row = last->bytes_per_row;
+    result.estimate = estimate;
+    result.groups = estimate.groups;
+    result.estimated_phase2_rows = estimate.phase2_rows;
+    result.choice = "the last run's statistics: " + estimate.Describe();
+  } else {
+    result = TputOrAuto(source, k, &links, &observed);
+  }
+  if (observed.groups.size() == m && observed.phase2_rows.size() == m) source.Remember(observed);
+  return result;
 }
 
 template <class Measure>
 TopKResult<Measure> AllPartialsTopK(TopKShardSource<Measure>& source, std::size_t k) {
-  const auto start = Clock::now();
-  TopKResult<Measure> result;
-  result.method = TopKMethod::kAllPartials;
-  if (k == 0) return result;
-  const int m = source.ShardCount();
-  auto reply = Phase(result, m, "all partials", [&] { return source.AllPartials(); });
-  std::unordered_map<TopKKey, Measure> totals;
-  for (auto& rows : reply.shards) {
-    for (auto& e : rows) {
-      auto [it, inserted] = totals.try_emplace(std::move(e.key), e.value);
-      if (!inserted) it->second = TopKMeasureTraits<Measure>::Add(it->second, e.value, it->first);
-    }
-  }
-  std::vector<TopKEntry<Measure>> items;
-  items.reserve(totals.size());
-  for (auto& [key, total] : totals) items.push_back(TopKEntry<Measure>{key, total});
-  result.candidates = items.size();
-  result.items = RankTopK(std::move(items), k);
-  result.elapsed = Since(start);
-  return result;
+  return AllPartialsImpl(source, k, nullptr);
 }
 
 template <class Measure>

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <mutex>
 #include <pqxx/pqxx>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 
 #include "shardkit/errors.hpp"
@@ -415,6 +417,54 @@ TopKReply<Measure> BasicSqlTopKSource<Measure>::RestOfPartials(const std::vector
 template <class Measure>
 TopKReply<Measure> BasicSqlTopKSource<Measure>::AllPartials() {
   return Decode(scatter_.Run(statements_.all_partials, query_.params, PhaseOptions("all partials")), false);
+}
+
+namespace {
+
+// What kAuto saw per query, for the next run of it. Bounded: when full, it
+// starts over (the next run of each query measures it again).
+class ObservedByQuery {
+ public:
+  static ObservedByQuery& Instance() {
+    static ObservedByQuery instance;
+    return instance;
+  }
+  std::optional<TopKObserved> Get(const std::string& key) const {
+    std::lock_guard lock(mutex_);
+    const auto it = by_query_.find(key);
+    if (it == by_query_.end()) return std::nullopt;
+    return it->second;
+  }
+  void Put(const std::string& key, const TopKObserved& observed) {
+    std::lock_guard lock(mutex_);
+    if (by_query_.size() >= kCapacity && !by_query_.contains(key)) by_query_.clear();
+    by_query_[key] = observed;
+  }
+
+ private:
+  static constexpr std::size_t kCapacity = 256;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, TopKObserved> by_query_;
+};
+
+}  // namespace
+
+template <class Measure>
+std::vector<ShardLink> BasicSqlTopKSource<Measure>::Links() const {
+  std::vector<ShardLink> links;
+  links.reserve(static_cast<std::size_t>(shard_count_));
+  for (int s = 0; s < shard_count_; ++s) links.push_back(scatter_.Link(ShardId{s}));
+  return links;
+}
+
+template <class Measure>
+std::optional<TopKObserved> BasicSqlTopKSource<Measure>::Recall() const {
+  return ObservedByQuery::Instance().Get(fmt::format("{}\n{}", shard_count_, statements_.all_partials));
+}
+
+template <class Measure>
+void BasicSqlTopKSource<Measure>::Remember(const TopKObserved& observed) {
+  ObservedByQuery::Instance().Put(fmt::format("{}\n{}", shard_count_, statements_.all_partials), observed);
 }
 
 template class BasicSqlTopKSource<std::int64_t>;

@@ -3,6 +3,7 @@
 // server; TPUT and all-partials must equal the reference's
 //   GROUP BY key ORDER BY coalesce(sum(measure), 0) DESC, key LIMIT k
 // exactly, and the per-shard shortcut must differ on the Bookstore case's shape.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -427,8 +428,16 @@ TEST_F(TopKPg, NegativePartialsAreRefusedByTput) {
     EXPECT_NE(std::string(e.what()).find("negative partial"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("kAllPartials"), std::string::npos) << e.what();  // what to do
   }
-  // The same for kAuto, which reads statistics in phase 1.
-  EXPECT_THROW((void)TopKBySum(*scatter_, q, TopKMethod::kAuto), UnmergeableQuery);
+  // kAuto refuses it too where it runs TPUT's phase 1; where its cost model
+  // (with what earlier runs of the statement showed) picks all partials, it
+  // answers, exactly.
+  try {
+    const auto automatic = TopKBySum(*scatter_, q, TopKMethod::kAuto);
+    EXPECT_EQ(automatic.method, TopKMethod::kAllPartials) << automatic.choice;
+    EXPECT_EQ(AsRows(automatic), Reference(q));
+  } catch (const UnmergeableQuery& e) {
+    EXPECT_NE(std::string(e.what()).find("negative partial"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(AsRows(TopKBySum(*scatter_, q, TopKMethod::kAllPartials)), Reference(q));
 }
 
@@ -580,9 +589,76 @@ TEST_F(TopKPg, AutoIsExactAndSaysWhatItChose) {
       }
     }
   }
-  // The Bookstore case's shape: phase 2 ships a small share of the groups -> TPUT.
+  // Which method it picks depends on the measured links; the estimate says.
   const auto seed_like = TopKBySum(*scatter_, Query(kSeedLike, 10), TopKMethod::kAuto);
-  EXPECT_EQ(seed_like.method, TopKMethod::kTput) << seed_like.choice;
+  ASSERT_TRUE(seed_like.estimate.has_value());
+  EXPECT_EQ(seed_like.estimate->choice, seed_like.method) << seed_like.choice;
+  EXPECT_GT(seed_like.estimate->measured_links, 0) << "the scatter measured no link: " << seed_like.choice;
+}
+
+// The SQL source with links of the test's choosing, so that the cost model's
+// choice is known in advance; everything else goes to the real shards.
+class LinkedSqlSource final : public TopKShardSource<I64> {
+ public:
+  LinkedSqlSource(ScatterGather& scatter, const TopKQuery& q, ShardLink link) : inner_(scatter, q), link_(link) {}
+  int ShardCount() const override { return inner_.ShardCount(); }
+  TopKReply<I64> LocalTopK(std::size_t k, bool want_min) override { return inner_.LocalTopK(k, want_min); }
+  TopKReply<I64> AtLeast(const TopKThreshold<I64>& t, const std::vector<std::vector<TopKKey>>& ex) override {
+    return inner_.AtLeast(t, ex);
+  }
+  TopKReply<I64> Partials(const std::vector<std::vector<TopKKey>>& keys) override { return inner_.Partials(keys); }
+  TopKReply<I64> AllPartials() override { return inner_.AllPartials(); }
+  TopKReply<I64> RestOfPartials(const std::vector<std::vector<TopKKey>>& ex) override {
+    return inner_.RestOfPartials(ex);
+  }
+  void WantStatistics(bool wanted) override { inner_.WantStatistics(wanted); }
+  std::vector<ShardLink> Links() const override {
+    return std::vector<ShardLink>(static_cast<std::size_t>(ShardCount()), link_);
+  }
+
+ private:
+  SqlTopKSource inner_;
+  ShardLink link_;
+};
+
+ShardLink FakeLink(std::chrono::microseconds round_trip, double bytes_per_second) {
+  ShardLink link;
+  link.round_trip = round_trip;
+  link.bytes_per_second = bytes_per_second;
+  link.round_trip_samples = 1;
+  link.transfer_samples = 1;
+  return link;
+}
+
+TEST_F(TopKPg, AutoEqualsTheReferenceInBothRegimes) {
+  // A link that makes every byte dear (TPUT) and one that makes every round
+  // trip dear (all partials); each run twice: the first decides after phase
+  // 1, the second from what the first saw (the source remembers).
+  struct Regime {
+    const char* name;
+    ShardLink link;
+    TopKMethod expected;
+  };
+  const Regime regimes[] = {
+      {"bytes dear", FakeLink(std::chrono::microseconds(100), 1000), TopKMethod::kTput},
+      {"round trips dear", FakeLink(std::chrono::seconds(5), 1e9), TopKMethod::kAllPartials},
+  };
+  for (int dataset : {kUniform, kZipf, kSeedLike, kTextKeys}) {
+    const auto q = Query(dataset, 10);
+    const auto reference = Reference(q);
+    for (const Regime& regime : regimes) {
+      LinkedSqlSource source(*scatter_, q, regime.link);
+      for (int run = 0; run < 2; ++run) {
+        const auto result = AutoTopK(source, q.k);
+        const std::string where = fmt::format("dataset {}, {}, run {}: {}", dataset, regime.name, run, result.choice);
+        EXPECT_EQ(AsRows(result), reference) << where;
+        ASSERT_TRUE(result.estimate.has_value()) << where;
+        EXPECT_EQ(result.estimate->after_phase1, run == 0) << where;
+        EXPECT_EQ(result.method, regime.expected) << where;
+        EXPECT_TRUE(result.warnings.empty()) << where;
+      }
+    }
+  }
 }
 
 }  // namespace

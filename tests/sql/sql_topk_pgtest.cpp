@@ -88,7 +88,11 @@ TEST_F(SqlTopKPg, TheNaiveBestSellersStatementIsExactTopKWithFewRows) {
   EXPECT_EQ(got.rows, want.rows);
   ASSERT_EQ(got.rows.size(), 10U);
   EXPECT_TRUE(TookTopK(got)) << got.plan.merge;
-  EXPECT_NE(got.plan.merge.find("TPUT"), std::string::npos) << got.plan.merge;
+  // kAuto picks the method its cost model predicts faster on the links it
+  // measured: TPUT ships few rows, all partials every group's.
+  const bool tput = got.plan.merge.find("TPUT (exact)") != std::string::npos;
+  EXPECT_TRUE(tput || got.plan.merge.find("all partials (exact)") != std::string::npos) << got.plan.merge;
+  EXPECT_NE(got.plan.merge.find(" ms vs "), std::string::npos) << got.plan.merge;  // the estimate
 
   // Far fewer rows than groups, and than the merge ships (every shard's
   // partial of every book: the same statement ordered otherwise).
@@ -100,14 +104,18 @@ TEST_F(SqlTopKPg, TheNaiveBestSellersStatementIsExactTopKWithFewRows) {
             "AND o.order_id = i.order_id WHERE o.ordered_at >= $1",
             WindowStart())[0]
           .as<std::size_t>();
-  EXPECT_LT(got.rows_received, groups);
+  if (tput) {
+    EXPECT_LT(got.rows_received, groups);
+  }
   std::string merged_sql = kNaive;
   merged_sql.replace(merged_sql.find("i.book_id LIMIT"), 9, "i.book_id DESC");
   const SqlResult merged = cluster_->Execute(merged_sql, params);
   EXPECT_FALSE(TookTopK(merged)) << merged.plan.merge;
   EXPECT_EQ(merged.rows, OnReference(merged_sql, params).rows);
   EXPECT_GE(merged.rows_received, groups);
-  EXPECT_LT(got.rows_received * 3, merged.rows_received);
+  if (tput) {
+    EXPECT_LT(got.rows_received * 3, merged.rows_received);
+  }
   std::printf("best sellers of the window: %zu groups; exact top-k shipped %zu rows, the merge %zu\n  %s\n", groups,
               got.rows_received, merged.rows_received, got.plan.merge.c_str());
 

@@ -117,6 +117,21 @@ struct ScatterStats {
   std::chrono::microseconds max_slowest{0};
 };
 
+// What a ScatterGather has measured of the link to one shard, from the
+// statements it ran there (the last 16 of each kind count): the round trip
+// (a transaction's BEGIN, whose reply the server sends at once; the median)
+// and the rate at which a result's rows arrive once they start (results of
+// 16 KB or more: server output, network and libpq's parsing together; the
+// fastest sample, as a busy server slows a transfer but no link is faster
+// than itself). Zero samples:
+// nothing measured yet. Exact top-k's kAuto prices its two methods with it.
+struct ShardLink {
+  std::chrono::microseconds round_trip{0};  // median of the samples
+  double bytes_per_second = 0;              // payload bytes over transfer time, the fastest sample
+  int round_trip_samples = 0;               // recorded so far
+  int transfer_samples = 0;
+};
+
 // Thread-safe: any number of threads may Run() scatters at once; they share
 // the worker threads and the shards' pools.
 class ScatterGather {
@@ -146,6 +161,8 @@ class ScatterGather {
                                           const ScatterOptions& options = {});
 
   [[nodiscard]] ScatterStats Stats() const;
+  // The link to `shard` as measured so far (see ShardLink).
+  [[nodiscard]] ShardLink Link(ShardId shard) const;
   [[nodiscard]] BucketShardResolver& Resolver() const noexcept { return resolver_; }
 
   // When a shard refuses a bucket the scatter's directory assigned to it

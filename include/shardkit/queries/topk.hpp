@@ -21,11 +21,16 @@
 // and every phase sees the same snapshot, so concurrent writes cannot mix
 // moments into the answer.
 //
-// TopKMethod::kAuto runs phase 1, then estimates from its statistics (each
-// shard's group count and a histogram of its partials) how many rows phase
-// 2 would ship: if that is not well below the rest of the partials, it
-// fetches the rest instead (from the same temporary table), else it goes on
-// with TPUT. Either way the answer is exact.
+// TopKMethod::kAuto runs whichever of the two the cost model predicts
+// faster (topk_cost.hpp: bytes over the links' measured rate, round trips
+// times their measured round trip, fixed costs per statement and per
+// group). Its data inputs (each shard's group count and how many rows TPUT's
+// phase 2 sends) come from the last run of the same query; the first run
+// has none, so it runs phase 1 with statistics (each shard's group count and
+// a histogram of its partials), then prices TPUT's phases 2 and 3 against
+// fetching the rest of the partials from the same temporary table. Every
+// run remembers what it saw for the next. Either way the answer is exact;
+// TopKResult::estimate says what was predicted and why.
 //
 //   shardkit::ScatterGather scatter{*resolver};
 //   shardkit::TopKQuery q;
@@ -70,6 +75,7 @@
 
 #include "shardkit/core/decimal.hpp"
 #include "shardkit/queries/scatter.hpp"
+#include "shardkit/queries/topk_cost.hpp"
 
 namespace shardkit {
 
@@ -174,6 +180,14 @@ class TopKShardSource {
   [[nodiscard]] virtual TopKReply<Measure> Partials(const std::vector<std::vector<TopKKey>>& keys) = 0;
   // Every group's partial on every shard.
   [[nodiscard]] virtual TopKReply<Measure> AllPartials() = 0;
+  // kAuto's inputs: the measured link to each shard (index = shard; empty:
+  // nothing measured, the model's defaults) ...
+  [[nodiscard]] virtual std::vector<ShardLink> Links() const { return {}; }
+  // ... and what the last run of this query showed (nullopt: none yet),
+  // which every kAuto run updates. By default the source object itself
+  // remembers; the SQL source remembers per query across sources.
+  [[nodiscard]] virtual std::optional<TopKObserved> Recall() const { return last_; }
+  virtual void Remember(const TopKObserved& observed) { last_ = observed; }
   // Called before LocalTopK: whether its caller needs `groups` and
   // `histogram` (kAuto does, TPUT does not). A source may then skip them;
   // min_partial must still be negative iff the shard has a negative
@@ -184,14 +198,10 @@ class TopKShardSource {
   // can (the SQL source reads its snapshot's temporary table). This
   // default asks AllPartials() and drops the excluded keys.
   [[nodiscard]] virtual TopKReply<Measure> RestOfPartials(const std::vector<std::vector<TopKKey>>& exclude);
-};
 
-enum class TopKMethod {
-  kTput,         // exact, three phases
-  kAllPartials,  // exact, ships every group's partial from every shard
-  kAuto,         // exact: phase 1, then TPUT or the rest of the partials, by phase 1's statistics
+ private:
+  std::optional<TopKObserved> last_;
 };
-[[nodiscard]] const char* TopKMethodName(TopKMethod method) noexcept;
 
 struct TopKPhaseStats {
   std::string name;       // "1 local top-k", "2 threshold", "3 exact partials", ...
@@ -215,9 +225,12 @@ struct TopKResult {
   std::size_t seen_after_phase2 = 0;  // distinct keys known after phase 2
   std::size_t candidates = 0;         // keys surviving the upper-bound prune
   std::size_t fetched_keys = 0;       // (shard, key) partials asked in phase 3
-  // kAuto: what phase 1 showed and what was chosen (method is then kTput or
-  // kAllPartials), e.g. "31,209 groups; about 3,100 at or above tau1/m -> TPUT".
-  std::optional<std::int64_t> groups;  // over all shards
+  // kAuto: the cost model's prediction for both methods and its inputs
+  // (method is then kTput or kAllPartials); choice is estimate->Describe()
+  // and where the inputs came from ("the last run's statistics" or "phase
+  // 1's statistics").
+  std::optional<TopKEstimate> estimate;
+  std::optional<std::int64_t> groups;  // over all shards, as the model took them
   std::optional<std::int64_t> estimated_phase2_rows;
   std::string choice;
   // Something the caller should know: a shard missing, data that changed
@@ -332,6 +345,12 @@ class BasicSqlTopKSource final : public TopKShardSource<Measure> {
   // histogram, and min_partial is the smallest negative partial or else 0
   // (a shard without groups: nullopt). Default: wanted.
   void WantStatistics(bool wanted) override { want_statistics_ = wanted; }
+  // The scatter's measured links (ScatterGather::Link).
+  [[nodiscard]] std::vector<ShardLink> Links() const override;
+  // kAuto's memory: per query (the aggregation's text and the shard
+  // count), shared by every source in the process, the last 256 queries.
+  [[nodiscard]] std::optional<TopKObserved> Recall() const override;
+  void Remember(const TopKObserved& observed) override;
   [[nodiscard]] const TopKStatements& Statements() const noexcept { return statements_; }
   // Time spent opening the session (acquiring, BEGIN, the temporary table);
   // it is part of phase 1's elapsed time.

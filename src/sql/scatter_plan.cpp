@@ -14,6 +14,7 @@
 
 #include "shardkit/errors.hpp"
 #include "shardkit/queries/aggregate_query.hpp"
+#include "sql/percentile_shape.hpp"
 #include "sql/scatter_planner.hpp"
 #include "sql/sql_error_text.hpp"
 #include "sql/topk_shape.hpp"
@@ -62,6 +63,37 @@ ScatterPlan ScatterPlanner::Run() {
   RefuseUnsupportedShapes();
   SplitClauses();
   if (!HasAggregates()) return PlanConcatenation();
+  // Percentiles and count(DISTINCT) off the shard key: exact distributed
+  // selection (percentile_shape.hpp) instead of a merge of partials.
+  {
+    const json* targets = Field(select_, "targetList");
+    std::vector<std::string> item_texts;
+    for (std::size_t i = 0; const Range& item : Items(select_list_)) {
+      const bool aliased = targets != nullptr && i < targets->size() && (*targets)[i].at("ResTarget").contains("name");
+      item_texts.push_back(ItemText(item, aliased));
+      ++i;
+    }
+    std::vector<std::string> group_texts;
+    for (const Range& item : Items(group_)) group_texts.push_back(Text(item));
+    const PercentileCandidate candidate{
+        parsed_,
+        select_,
+        catalog_,
+        Text(from_),
+        where_.present ? Text(where_) : std::string(),
+        std::move(item_texts),
+        std::move(group_texts),
+        [](const json& e) { return DefaultName(e); },
+        [&](const json& item) { return targets != nullptr ? ResolveOutputAlias(item, *targets) : item; },
+        [&](const json& node, const char* what) { return LimitValue(node, what); }};
+    if (std::optional<PercentileShape> shape = FindPercentileShape(candidate)) {
+      ScatterPlan plan;
+      plan.column_names = shape->column_names;
+      plan.shard_sql = "exact percentiles: per-shard rounds in one snapshot (see the merge)";
+      plan.percentile = std::move(shape);
+      return plan;
+    }
+  }
   if (Field(select_, "distinctClause") != nullptr) {
     Refuse(SelectKeywordLocation(), "DISTINCT over aggregates over every shard",
            "duplicates among merged groups would have to be removed after the merge, which is not supported yet",
@@ -316,6 +348,7 @@ std::optional<std::int64_t> ScatterPlanner::LimitValue(const json& node, const c
 namespace shardkit::sql {
 
 std::string ScatterPlan::DescribeMerge() const {
+  if (percentile) return percentile->Describe();
   if (merge) {
     std::string out = merge->Describe();
     if (offset_param > 0) out += fmt::format("; OFFSET ${}", offset_param);

@@ -39,6 +39,7 @@
 #include "shardkit/queries/merge.hpp"
 #include "shardkit/queries/topk.hpp"
 #include "sql/parse.hpp"
+#include "sql/percentile_shape.hpp"
 #include "sql/sql_catalog.hpp"
 
 namespace shardkit::sql {
@@ -105,6 +106,9 @@ struct ScatterPlan {
   // Set for the best-sellers shape: try exact top-k first, `merge` if it
   // cannot answer.
   std::optional<TopKShape> topk;
+  // Percentiles and count(DISTINCT) off the shard key: exact distributed
+  // selection (percentile_shape.hpp); nothing else of the plan is used.
+  std::optional<PercentileShape> percentile;
   // Plain rows with ORDER BY, LIMIT or OFFSET.
   std::optional<RowOrder> rows;
   std::string shard_sql;  // what every shard runs (merge->ShardSql() for aggregates)

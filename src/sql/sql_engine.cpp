@@ -237,6 +237,13 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
   // customer_id IN (...): only the shards of those customers' buckets, by
   // the snapshot the scatter fences with (picked again on a retry).
   if (bound.route.customers) scatter_options.buckets = bound.route.Buckets();
+  if (plan.percentile) {
+    SqlResult result = RunPercentileShape(scatter_, *plan.percentile, params, scatter_options);
+    std::string merge = std::move(result.plan.merge);
+    result.plan = Info(bound, ShardId{0});
+    result.plan.merge = std::move(merge);
+    return result;
+  }
   std::string topk_refused;
   if (plan.topk) {
     if (!scatter_options.deadline) scatter_options.deadline = std::chrono::steady_clock::now() + kScatterTimeout;

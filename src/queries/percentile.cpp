@@ -109,6 +109,7 @@ class Selection {
                       const std::vector<std::string>& then = {});
   void ReadFirstRound(const ScatterResult& result);
   std::vector<Range> FirstRanges();
+  bool ResolveWhole(Group& g, std::size_t d, const std::vector<std::int64_t>& targets);
   std::vector<Range> Count(std::vector<Range> ranges);
   void Sample(std::vector<Range>& ranges);
   void FetchDistinct();
@@ -224,6 +225,32 @@ void Selection::ReadFirstRound(const ScatterResult& result) {
   for (auto& g : groups_) result_.rows_all_values += g.rows;
 }
 
+// A group whose every value round 1 brought (each shard had at most
+// samples_per_shard of them) needs no count: its values are ordered here,
+// for the number types, whose order shardkit's values reproduce exactly
+// (numeric by Decimal, NaN above every number, -0 = 0), and for dates and
+// timestamps without 'infinity' (ComparisonForm orders BC years).
+bool Selection::ResolveWhole(Group& g, std::size_t d, const std::vector<std::int64_t>& targets) {
+  const TypeOid type = domains_[d].type;
+  std::vector<std::string>& values = g.samples[d];
+  if (static_cast<std::int64_t>(values.size()) != g.n[d]) return false;
+  if (!IsNumber(type)) {
+    if (type != kDate && type != kTimestamp) return false;
+    if (std::any_of(values.begin(), values.end(), [](const std::string& v) { return v.ends_with("infinity"); })) {
+      return false;
+    }
+  }
+  std::vector<std::pair<Value, const std::string*>> sorted;
+  sorted.reserve(values.size());
+  for (const std::string& v : values) {
+    sorted.emplace_back(ComparisonForm(detail::ReadResultValue(v, type), type), &v);
+  }
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return CompareValues(a.first, b.first) < 0; });
+  for (const std::int64_t t : targets) g.at[d][t] = *sorted[static_cast<std::size_t>(t - 1)].second;
+  return true;
+}
+
 std::vector<Range> Selection::FirstRanges() {
   std::vector<Range> ranges;
   for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -248,6 +275,7 @@ std::vector<Range> Selection::FirstRanges() {
       std::sort(r.targets.begin(), r.targets.end());
       r.targets.erase(std::unique(r.targets.begin(), r.targets.end()), r.targets.end());
       if (r.targets.empty()) continue;
+      if (ResolveWhole(g, d, r.targets)) continue;
       r.candidates = std::move(g.samples[d]);
       ranges.push_back(std::move(r));
     }

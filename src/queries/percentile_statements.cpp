@@ -121,6 +121,20 @@ struct RangeArrays {
   std::vector<std::optional<std::string>> gk, id, lo, hi, all;
 };
 
+// The columns of domain d's ranges, for unnest().
+RangeArrays RangesOf(const std::vector<PercentileStatements::RangeParam>& ranges, std::size_t d) {
+  RangeArrays r;
+  for (const PercentileStatements::RangeParam& range : ranges) {
+    if (range.domain != d) continue;
+    r.gk.push_back(range.gk);
+    r.id.push_back(Text(range.id));
+    r.lo.push_back(range.lo);
+    r.hi.push_back(range.hi);
+    r.all.emplace_back(range.all ? "t" : "f");
+  }
+  return r;
+}
+
 }  // namespace
 
 std::pair<std::string, SqlParams> PercentileStatements::CountRound(
@@ -128,14 +142,7 @@ std::pair<std::string, SqlParams> PercentileStatements::CountRound(
   std::string sql;
   SqlParams params;
   for (std::size_t d = 0; d < domains_.size(); ++d) {
-    RangeArrays r;
-    for (const RangeParam& range : ranges) {
-      if (range.domain != d) continue;
-      r.gk.push_back(range.gk);
-      r.id.push_back(Text(range.id));
-      r.lo.push_back(range.lo);
-      r.hi.push_back(range.hi);
-    }
+    RangeArrays r = RangesOf(ranges, d);
     std::vector<std::optional<std::string>> c_range, c_value, c_id;
     for (const CandidateParam& c : candidates) {
       if (c.domain != d) continue;
@@ -170,15 +177,7 @@ std::pair<std::string, SqlParams> PercentileStatements::SampleRound(const std::v
   std::string sql;
   SqlParams params;
   for (std::size_t d = 0; d < domains_.size(); ++d) {
-    RangeArrays r;
-    for (const RangeParam& range : ranges) {
-      if (range.domain != d) continue;
-      r.gk.push_back(range.gk);
-      r.id.push_back(Text(range.id));
-      r.lo.push_back(range.lo);
-      r.hi.push_back(range.hi);
-      r.all.emplace_back(range.all ? "t" : "f");
-    }
+    RangeArrays r = RangesOf(ranges, d);
     if (r.id.empty()) continue;
     const std::size_t p = params.size() + 1;
     for (const auto* a : {&r.gk, &r.id, &r.lo, &r.hi, &r.all}) params.emplace_back(PgTextArray(*a));

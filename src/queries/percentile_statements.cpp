@@ -104,11 +104,14 @@ PercentileStatements::PercentileStatements(const PercentileQuery& query, std::ve
           "gk{0}",
           KeyColumns(keys_), d, v, kTable);
     } else {
+      // The group's counts by one aggregation (a whole-partition window
+      // count spooled every row: 2 s for 200,000), the ranks by a
+      // streaming row_number(), the text only for the rows kept.
       arms += fmt::format(
-          " UNION ALL SELECT gk{0}, c, {1}, n, NULL::oid, v FROM (SELECT gk{0}, count(*) OVER (PARTITION BY gk) AS c, "
-          "count({2}) OVER (PARTITION BY gk) AS n, row_number() OVER (PARTITION BY gk ORDER BY {2}) AS rn, "
-          "{2}::text AS v FROM {3}) s WHERE rn = 1 OR (v IS NOT NULL AND {4})",
-          KeyColumns(keys_), d, v, kTable, Spaced(samples_));
+          " UNION ALL SELECT s.gk{5}, g.c, {1}, g.n, NULL::oid, s.{2}::text FROM (SELECT gk{0}, {2}, row_number() "
+          "OVER (PARTITION BY gk ORDER BY {2}) AS rn FROM {3}) s JOIN (SELECT gk, count(*) AS c, count({2}) AS n FROM "
+          "{3} GROUP BY gk) g ON g.gk = s.gk WHERE rn = 1 OR (s.{2} IS NOT NULL AND {4})",
+          KeyColumns(keys_), d, v, kTable, Spaced(samples_), KeyColumns(keys_, "s."));
     }
   }
   first_ = arms;
@@ -156,17 +159,17 @@ std::pair<std::string, SqlParams> PercentileStatements::CountRound(
     const std::string& type = domains_[d].type_name;
     const std::string v = Column(d);
     if (!sql.empty()) sql += " UNION ALL ";
-    // Each candidate among the range's rows: the rows before its peers are
-    // below it, those up to its last peer at or below it.
+    // The range's rows grouped by value (ties counted once), the candidates
+    // among them: a running sum over the values up to each candidate's
+    // (its peers included) is what lies at or below it; minus the rows
+    // equal to it, below it. One sort, sums carried forward (a frame that
+    // excludes peers re-aggregated per row: minutes on 180,000 ties).
     sql += fmt::format(
-        "SELECT cid, lt, le FROM (SELECT cid, "
-        "count(*) FILTER (WHERE cid IS NULL) OVER (PARTITION BY rid ORDER BY v RANGE BETWEEN UNBOUNDED PRECEDING AND "
-        "CURRENT ROW) AS le, "
-        "count(*) FILTER (WHERE cid IS NULL) OVER (PARTITION BY rid ORDER BY v RANGE BETWEEN UNBOUNDED PRECEDING AND "
-        "CURRENT ROW EXCLUDE GROUP) AS lt FROM ("
-        "SELECT r.rid, t.{0} AS v, NULL::bigint AS cid FROM unnest(${1}::text[], ${2}::bigint[], ${3}::{8}[], "
-        "${4}::{8}[]) AS r(gk, rid, lo, hi) JOIN {9} t ON t.gk = r.gk WHERE {10} "
-        "UNION ALL SELECT c.rid, c.v, c.cid FROM unnest(${5}::bigint[], ${6}::{8}[], ${7}::bigint[]) AS c(rid, v, "
+        "SELECT cid, (le - eq)::bigint AS lt, le::bigint AS le FROM (SELECT cid, "
+        "sum(n) OVER (PARTITION BY rid ORDER BY v) AS le, sum(n) OVER (PARTITION BY rid, v) AS eq FROM ("
+        "SELECT r.rid, t.{0} AS v, count(*) AS n, NULL::bigint AS cid FROM unnest(${1}::text[], ${2}::bigint[], "
+        "${3}::{8}[], ${4}::{8}[]) AS r(gk, rid, lo, hi) JOIN {9} t ON t.gk = r.gk WHERE {10} GROUP BY 1, 2 "
+        "UNION ALL SELECT c.rid, c.v, 0, c.cid FROM unnest(${5}::bigint[], ${6}::{8}[], ${7}::bigint[]) AS c(rid, v, "
         "cid)) u) w WHERE cid IS NOT NULL",
         v, p, p + 1, p + 2, p + 3, p + 4, p + 5, p + 6, type, kTable, Inside(v));
   }
@@ -184,10 +187,12 @@ std::pair<std::string, SqlParams> PercentileStatements::SampleRound(const std::v
     const std::string v = Column(d);
     if (!sql.empty()) sql += " UNION ALL ";
     sql += fmt::format(
-        "SELECT DISTINCT rid, v::text AS v FROM (SELECT r.rid, r.a, t.{0} AS v, "
-        "row_number() OVER (PARTITION BY r.rid ORDER BY t.{0}) AS rn, count(*) OVER (PARTITION BY r.rid) AS n "
+        "SELECT DISTINCT rid, v::text AS v FROM (SELECT s.rid, s.a, s.v, "
+        "row_number() OVER (PARTITION BY s.rid ORDER BY s.v) AS rn, g.n FROM (SELECT r.rid, r.a, t.{0} AS v "
         "FROM unnest(${1}::text[], ${2}::bigint[], ${3}::{6}[], ${4}::{6}[], ${5}::boolean[]) AS r(gk, rid, lo, hi, a) "
-        "JOIN {7} t ON t.gk = r.gk WHERE {8}) s WHERE a OR {9}",
+        "JOIN {7} t ON t.gk = r.gk WHERE {8}) s JOIN (SELECT r.rid, count(*) AS n FROM unnest(${1}::text[], "
+        "${2}::bigint[], ${3}::{6}[], ${4}::{6}[]) AS r(gk, rid, lo, hi) JOIN {7} t ON t.gk = r.gk WHERE {8} GROUP BY "
+        "1) g ON g.rid = s.rid) x WHERE a OR {9}",
         v, p, p + 1, p + 2, p + 3, p + 4, domains_[d].type_name, kTable, Inside(v), Spaced(samples_));
   }
   return {sql, params};

@@ -51,9 +51,11 @@ struct SketchQuery {
 struct ApproximateResult : ResultSet {
   bool approximate = true;  // always: these are estimates
   std::string method;       // "HyperLogLog (hll, log2m 14)", "t-digest (tdigest, compression 100)"
-  // HLL: the relative standard error of the count. t-digest: the bound on
-  // the rank error as a fraction of the rows (2 f (1 - f) / compression:
-  // half the largest centroid the k1 scale allows around f).
+  // HLL: the relative standard error of the count. t-digest: a nominal
+  // rank error as a fraction of the rows (2 f (1 - f) / compression: half
+  // the largest centroid the k1 scale allows around f), not a guarantee;
+  // on data with many equal values the value itself can be further off
+  // (bench/results.md measures both against the exact answer).
   double relative_error = 0;
   std::string error_bound;  // in words, for people
   int rounds = 0;

@@ -150,10 +150,10 @@ ApproximateResult Run(ScatterGather& scatter, const SketchQuery& q, const Scatte
   } else {
     result.relative_error = 2 * q.fraction * (1 - q.fraction) / q.tdigest_compression;
     result.method = fmt::format("t-digest (tdigest, compression {})", q.tdigest_compression);
-    result.error_bound =
-        fmt::format("the value's rank nominally within ±{:.2g}% of the rows of rank {} (t-digest's centroid size limit; not a "
+    result.error_bound = fmt::format(
+        "the value's rank nominally within ±{:.2g}% of the rows of rank {} (t-digest's centroid size limit; not a "
         "guarantee)",
-                    100 * result.relative_error, q.fraction);
+        100 * result.relative_error, q.fraction);
   }
   return result;
 }

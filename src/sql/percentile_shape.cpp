@@ -25,16 +25,35 @@ bool IsPercentile(const std::string& name) {
   return name == "percentile_cont" || name == "percentile_disc";
 }
 
-// count(DISTINCT x) whose x is not a bare customer_id (which never spans
-// shards, so the ordinary merge answers it).
+// Whether every column an expression reads is customer_id (at least one).
+bool ReadsOnlyTheShardKey(const json& node, bool& any) {
+  if (node.is_object()) {
+    if (const json* column = Field(node, "ColumnRef"); column != nullptr) {
+      const json& last = column->at("fields").back();
+      if (!(last.contains("String") && last.at("String").value("sval", "") == kShardKeyColumn)) return false;
+      any = true;
+      return true;
+    }
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      if (!ReadsOnlyTheShardKey(it.value(), any)) return false;
+    }
+  } else if (node.is_array()) {
+    for (const json& item : node) {
+      if (!ReadsOnlyTheShardKey(item, any)) return false;
+    }
+  }
+  return true;
+}
+
+// count(DISTINCT x) whose x reads other columns than customer_id (a
+// function of customer_id alone never spans shards: the ordinary merge
+// answers it).
 bool IsCountDistinctOffKey(const json& call) {
   if (FunctionName(call) != "count" || !call.value("agg_distinct", false)) return false;
   const json* args = Field(call, "args");
   if (args == nullptr || args->size() != 1) return true;
-  const json* column = Field(args->front(), "ColumnRef");
-  if (column == nullptr) return true;
-  const json& last = column->at("fields").back();
-  return !(last.contains("String") && last.at("String").value("sval", "") == kShardKeyColumn);
+  bool any = false;
+  return !(ReadsOnlyTheShardKey(args->front(), any) && any);
 }
 
 bool IsOrderStatistic(const json& value) {
@@ -142,6 +161,11 @@ void Recogniser::AddStatistic(const json& call, const std::string& name, int loc
     }
     if (call.contains("agg_order")) {
       Refuse(location, "count(DISTINCT ... ORDER BY ...)", "an ORDER BY inside count() is not supported", "drop it");
+    }
+    if (args->front().contains("RowExpr")) {
+      Refuse(LocationOf(args->front()), "count(DISTINCT (a, b, ...))",
+             "distinct rows of several values are not counted over shards",
+             "count the distinct values of one expression (e.g. a || '/' || b), or pin customer_id");
     }
     column.value = ValueText(location, false);
   } else {

@@ -46,23 +46,30 @@ MergedResult Cluster::Merge(const MergePlan& plan, const SqlParams& params, cons
 
 namespace {
 
-// Top-k runs its phases in one session per shard; a shard that refuses a
-// bucket for a stale directory fails the session, so the whole top-k runs
-// again on the refreshed directory, as a scatter does.
-template <class Measure>
-TopKResult<Measure> TopKFollowingDirectory(BucketShardResolver& resolver, ScatterGather& scatter,
-                                           DirectoryWatcher* watcher, const TopKQuery& query, TopKMethod method,
-                                           const ScatterOptions& options) {
+// Top-k and exact percentiles run their rounds in one session per shard; a
+// shard that refuses a bucket for a stale directory fails the session, so
+// the whole query runs again on the refreshed directory, as a scatter does.
+template <class Run>
+auto FollowingDirectory(BucketShardResolver& resolver, DirectoryWatcher* watcher, const ScatterOptions& options,
+                        const Run& run) {
   StaleDirectoryRetry retry(resolver, watcher,
                             options.deadline.value_or(StaleDirectoryRetry::Clock::time_point::max()));
   for (;;) {
     retry.Attempting();
     try {
-      return TopKBySum<Measure>(scatter, query, method, options);
+      return run();
     } catch (const ScatterError& e) {
       if (!retry.Again(e)) throw;
     }
   }
+}
+
+template <class Measure>
+TopKResult<Measure> TopKFollowingDirectory(BucketShardResolver& resolver, ScatterGather& scatter,
+                                           DirectoryWatcher* watcher, const TopKQuery& query, TopKMethod method,
+                                           const ScatterOptions& options) {
+  return FollowingDirectory(resolver, watcher, options,
+                            [&] { return TopKBySum<Measure>(scatter, query, method, options); });
 }
 
 }  // namespace
@@ -73,6 +80,19 @@ TopKResult<std::int64_t> Cluster::TopK(const TopKQuery& query, TopKMethod method
 
 TopKResult<Decimal> Cluster::TopKDecimal(const TopKQuery& query, TopKMethod method, const ScatterOptions& options) {
   return TopKFollowingDirectory<Decimal>(*resolver_, *scatter_, watcher_.get(), query, method, options);
+}
+
+PercentileResult Cluster::Percentiles(const PercentileQuery& query, const ScatterOptions& options) {
+  return FollowingDirectory(*resolver_, watcher_.get(), options,
+                            [&] { return ExactPercentiles(*scatter_, query, options); });
+}
+
+ApproximateResult Cluster::ApproxCountDistinct(const SketchQuery& query, const ScatterOptions& options) {
+  return shardkit::ApproxCountDistinct(*scatter_, query, options);
+}
+
+ApproximateResult Cluster::ApproxPercentile(const SketchQuery& query, const ScatterOptions& options) {
+  return shardkit::ApproxPercentile(*scatter_, query, options);
 }
 
 SqlResult Cluster::Execute(const std::string& sql, const SqlParams& params, const SqlOptions& options) {

@@ -287,6 +287,29 @@ TEST_F(LabTest, CategoryAveragesEqualTheReference) {
   }
 }
 
+TEST_F(LabTest, PercentilesAndDistinctBooksEqualTheReferenceInFewRounds) {
+  const DemoResult r = RunPercentiles(*lab_);
+  EXPECT_TRUE(r.Ok()) << FailedChecks(r);
+  const auto& queries = r.figures["queries"];
+  ASSERT_EQ(queries.size(), 2U);
+  for (const auto& q : queries) {
+    EXPECT_TRUE(q["equal_to_reference"].get<bool>()) << q.dump();
+    EXPECT_LE(q["rounds"].get<int>(), 4) << q.dump();
+    // At the tests' scale (0.01) small groups come whole in round 1: no
+    // more rows than a gather, plus one per shard (the value's type).
+    EXPECT_LE(q["rows_shipped"].get<std::int64_t>(), q["rows_all_values"].get<std::int64_t>() + 2) << q.dump();
+    EXPECT_TRUE(q.contains("approximate")) << q.dump();
+  }
+  // Every category, each median and p95 the reference's text.
+  const auto& categories = queries[0]["rows"];
+  EXPECT_EQ(categories.size(), Categories().size());
+  for (const auto& c : categories) {
+    EXPECT_EQ(c["median"], c["reference_median"]) << c.dump();
+    EXPECT_EQ(c["p95"], c["reference_p95"]) << c.dump();
+  }
+  EXPECT_EQ(queries[1]["exact"], queries[1]["reference"]);
+}
+
 TEST_F(LabTest, ThirdShardMovesTheBucketsTheDirectoriesImply) {
   const DemoResult r = RunThirdShard(*lab_);
   EXPECT_TRUE(r.Ok()) << FailedChecks(r);

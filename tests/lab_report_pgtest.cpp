@@ -140,9 +140,10 @@ TEST_F(LabReport, PageHasASectionPerDemoAndAnSvgPerChart) {
     EXPECT_NE(html.find("<section class=\"demo\" id=\"demo-" + name + "\">"), std::string::npos) << name;
   }
   // The charts the brief names, each drawn by gnuplot.
-  for (const char* id : {"shard-key-years", "shard-key-window", "top10-lists", "top10-rows", "top10-time",
-                         "category-avg-values", "category-avg-error", "third-shard-moved", "rebalance-load",
-                         "rebalance-latency", "workers-over-time", "workers-partitions", "workers-jobs"}) {
+  for (const char* id :
+       {"shard-key-years", "shard-key-window", "top10-lists", "top10-rows", "top10-time", "category-avg-values",
+        "category-avg-error", "percentiles-rows", "percentiles-rounds", "third-shard-moved", "rebalance-load",
+        "rebalance-latency", "workers-over-time", "workers-partitions", "workers-jobs"}) {
     EXPECT_NE(std::find(page_->chart_ids.begin(), page_->chart_ids.end(), id), page_->chart_ids.end()) << id;
   }
   for (const auto& id : page_->chart_ids) {

@@ -12,6 +12,8 @@
 //                                  .Sum("quantity", "sold").OrderBy("sold", shardkit::SortDirection::kDesc)
 //                                  .Limit(10).Plan());
 //   auto best = cluster->TopK(query);                                      // exact (TPUT, auto)
+//   auto median = cluster->Percentiles(shardkit::AggregateQuery::From("orders").GroupBy("status")
+//                                          .Median("amount", "median").Percentiles());   // exact selection
 //
 // What it guarantees:
 // - Everything it runs follows the directory through bucket moves: with a
@@ -45,8 +47,10 @@
 
 #include "shardkit/config.hpp"
 #include "shardkit/queries/merge.hpp"
+#include "shardkit/queries/percentile.hpp"
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/queries/scatter_merge.hpp"
+#include "shardkit/queries/sketches.hpp"
 #include "shardkit/queries/topk.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/routing/resolver.hpp"
@@ -124,6 +128,15 @@ class Cluster {
                                               const ScatterOptions& options = {});
   [[nodiscard]] TopKResult<Decimal> TopKDecimal(const TopKQuery& query, TopKMethod method = TopKMethod::kAuto,
                                                 const ScatterOptions& options = {});
+
+  // Exact percentiles, medians and COUNT(DISTINCT x) by distributed
+  // selection in one snapshot per shard (percentile.hpp), run again on the
+  // refreshed directory if a shard refuses a bucket for a stale one.
+  [[nodiscard]] PercentileResult Percentiles(const PercentileQuery& query, const ScatterOptions& options = {});
+  // Approximate, only when asked by name: HyperLogLog and t-digest sketches
+  // merged across shards (sketches.hpp); the result carries its error bound.
+  [[nodiscard]] ApproximateResult ApproxCountDistinct(const SketchQuery& query, const ScatterOptions& options = {});
+  [[nodiscard]] ApproximateResult ApproxPercentile(const SketchQuery& query, const ScatterOptions& options = {});
 
   // One SQL statement, answered as one unsharded server would answer it, or
   // SqlError: a syntax error, or a refusal saying why it cannot be answered

@@ -108,6 +108,7 @@ std::function<DemoResult(Lab&)> DemoByName(const std::string& name) {
   if (name == "ids") return RunIds;
   if (name == "top10") return RunTop10;
   if (name == "category-avg") return RunCategoryAvg;
+  if (name == "percentiles") return RunPercentiles;
   if (name == "third-shard") return RunThirdShard;
   if (name == "workers") return static_cast<DemoResult (*)(Lab&)>(RunWorkers);
   if (name == "stats") return RunStats;

@@ -32,6 +32,10 @@ namespace shardkit::lab {
 [[nodiscard]] DemoResult RunTop10(Lab& lab);
 // 5. Average order amount per category from per-shard SUM and COUNT.
 [[nodiscard]] DemoResult RunCategoryAvg(Lab& lab);
+// 10. Median and p95 of order amount per category and distinct books sold,
+//     exactly by distributed selection, next to the reference, a gather of
+//     every value and the sketches' estimates.
+[[nodiscard]] DemoResult RunPercentiles(Lab& lab);
 // 6. A third shard: the fewest bucket moves vs customer_id % shard count.
 [[nodiscard]] DemoResult RunThirdShard(Lab& lab);
 // 7. Worker sharding (the worker-sharding case): worker processes share the 64 partitions

@@ -35,6 +35,7 @@ const char* DemoTitle(const std::string& demo) {
   if (demo == "top10") return "4. the wrong top-10: best sellers of the last 30 days";
   if (demo == "category-avg") return "5. exercise: average order amount per category";
   if (demo == "third-shard") return "6. exercise: add a third shard";
+  if (demo == "percentiles") return "10. medians, percentiles and distinct counts: exact without shipping the rows";
   if (demo == "workers") return "7. worker sharding: partitions, leases, fencing, hot keys (the worker-sharding case)";
   if (demo == "stats") return "8. cross-shard query statistics of this run";
   if (demo == "rebalance") return "9. exercise: rebalance to one more shard and back, under load";
@@ -187,8 +188,8 @@ std::string TextTable::Render(const std::string& indent) const {
 }
 
 const std::vector<std::string>& DemoNames() {
-  static const std::vector<std::string> names{"routing",      "shard-key",   "ids",     "top10",
-                                              "category-avg", "third-shard", "workers", "stats"};
+  static const std::vector<std::string> names{"routing",     "shard-key",   "ids",     "top10", "category-avg",
+                                              "percentiles", "third-shard", "workers", "stats"};
   return names;
 }
 

@@ -38,6 +38,7 @@ struct Chart {
 [[nodiscard]] std::vector<Chart> ShardKeyCharts(const Json& figures);
 [[nodiscard]] std::vector<Chart> Top10Charts(const Json& figures);
 [[nodiscard]] std::vector<Chart> CategoryAvgCharts(const Json& figures);
+[[nodiscard]] std::vector<Chart> PercentilesCharts(const Json& figures);
 [[nodiscard]] std::vector<Chart> ThirdShardCharts(const Json& figures);
 [[nodiscard]] std::vector<Chart> RebalanceCharts(const Json& figures);
 [[nodiscard]] std::vector<Chart> WorkersCharts(const Json& figures);

@@ -2,6 +2,7 @@
 // top-10, the average per category and the third shard, from their figures.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 #include "report.hpp"
@@ -174,6 +175,39 @@ std::vector<Chart> CategoryAvgCharts(const Json& f) {
                  "plot 'category-avg.tsv' using 5:xtic(1) lt 1 title 'merged - reference', "
                  "'' using 6 lt 3 title 'average of averages - reference'";
   return {values, error};
+}
+
+std::vector<Chart> PercentilesCharts(const Json& f) {
+  if (!Has(f, "queries") || f["queries"].empty()) return {};
+  // Rows shipped: exact selection vs a gather of every value (log scale).
+  std::vector<std::vector<std::string>> totals;
+  // Rows per round, one cluster per query.
+  std::vector<std::vector<std::string>> rounds;
+  std::size_t most_rounds = 0;
+  for (const Json& q : f["queries"]) most_rounds = std::max(most_rounds, Field(q, "round_stats").size());
+  for (const Json& q : f["queries"]) {
+    const std::string name = q.value("name", std::string("?"));
+    totals.push_back({name, NumberCell(q["rows_shipped"]), NumberCell(q["rows_all_values"])});
+    std::vector<std::string> row{name};
+    for (std::size_t i = 0; i < most_rounds; ++i) {
+      const Json& rs = Field(q, "round_stats");
+      row.push_back(i < rs.size() ? NumberCell(rs[i]["rows"]) : "0");
+    }
+    rounds.push_back(std::move(row));
+  }
+  Chart shipped{"percentiles-rows", "Rows shipped: exact distributed selection vs gathering every value (log scale)"};
+  shipped.data = {{"percentiles-rows.tsv", DataFile(totals)}};
+  shipped.script = std::string(kClusteredBars) +
+                   "set logscale y\nset format y '%g'\nset yrange [1:*]\nset ylabel 'rows received from the shards'\n"
+                   "set key inside top right\nset offsets 0,0,graph 0.2,0\n"
+                   "plot 'percentiles-rows.tsv' using 2:xtic(1) title 'exact selection (shardkit)', "
+                   "'' using 3 title 'every value (naive gather)'";
+  Chart per_round{"percentiles-rounds", "Rows received in each round of the selection"};
+  per_round.data = {{"percentiles-rounds.tsv", DataFile(rounds)}};
+  std::string plot = "plot 'percentiles-rounds.tsv' using 2:xtic(1) title 'round 1'";
+  for (std::size_t i = 1; i < most_rounds; ++i) plot += fmt::format(", '' using {} title 'round {}'", i + 2, i + 1);
+  per_round.script = kHistogram + "set ylabel 'rows received'\nset key inside top right\n" + plot;
+  return {shipped, per_round};
 }
 
 std::vector<Chart> ThirdShardCharts(const Json& f) {

@@ -160,6 +160,7 @@ std::vector<Chart> ChartsFor(const std::string& demo, const Json& figures) {
   if (demo == "shard-key") return ShardKeyCharts(figures);
   if (demo == "top10") return Top10Charts(figures);
   if (demo == "category-avg") return CategoryAvgCharts(figures);
+  if (demo == "percentiles") return PercentilesCharts(figures);
   if (demo == "third-shard") return ThirdShardCharts(figures);
   if (demo == "rebalance") return RebalanceCharts(figures);
   if (demo == "workers") return WorkersCharts(figures);

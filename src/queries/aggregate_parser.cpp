@@ -38,8 +38,8 @@ std::string HolisticMessage(const std::string& call, const std::string& name) {
   if (name == "median") {
     return call +
            " cannot be merged from per-shard partials: the median of the shards' medians is not "
-           "the median of all rows. Fetch the values (or per-value counts: GROUP BY the value with "
-           "count(*)) and compute it in one place, or use an approximate quantile sketch.";
+           "the median of all rows. Ask for it exactly with Median() and Percentiles() (distributed "
+           "selection, shardkit/queries/percentile.hpp), or use an approximate quantile sketch.";
   }
   if (name == "mode") {
     return call +
@@ -50,8 +50,9 @@ std::string HolisticMessage(const std::string& call, const std::string& name) {
   if (name == "percentile_cont" || name == "percentile_disc") {
     return call +
            " cannot be merged from per-shard partials: no combination of per-shard percentiles "
-           "gives the percentile of all rows. Fetch per-value counts (GROUP BY the value with "
-           "count(*)) and compute it after the merge, or use an approximate quantile sketch.";
+           "gives the percentile of all rows. Ask for it exactly with PercentileCont()/PercentileDisc() "
+           "and Percentiles() (distributed selection, shardkit/queries/percentile.hpp), or use an "
+           "approximate quantile sketch.";
   }
   return call +
          " cannot be merged from per-shard partials: a row's rank depends on the rows of every "
@@ -366,8 +367,9 @@ ParsedAggregate ParseAggregateCall(std::string_view text, const std::string& sha
       !IsShardKeyArgument(out.argument_tokens, shard_key)) {
     throw UnmergeableQuery(call +
                            " cannot be merged from per-shard partials: the same value can be on several shards, "
-                           "so per-shard DISTINCT results over-count it. Group by the value instead (GroupBy with "
-                           "count(*)) and aggregate the merged groups, or use an approximate distinct-count sketch "
+                           "so per-shard DISTINCT results over-count it. Ask for it exactly with "
+                           "CountDistinctValues() and Percentiles() (each shard's distinct values merged, "
+                           "shardkit/queries/percentile.hpp), or use an approximate distinct-count sketch "
                            "(HyperLogLog). Only the shard key (" +
                            shard_key + ") never spans shards, so " + out.function + "(DISTINCT " + shard_key +
                            ") is merged exactly.");

@@ -129,7 +129,67 @@ AggregateQuery& AggregateQuery::Offset(std::int64_t count) {
   return *this;
 }
 
+AggregateQuery& AggregateQuery::PercentileCont(double fraction, std::string column, std::string name) {
+  Item item;
+  item.order_statistic = OrderStatisticColumn{OrderStatistic::kPercentileCont, QuoteIdentifier(column), fraction, name};
+  item.name = std::move(name);
+  return AddAggregate(std::move(item));
+}
+AggregateQuery& AggregateQuery::PercentileDisc(double fraction, std::string column, std::string name) {
+  Item item;
+  item.order_statistic = OrderStatisticColumn{OrderStatistic::kPercentileDisc, QuoteIdentifier(column), fraction, name};
+  item.name = std::move(name);
+  return AddAggregate(std::move(item));
+}
+AggregateQuery& AggregateQuery::Median(std::string column, std::string name) {
+  return PercentileCont(0.5, std::move(column), std::move(name));
+}
+AggregateQuery& AggregateQuery::CountDistinctValues(std::string column, std::string name) {
+  Item item;
+  item.order_statistic =
+      OrderStatisticColumn{OrderStatistic::kCountDistinct, QuoteIdentifier(column), std::nullopt, name};
+  item.name = std::move(name);
+  return AddAggregate(std::move(item));
+}
+
+PercentileQuery AggregateQuery::Percentiles() const {
+  PercentileQuery q;
+  q.from = from_;
+  for (std::size_t i = 0; i < where_.size(); ++i) q.where += (i == 0 ? "(" : " AND (") + where_[i] + ")";
+  for (const Item& item : items_) {
+    if (item.hidden) {
+      throw UnmergeableQuery("Percentiles(): column \"" + item.name +
+                             "\" is hidden; exact percentiles return every column asked for");
+    }
+    if (item.is_key) {
+      q.group_by.push_back({item.expression, item.name});
+    } else if (item.order_statistic) {
+      q.columns.push_back(*item.order_statistic);
+    } else {
+      throw UnmergeableQuery("Percentiles(): column \"" + item.name +
+                             "\" is an aggregate merged from partials; run it as its own Plan() through Merge, or "
+                             "ask for order statistics only here");
+    }
+  }
+  if (!having_.empty()) {
+    throw UnmergeableQuery(
+        "Percentiles(): HAVING is not supported next to exact percentiles; filter the rows returned");
+  }
+  q.order_by = order_by_;
+  q.limit = limit_;
+  q.offset = offset_;
+  return q;
+}
+
 MergePlan AggregateQuery::Plan() const {
+  for (const Item& item : items_) {
+    if (item.order_statistic) {
+      throw UnmergeableQuery("column \"" + item.name +
+                             "\" is a percentile or count(DISTINCT) off the shard key, which per-shard partials "
+                             "cannot answer; build the exact query with Percentiles() and run it with "
+                             "Cluster::Percentiles (or ExactPercentiles)");
+    }
+  }
   std::vector<std::string> select;
   std::vector<std::string> collations;  // appended after the items: GROUP BY positions stay put
   std::vector<std::size_t> group_by;    // 1-based positions of the keys

@@ -15,6 +15,7 @@
 
 #include "shardkit/errors.hpp"
 #include "shardkit/queries/aggregate_query.hpp"
+#include "sql/percentile_shape.hpp"
 #include "sql/scatter_planner.hpp"
 #include "sql/sql_error_text.hpp"
 #include "sql/topk_shape.hpp"
@@ -47,6 +48,37 @@ ScatterPlan ScatterPlanner::Run() {
   RefuseUnsupportedShapes();
   SplitClauses();
   if (!HasAggregates()) return PlanConcatenation();
+  // Percentiles and count(DISTINCT) off the shard key: exact distributed
+  // selection (percentile_shape.hpp) instead of a merge of partials.
+  {
+    const json* targets = Field(select_, "targetList");
+    std::vector<std::string> item_texts;
+    for (std::size_t i = 0; const Range& item : Items(select_list_)) {
+      const bool aliased = targets != nullptr && i < targets->size() && (*targets)[i].at("ResTarget").contains("name");
+      item_texts.push_back(ItemText(item, aliased));
+      ++i;
+    }
+    std::vector<std::string> group_texts;
+    for (const Range& item : Items(group_)) group_texts.push_back(Text(item));
+    const PercentileCandidate candidate{
+        parsed_,
+        select_,
+        catalog_,
+        Text(from_),
+        where_.present ? Text(where_) : std::string(),
+        std::move(item_texts),
+        std::move(group_texts),
+        [](const json& e) { return DefaultName(e); },
+        [&](const json& item) { return targets != nullptr ? ResolveOutputAlias(item, *targets) : item; },
+        [&](const json& node, const char* what) { return LimitValue(node, what); }};
+    if (std::optional<PercentileShape> shape = FindPercentileShape(candidate)) {
+      ScatterPlan plan;
+      plan.column_names = shape->column_names;
+      plan.shard_sql = "exact percentiles: per-shard rounds in one snapshot (see the merge)";
+      plan.percentile = std::move(shape);
+      return plan;
+    }
+  }
   try {
     // DISTINCT over merged groups: removed by the finishing step.
     if (Field(select_, "distinctClause") == nullptr) {
@@ -303,6 +335,7 @@ std::optional<std::int64_t> ScatterPlanner::LimitValue(const json& node, const c
 namespace shardkit::sql {
 
 std::string ScatterPlan::DescribeMerge() const {
+  if (percentile) return percentile->Describe();
   if (finish) {
     return fmt::format("{}; then on one shard, over the merged rows (_m1: {}): {}", merge->Describe(),
                        fmt::join(finish->inputs.front(), ", "), finish->select);

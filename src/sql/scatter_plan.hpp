@@ -46,6 +46,7 @@
 #include "shardkit/queries/topk.hpp"
 #include "sql/finish.hpp"
 #include "sql/parse.hpp"
+#include "sql/percentile_shape.hpp"
 #include "sql/sql_catalog.hpp"
 
 namespace shardkit::sql {
@@ -116,6 +117,9 @@ struct ScatterPlan {
   // Set for the best-sellers shape: try exact top-k first, `merge` if it
   // cannot answer.
   std::optional<TopKShape> topk;
+  // Percentiles and count(DISTINCT) off the shard key: exact distributed
+  // selection (percentile_shape.hpp); nothing else of the plan is used.
+  std::optional<PercentileShape> percentile;
   // Plain rows with ORDER BY, LIMIT, OFFSET or DISTINCT.
   std::optional<RowOrder> rows;
   // Aggregates that `merge` cannot finish alone: `merge` merges the groups,

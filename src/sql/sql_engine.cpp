@@ -260,6 +260,20 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
   // customer_id IN (...): only the shards of those customers' buckets, by
   // the snapshot the scatter fences with (picked again on a retry).
   if (bound.route.customers) scatter_options.buckets = bound.route.Buckets();
+  if (plan.percentile) {
+    SqlResult result;
+    try {
+      result = RunPercentileShape(scatter_, *plan.percentile, params, scatter_options);
+    } catch (const UnmergeableQuery& e) {
+      // What only the shards' types tell (a value type not ranked exactly, too many distinct values).
+      throw Refusal(bound.plan->text, 0, "this statement over every shard", e.what(),
+                    "pin customer_id so that it runs on one customer's shard, or rewrite it as said");
+    }
+    std::string merge = std::move(result.plan.merge);
+    result.plan = Info(bound, ShardId{0});
+    result.plan.merge = std::move(merge);
+    return result;
+  }
   std::string topk_refused;
   if (plan.topk) {
     if (!scatter_options.deadline) scatter_options.deadline = std::chrono::steady_clock::now() + kScatterTimeout;

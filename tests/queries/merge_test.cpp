@@ -596,5 +596,53 @@ TEST(AggregateQueryTest, WhereConditionsAreAnded) {
   EXPECT_EQ(plan.ShardSql(), "SELECT count(*) AS \"_p0\" FROM \"t\" WHERE (a > $1) AND (b OR c)");
 }
 
+TEST(AggregateQueryTest, OrderStatisticsBuildTheExactPercentileQueryNotAMergePlan) {
+  const auto query = AggregateQuery::From("orders")
+                         .Where("status <> $1")
+                         .GroupBy("status")
+                         .Median("total", "median")
+                         .PercentileDisc(0.95, "total", "p95")
+                         .CountDistinctValues("book_id", "books")
+                         .OrderBy("median", SortDirection::kDesc)
+                         .Limit(3);
+  const PercentileQuery q = query.Percentiles();
+  EXPECT_EQ(q.from, "\"orders\"");
+  EXPECT_EQ(q.where, "(status <> $1)");
+  ASSERT_EQ(q.group_by.size(), 1U);
+  EXPECT_EQ(q.group_by[0].expression, "\"status\"");
+  ASSERT_EQ(q.columns.size(), 3U);
+  EXPECT_EQ(q.columns[0].kind, OrderStatistic::kPercentileCont);
+  EXPECT_EQ(q.columns[0].fraction, 0.5);
+  EXPECT_EQ(q.columns[1].kind, OrderStatistic::kPercentileDisc);
+  EXPECT_EQ(q.columns[2].kind, OrderStatistic::kCountDistinct);
+  EXPECT_EQ(q.columns[2].value, "\"book_id\"");
+  ASSERT_EQ(q.order_by.size(), 1U);
+  EXPECT_EQ(q.limit, 3);
+  // Partials cannot answer them: Plan() says where to go instead.
+  try {
+    (void)query.Plan();
+    ADD_FAILURE() << "Plan() accepted a median";
+  } catch (const UnmergeableQuery& e) {
+    EXPECT_NE(std::string(e.what()).find("Percentiles()"), std::string::npos) << e.what();
+  }
+  // Other aggregates do not mix with them.
+  EXPECT_THROW((void)AggregateQuery::From("t").Median("x", "m").Sum("y", "s").Percentiles(), UnmergeableQuery);
+}
+
+TEST(PercentileRanksTest, PostgresRowsAndInterpolation) {
+  EXPECT_EQ(PercentileDiscRow(0, 10), 1);
+  EXPECT_EQ(PercentileDiscRow(1, 10), 10);
+  EXPECT_EQ(PercentileDiscRow(0.5, 10), 5);
+  EXPECT_EQ(PercentileDiscRow(0.51, 10), 6);
+  const PercentileContRows half = PercentileContRowsFor(0.5, 4);
+  EXPECT_EQ(half.first, 2);
+  EXPECT_EQ(half.second, 3);
+  EXPECT_DOUBLE_EQ(half.proportion, 0.5);
+  const PercentileContRows one = PercentileContRowsFor(1, 1);
+  EXPECT_EQ(one.first, 1);
+  EXPECT_EQ(one.second, 1);
+  EXPECT_EQ(PercentileInterpolate(1, 3, 0.5), 2);
+}
+
 }  // namespace
 }  // namespace shardkit

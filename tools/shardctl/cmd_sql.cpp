@@ -30,6 +30,28 @@ bool IsNumeric(unsigned oid) {
   return oid == 20 || oid == 21 || oid == 23 || oid == 26 || oid == 700 || oid == 701 || oid == 1700;
 }
 
+nlohmann::json PlanJson(const shardkit::SqlPlanInfo& plan) {
+  nlohmann::json out{{"plan", plan.Describe()},
+                     {"kind", plan.kind == shardkit::SqlPlanInfo::Kind::kRouted    ? "routed"
+                              : plan.kind == shardkit::SqlPlanInfo::Kind::kScatter ? "scatter"
+                                                                                   : "any_shard"},
+                     {"shard", shardkit::ToInt(plan.shard)},
+                     {"statement", plan.statement},
+                     {"read_only", plan.read_only},
+                     {"sharded_tables", plan.sharded_tables},
+                     {"reference_tables", plan.reference_tables}};
+  if (plan.kind == shardkit::SqlPlanInfo::Kind::kScatter) {
+    out["shard_count"] = plan.shard_count;
+    out["shard_sql"] = plan.shard_sql;
+    out["merge"] = plan.merge;
+  }
+  if (plan.customer) out["customer_id"] = shardkit::ToInt(*plan.customer);
+  if (plan.bucket) out["bucket"] = shardkit::ToInt(*plan.bucket);
+  return out;
+}
+
+}  // namespace
+
 void PrintAligned(const shardkit::SqlResult& result) {
   if (result.columns.empty()) {
     fmt::print("{} {}\n", result.plan.statement, result.affected);
@@ -58,28 +80,6 @@ void PrintAligned(const shardkit::SqlResult& result) {
   }
   fmt::print("({} row{})\n", result.rows.size(), result.rows.size() == 1 ? "" : "s");
 }
-
-nlohmann::json PlanJson(const shardkit::SqlPlanInfo& plan) {
-  nlohmann::json out{{"plan", plan.Describe()},
-                     {"kind", plan.kind == shardkit::SqlPlanInfo::Kind::kRouted    ? "routed"
-                              : plan.kind == shardkit::SqlPlanInfo::Kind::kScatter ? "scatter"
-                                                                                   : "any_shard"},
-                     {"shard", shardkit::ToInt(plan.shard)},
-                     {"statement", plan.statement},
-                     {"read_only", plan.read_only},
-                     {"sharded_tables", plan.sharded_tables},
-                     {"reference_tables", plan.reference_tables}};
-  if (plan.kind == shardkit::SqlPlanInfo::Kind::kScatter) {
-    out["shard_count"] = plan.shard_count;
-    out["shard_sql"] = plan.shard_sql;
-    out["merge"] = plan.merge;
-  }
-  if (plan.customer) out["customer_id"] = shardkit::ToInt(*plan.customer);
-  if (plan.bucket) out["bucket"] = shardkit::ToInt(*plan.bucket);
-  return out;
-}
-
-}  // namespace
 
 void AddSqlCommand(CLI::App& app, CliContext& context) {
   auto* sql = app.add_subcommand("sql",

@@ -10,6 +10,7 @@ class App;
 }
 
 namespace shardkit {
+struct SqlResult;
 class BucketShardResolver;
 class MigrationSet;
 struct ClusterConfig;
@@ -39,3 +40,7 @@ void AddOwnershipCommand(CLI::App& app, CliContext& context);        // ownershi
 void AddPlacementCommand(CLI::App& app, CliContext& context);        // placement-sim
 void AddWorkersCommand(CLI::App& app, CliContext& context);          // workers
 void AddSqlCommand(CLI::App& app, CliContext& context);              // sql
+void AddPercentileCommand(CLI::App& app, CliContext& context);       // percentile
+
+// Rows as psql aligns them (numbers right-aligned), with the row count.
+void PrintAligned(const shardkit::SqlResult& result);

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   AddPlacementCommand(app, context);
   AddWorkersCommand(app, context);
   AddSqlCommand(app, context);
+  AddPercentileCommand(app, context);
 
   try {
     app.parse(argc, argv);

@@ -12,8 +12,18 @@
 //                   .Plan();
 //   shardkit::MergedResult top = shardkit::ScatterMerge(scatter, plan, {"2026-01-01"});
 //
-// Refused with UnmergeableQuery, saying why and what to do instead: median,
-// percentiles, mode, COUNT(DISTINCT x) unless x is the shard key,
+// Medians, percentiles and COUNT(DISTINCT x) off the shard key are not
+// merged from partials: they are answered exactly by distributed selection
+// (percentile.hpp), from the query that Percentiles() builds:
+//
+//   auto q = shardkit::AggregateQuery::From("orders").Where("ordered_at >= $1").GroupBy("status")
+//                .Median("amount", "median").PercentileDisc(0.95, "amount", "p95")
+//                .CountDistinctValues("book_id", "books").Percentiles();
+//   q.params = {"2026-01-01"};
+//   shardkit::PercentileResult r = cluster->Percentiles(q);
+//
+// Plan() refuses with UnmergeableQuery, saying why and what to do instead: those,
+// mode, COUNT(DISTINCT x) unless x is the shard key,
 // string_agg/array_agg, aggregates inside expressions; and anything that is
 // not a function of the current row alone, in an aggregate's argument, its
 // FILTER, a group key or the WHERE condition: subqueries (each shard sees
@@ -34,6 +44,7 @@
 #include <vector>
 
 #include "shardkit/queries/merge.hpp"
+#include "shardkit/queries/percentile.hpp"
 
 namespace shardkit {
 
@@ -72,6 +83,15 @@ class AggregateQuery {
   AggregateQuery& Avg(std::string column, std::string name);
   AggregateQuery& Hide(std::string_view name);
 
+  // Order statistics of a column (quoted), answered by Percentiles(), never
+  // by Plan(): percentile_cont(fraction) / percentile_disc(fraction) WITHIN
+  // GROUP (ORDER BY column), the median (percentile_cont(0.5)) and
+  // count(DISTINCT column) off the shard key.
+  AggregateQuery& PercentileCont(double fraction, std::string column, std::string name);
+  AggregateQuery& PercentileDisc(double fraction, std::string column, std::string name);
+  AggregateQuery& Median(std::string column, std::string name);
+  AggregateQuery& CountDistinctValues(std::string column, std::string name);
+
   AggregateQuery& Having(std::string column, CompareOp op, Value constant = {});
   AggregateQuery& OrderBy(std::string column, SortDirection direction = SortDirection::kAsc,
                           NullsOrder nulls = NullsOrder::kDefault);
@@ -82,6 +102,11 @@ class AggregateQuery {
   //   SELECT <keys> AS _k0.., <partials> AS _p1.., <collations> FROM .. WHERE .. GROUP BY 1..
   // Throws UnmergeableQuery as MergePlan::Validate does.
   [[nodiscard]] MergePlan Plan() const;
+  // The exact order-statistics query (percentile.hpp) of a query whose
+  // aggregates are all order statistics (keys, WHERE, ORDER BY, LIMIT and
+  // OFFSET carried over); throws UnmergeableQuery for other aggregates,
+  // HAVING or hidden columns next to them. Set its params before running.
+  [[nodiscard]] PercentileQuery Percentiles() const;
 
  private:
   struct Item {
@@ -93,6 +118,7 @@ class AggregateQuery {
     bool distinct = false;
     std::string filter;  // " FILTER (WHERE ...)" or empty
     bool hidden = false;
+    std::optional<OrderStatisticColumn> order_statistic;  // answered by Percentiles()
   };
   explicit AggregateQuery(std::string from) : from_(std::move(from)) {}
   AggregateQuery& AddAggregate(Item item);

@@ -52,16 +52,8 @@ namespace {
 template <class Run>
 auto FollowingDirectory(BucketShardResolver& resolver, DirectoryWatcher* watcher, const ScatterOptions& options,
                         const Run& run) {
-  StaleDirectoryRetry retry(resolver, watcher,
-                            options.deadline.value_or(StaleDirectoryRetry::Clock::time_point::max()));
-  for (;;) {
-    retry.Attempting();
-    try {
-      return run();
-    } catch (const ScatterError& e) {
-      if (!retry.Again(e)) throw;
-    }
-  }
+  return RunFollowingDirectory(resolver, watcher,
+                               options.deadline.value_or(StaleDirectoryRetry::Clock::time_point::max()), run);
 }
 
 template <class Measure>

@@ -39,4 +39,21 @@ class StaleDirectoryRetry {
   std::chrono::milliseconds pause_{1};
 };
 
+// Runs `run` (a scatter, a top-k or percentile session) until it answers
+// on one directory, or StaleDirectoryRetry gives up and its ScatterError
+// goes to the caller.
+template <class Run>
+auto RunFollowingDirectory(BucketShardResolver& resolver, DirectoryWatcher* watcher,
+                           StaleDirectoryRetry::Clock::time_point deadline, const Run& run) {
+  StaleDirectoryRetry retry(resolver, watcher, deadline);
+  for (;;) {
+    retry.Attempting();
+    try {
+      return run();
+    } catch (const ScatterError& e) {
+      if (!retry.Again(e)) throw;
+    }
+  }
+}
+
 }  // namespace shardkit

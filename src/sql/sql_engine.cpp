@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "core/sql_text.hpp"
+#include "queries/stale_directory_retry.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/queries/scatter_merge.hpp"
@@ -263,7 +264,11 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
   if (plan.percentile) {
     SqlResult result;
     try {
-      result = RunPercentileShape(scatter_, *plan.percentile, params, scatter_options);
+      // Its rounds run in one session per shard: after a move, all of them again.
+      result = RunFollowingDirectory(
+          resolver_, scatter_.FollowedDirectory(),
+          scatter_options.deadline.value_or(StaleDirectoryRetry::Clock::time_point::max()),
+          [&] { return RunPercentileShape(scatter_, *plan.percentile, params, scatter_options); });
     } catch (const UnmergeableQuery& e) {
       // What only the shards' types tell (a value type not ranked exactly, too many distinct values).
       throw Refusal(bound.plan->text, 0, "this statement over every shard", e.what(),

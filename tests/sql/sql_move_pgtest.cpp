@@ -2,7 +2,7 @@
 // a loop (routed to a customer of the moving bucket, merged over every
 // shard, restricted by customer_id IN (...) to the moving bucket's shard,
 // finished by the server, DISTINCT without the key, a set operation, exact
-// top-k) while the bucket moves to another shard and back. The data does
+// top-k, exact percentiles and COUNT(DISTINCT)) while the bucket moves to another shard and back. The data does
 // not change: every answer must equal the reference server's, and none may
 // fail.
 #include <fmt/format.h>
@@ -62,6 +62,9 @@ TEST_F(SqlMovePg, EveryPlanKindAnswersExactlyWhileABucketMoves) {
       {"SELECT book_id, sum(quantity) AS sold FROM order_items GROUP BY book_id ORDER BY sold DESC, book_id LIMIT 5",
        {}},
       {"SELECT order_id, total FROM orders ORDER BY total DESC, order_id LIMIT 7", {}},
+      {"SELECT status, percentile_cont(0.5) WITHIN GROUP (ORDER BY total), count(DISTINCT book_id) FROM orders "
+       "JOIN order_items USING (customer_id, order_id) GROUP BY status ORDER BY status",
+       {}},
   };
   std::vector<Rows> want;
   for (const Case& c : cases) {

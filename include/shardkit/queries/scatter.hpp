@@ -173,6 +173,7 @@ class ScatterGather {
   // watcher such a scatter throws ScatterError (its failures say
   // stale_directory). Set before use.
   void FollowDirectory(DirectoryWatcher* watcher) noexcept { watcher_ = watcher; }
+  [[nodiscard]] DirectoryWatcher* FollowedDirectory() const noexcept { return watcher_; }
 
   struct Impl;
 

@@ -16,6 +16,7 @@
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/routing/ownership.hpp"
+#include "shardkit/routing/replica_monitor.hpp"
 #include "shardkit/routing/resolver.hpp"
 
 // How the fan-out works and why:
@@ -88,6 +89,29 @@
 
 namespace shardkit::detail::scatter {
 
+namespace {
+
+// As routed reads on a replica (routed.cpp): one snapshot, and the read
+// token's position checked against the replay position read before it.
+const std::string kReplicaBegin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+const std::string kCaptureReplayed =
+    "SELECT set_config('shardkit.replayed', coalesce(pg_last_wal_replay_lsn()::text, ''), false)";
+
+}  // namespace
+
+// Points a task at the replica chosen for it.
+void ChooseReplica(ShardTask& task, const ReplicaChoice& choice) {
+  task.replica = choice.replica->name;
+  task.pool = choice.replica->pool;
+  task.replica_begin = kReplicaBegin;
+  if (choice.verify_lsn) {
+    const std::string check = "shardkit_require_replayed('" + FormatLsn(*choice.verify_lsn) + "')";
+    task.replica_setup = task.bucket_setup != nullptr ? *task.bucket_setup + ", " + check : "SELECT " + check;
+    task.bucket_setup = &task.replica_setup;
+    task.replica_presync = &kCaptureReplayed;
+  }
+}
+
 // What goes out for a task. Inside a session's transaction: the statement by
 // itself (the caller's cancel at the deadline cuts it). Otherwise in a
 // transaction of its own with the timeout and the bucket step.
@@ -101,6 +125,10 @@ detail::PipelineRequest Request(const ScatterState& state, const ShardTask& task
   request.read_only = state.read_only;
   request.statement_timeout_ms = left.count();
   request.setup = task.bucket_setup;
+  if (task.replica) {
+    request.begin = &task.replica_begin;
+    request.presync = task.replica_presync;
+  }
   if (!task.before.empty()) request.before = &task.before;
   if (!task.then.empty()) request.then = &task.then;
   return request;
@@ -183,14 +211,19 @@ void RunShard(ScatterState& state, ShardTask& task) {
         "scatter a later deadline or more threads",
         Millis(state.deadline - state.start));
   } else {
-    try {
-      task.phase = Phase::kAcquiring;
-      auto lease = task.pool->Acquire(state.deadline);
-      task.phase = Phase::kExecuting;
-      rows = ExecuteOn(state, task, lease, bytes);
-    } catch (const std::exception& error) {
-      Describe(task, error, started, cause, sqlstate);
-      rows.reset();
+    for (;;) {
+      try {
+        task.phase = Phase::kAcquiring;
+        auto lease = task.pool->Acquire(state.deadline);
+        task.phase = Phase::kExecuting;
+        rows = ExecuteOn(state, task, lease, bytes);
+      } catch (const std::exception& error) {
+        // A replica's failure: its primary answers instead.
+        if (FallBack(state, task, error)) continue;
+        Describe(task, error, started, cause, sqlstate);
+        rows.reset();
+      }
+      break;
     }
   }
   Complete(state, task, started, std::move(rows), std::move(cause), std::move(sqlstate), bytes);
@@ -229,6 +262,10 @@ ScatterGather::ScatterGather(BucketShardResolver& resolver, std::optional<int> t
 }
 
 ScatterGather::~ScatterGather() = default;
+
+void ScatterGather::ReadReplicas(ReplicaMonitor* monitor) noexcept {
+  impl_->replicas = monitor;
+}
 
 ScatterResult ScatterGather::Run(const std::string& sql, const SqlParams& params, const ScatterOptions& options) {
   std::vector<ShardId> shards;
@@ -280,6 +317,11 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
   state->read_only = options.read_only;
   state->remaining = statements.size();
   state->session = session;
+  // Replicas for read-only scatters outside sessions (a session's
+  // temporary tables cannot be made on a hot standby).
+  const bool on_replicas = replicas != nullptr && options.read.UsesReplicas() && options.read_only && !session;
+  state->replicas = replicas;
+  state->fall_back_to_primary = options.read.preference == ReadPreference::kReplicaPreferred;
   if (options.directory_buckets && session == nullptr) {
     state->bucket_setups = SetupsFor(directory);
     if (options.buckets) {
@@ -318,6 +360,14 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
     }
     if (state->bucket_setups) {
       task->bucket_setup = &state->bucket_setups->by_shard[static_cast<std::size_t>(ToInt(shard))];
+    }
+    task->primary = task->pool;
+    task->primary_setup = task->bucket_setup;
+    if (on_replicas) {
+      // Throws ReplicaUnavailable (replicas only, none fit): before any
+      // statement went out.
+      ReplicaChoice choice = replicas->Choose(shard, options.read);
+      if (choice.replica) ChooseReplica(*task, choice);
     }
     state->tasks.push_back(std::move(task));
   }
@@ -372,6 +422,9 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
       shard.queued = task.queued;
       shard.bytes = task.bytes;
       shard.session = task.pool->Facts();
+      shard.on_replica = task.replica.has_value();
+      shard.server = task.replica ? *task.replica : resolver.Servers(task.shard)->primary.name;
+      if (task.fell_back) ++result.replica_fallbacks;
       if (!result.slowest_shard || shard.elapsed > result.slowest_elapsed) {
         result.slowest_shard = shard.shard;
         result.slowest_elapsed = shard.elapsed;

@@ -1,6 +1,9 @@
 #include "shardkit/routing/resolver.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include <pqxx/pqxx>
 
@@ -11,24 +14,107 @@ namespace shardkit {
 
 BucketShardResolver::BucketShardResolver(BucketDirectory directory, std::vector<std::unique_ptr<ConnectionPool>> pools,
                                          std::vector<std::string> shard_names)
-    : directory_(std::move(directory)), pools_(std::move(pools)), names_(std::move(shard_names)) {
+    : directory_(std::move(directory)) {
   const int shard_count = directory_.Current()->ShardCount();
-  if (static_cast<int>(pools_.size()) != shard_count) {
+  if (static_cast<int>(pools.size()) != shard_count) {
     throw DirectoryError(
-        fmt::format("the directory places buckets on {} shards but {} pools were given", shard_count, pools_.size()));
+        fmt::format("the directory places buckets on {} shards but {} pools were given", shard_count, pools.size()));
   }
-  for (std::size_t i = 0; i < pools_.size(); ++i) {
-    if (!pools_[i]) throw UnknownShard(ShardId{static_cast<int>(i)}, shard_count);
-    if (pools_[i]->Shard() != ShardId{static_cast<int>(i)}) {
+  shard_names.resize(pools.size());
+  for (std::size_t i = 0; i < pools.size(); ++i) {
+    if (!pools[i]) throw UnknownShard(ShardId{static_cast<int>(i)}, shard_count);
+    if (pools[i]->Shard() != ShardId{static_cast<int>(i)}) {
       throw DirectoryError(
-          fmt::format("pool {} serves shard {}: pools must be given in shard order", i, pools_[i]->Shard()),
-          std::nullopt, pools_[i]->Shard());
+          fmt::format("pool {} serves shard {}: pools must be given in shard order", i, pools[i]->Shard()),
+          std::nullopt, pools[i]->Shard());
+    }
+    auto shard = std::make_unique<Shard>();
+    shard->names.push_back(shard_names[i].empty() ? fmt::format("shard{}", i) : std::move(shard_names[i]));
+    shard->primary.store(pools[i].get(), std::memory_order_release);
+    shard->pools.push_back(std::move(pools[i]));
+    auto servers = std::make_shared<ShardServers>();
+    servers->primary = ShardServer{shard->names[0], shard->pools[0].get(), 0};
+    shard->servers = std::move(servers);
+    shards_.push_back(std::move(shard));
+  }
+}
+
+BucketShardResolver::~BucketShardResolver() = default;
+
+BucketShardResolver::Shard& BucketShardResolver::At(ShardId shard) const {
+  if (ToInt(shard) < 0 || ToInt(shard) >= ShardCount()) throw UnknownShard(shard, ShardCount());
+  return *shards_[static_cast<std::size_t>(ToInt(shard))];
+}
+
+void BucketShardResolver::AddReplica(ShardId shard, std::string name, std::unique_ptr<ConnectionPool> pool) {
+  Shard& s = At(shard);
+  if (!pool || pool->Shard() != shard) {
+    throw Error(fmt::format("replica {} of shard {}: its pool must serve shard {}", name, shard, shard));
+  }
+  for (const auto& other : shards_) {
+    if (std::find(other->names.begin(), other->names.end(), name) != other->names.end()) {
+      throw Error(fmt::format("replica {} of shard {}: a server of this cluster already has that name", name, shard));
     }
   }
-  names_.resize(pools_.size());
-  for (std::size_t i = 0; i < names_.size(); ++i) {
-    if (names_[i].empty()) names_[i] = fmt::format("shard{}", i);
+  std::lock_guard lock(s.mutex);
+  const int member = static_cast<int>(s.pools.size());
+  s.names.push_back(std::move(name));
+  s.pools.push_back(std::move(pool));
+  auto servers = std::make_shared<ShardServers>(*s.servers);
+  servers->replicas.push_back(ShardServer{s.names.back(), s.pools.back().get(), member});
+  s.servers = std::move(servers);
+}
+
+std::shared_ptr<const ShardServers> BucketShardResolver::Servers(ShardId shard) const {
+  Shard& s = At(shard);
+  std::lock_guard lock(s.mutex);
+  return s.servers;
+}
+
+std::vector<ShardServer> BucketShardResolver::Members(ShardId shard) const {
+  Shard& s = At(shard);
+  std::vector<ShardServer> members;
+  for (std::size_t m = 0; m < s.pools.size(); ++m) {
+    members.push_back(ShardServer{s.names[m], s.pools[m].get(), static_cast<int>(m)});
   }
+  return members;
+}
+
+bool BucketShardResolver::HasReplicas() const noexcept {
+  return std::any_of(shards_.begin(), shards_.end(), [](const auto& s) { return s->pools.size() > 1; });
+}
+
+bool BucketShardResolver::PublishServers(ShardId shard, std::int64_t epoch, std::string_view primary,
+                                         const std::vector<std::string>& deposed) {
+  Shard& s = At(shard);
+  const auto member_of = [&](std::string_view name) {
+    const auto at = std::find(s.names.begin(), s.names.end(), name);
+    if (at == s.names.end()) {
+      throw Error(fmt::format("shard {} ({}) has no server named \"{}\" in this configuration (its servers: {})", shard,
+                              s.names[0], name, fmt::join(s.names, ", ")));
+    }
+    return static_cast<int>(at - s.names.begin());
+  };
+  const int primary_member = member_of(primary);
+  std::vector<bool> is_deposed(s.names.size(), false);
+  for (const auto& name : deposed) is_deposed[static_cast<std::size_t>(member_of(name))] = true;
+  std::lock_guard lock(s.mutex);
+  if (epoch <= s.servers->epoch) return false;
+  auto servers = std::make_shared<ShardServers>();
+  servers->epoch = epoch;
+  for (std::size_t m = 0; m < s.pools.size(); ++m) {
+    ShardServer server{s.names[m], s.pools[m].get(), static_cast<int>(m)};
+    if (static_cast<int>(m) == primary_member) {
+      servers->primary = server;
+    } else if (is_deposed[m]) {
+      servers->deposed.push_back(server);
+    } else {
+      servers->replicas.push_back(server);
+    }
+  }
+  s.primary.store(servers->primary.pool, std::memory_order_release);
+  s.servers = std::move(servers);
+  return true;
 }
 
 BucketDirectory LoadCatalogDirectory(const ClusterConfig& config) {
@@ -64,31 +150,38 @@ std::unique_ptr<BucketShardResolver> BucketShardResolver::FromConfig(const Clust
   }
   BucketDirectory directory =
       config.directory_source == DirectorySource::kCatalog ? LoadCatalogDirectory(config) : config.directory;
-  return std::make_unique<BucketShardResolver>(std::move(directory), std::move(pools), std::move(names));
+  auto resolver = std::make_unique<BucketShardResolver>(std::move(directory), std::move(pools), std::move(names));
+  PoolOptions replica_pool = config.pool;
+  if (config.replica_settings.max_size) replica_pool.max_size = *config.replica_settings.max_size;
+  for (std::size_t i = 0; i < config.shards.size(); ++i) {
+    const ShardId shard{static_cast<int>(i)};
+    for (const ReplicaConfig& replica : config.shards[i].replicas) {
+      resolver->AddReplica(shard, replica.name, std::make_unique<ConnectionPool>(shard, replica.dsn, replica_pool));
+    }
+  }
+  return resolver;
 }
 
 ConnectionPool& BucketShardResolver::Pool(ShardId shard) const {
-  if (ToInt(shard) < 0 || ToInt(shard) >= ShardCount()) throw UnknownShard(shard, ShardCount());
-  return *pools_[static_cast<std::size_t>(ToInt(shard))];
+  return *At(shard).primary.load(std::memory_order_acquire);
 }
 
 Route BucketShardResolver::Resolve(CustomerId customer_id) const {
   // Shard and version come from one routing word: one publish, one load.
   const auto placement = directory_.PlacementOf(customer_id);
   return Route{customer_id, placement.bucket, placement.shard, placement.version,
-               *pools_[static_cast<std::size_t>(ToInt(placement.shard))]};
+               *shards_[static_cast<std::size_t>(ToInt(placement.shard))]->primary.load(std::memory_order_acquire)};
 }
 
 std::vector<std::reference_wrapper<ConnectionPool>> BucketShardResolver::AllShards() const {
   std::vector<std::reference_wrapper<ConnectionPool>> all;
-  all.reserve(pools_.size());
-  for (const auto& pool : pools_) all.emplace_back(*pool);
+  all.reserve(shards_.size());
+  for (const auto& shard : shards_) all.emplace_back(*shard->primary.load(std::memory_order_acquire));
   return all;
 }
 
 const std::string& BucketShardResolver::ShardName(ShardId shard) const {
-  if (ToInt(shard) < 0 || ToInt(shard) >= ShardCount()) throw UnknownShard(shard, ShardCount());
-  return names_[static_cast<std::size_t>(ToInt(shard))];
+  return At(shard).names[0];
 }
 
 }  // namespace shardkit

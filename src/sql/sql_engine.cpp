@@ -234,11 +234,15 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
   ScatterOptions scatter_options;
   scatter_options.deadline = options.deadline;
   scatter_options.label = options.label;
+  scatter_options.read = options.read;
   // customer_id IN (...): only the shards of those customers' buckets, by
   // the snapshot the scatter fences with (picked again on a retry).
   if (bound.route.customers) scatter_options.buckets = bound.route.Buckets();
   std::string topk_refused;
-  if (plan.topk) {
+  if (plan.topk && options.read.UsesReplicas()) {
+    topk_refused =
+        "it reads the primaries (its temporary table cannot be made on a replica), and replicas were asked for";
+  } else if (plan.topk) {
     if (!scatter_options.deadline) scatter_options.deadline = std::chrono::steady_clock::now() + kScatterTimeout;
     if (auto answered = ExecuteTopK(bound, params, scatter_options, &topk_refused)) return *std::move(answered);
   }
@@ -249,6 +253,7 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     result.plan.merge = fmt::format("{} (exact top-k did not answer: {})", plan.DescribeMerge(), topk_refused);
   }
   const auto ran_on = [&](const ScatterResult& scattered) {
+    for (const ShardResult& shard : scattered.shards) result.from_replicas += shard.on_replica ? 1 : 0;
     if (!bound.route.customers) return;
     result.plan.shards.clear();
     for (const ShardResult& shard : scattered.shards) result.plan.shards.push_back(shard.shard);
@@ -277,8 +282,10 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     ran_on(scattered);
     try {
       SqlPlanInfo keep = std::move(result.plan);
+      const int from_replicas = result.from_replicas;
       result = MergeSortedRows(scattered, order);
       result.plan = std::move(keep);
+      result.from_replicas = from_replicas;
       result.rows_received = scattered.TotalRows();
     } catch (const UnmergeableQuery& e) {
       refuse(e, "");
@@ -347,6 +354,7 @@ SqlResult SqlEngine::Execute(const std::string& sql, const SqlParams& params, co
   routed.isolation = options.isolation;
   routed.read_only = bound.plan->read_only;
   routed.label = options.label;
+  routed.read = options.read;
   SqlResult result;
   const auto fill = [&](const auto& rows, ShardId shard) {
     result = SqlResult{};
@@ -362,14 +370,17 @@ SqlResult SqlEngine::Execute(const std::string& sql, const SqlParams& params, co
     RoutedOutcome outcome;
     const pg::Rows rows = transactions_.Read(bound.customer, text, params, routed, &outcome);
     fill(rows, outcome.shard);
+    result.from_replicas = outcome.on_replica ? 1 : 0;
     return result;
   }
+  RoutedOutcome outcome;
   transactions_.Run(
       bound.customer,
       [&](pqxx::transaction_base& tx, const RoutedContext& at) {
         fill(tx.exec_params(text, pqxx::prepare::make_dynamic_params(params)), at.shard);
       },
-      routed);
+      routed, &outcome);
+  result.token = std::move(outcome.token);
   return result;
 }
 

@@ -122,7 +122,7 @@ std::chrono::nanoseconds RoutedWriteSteps(const shardkit::Route& route, const st
       tx.exec("COMMIT");
     } else {
       const auto r = tx.exec("COMMIT; SELECT pg_current_wal_insert_lsn()::text");
-      const shardkit::ReadToken token = shardkit::ReadToken::At(route.shard, 1, shardkit::ParseLsn(r[0][0].c_str()));
+      const shardkit::ReadToken token = shardkit::ReadToken::At(route.shard, shardkit::ParseLsn(r[0][0].c_str()));
       last = token.Entries()[0].lsn;
     }
   }

@@ -176,7 +176,7 @@ void RequireKnownKeys(const toml::value& table, const std::string& path,
 }
 
 // shard[i].replicas: an array of connection strings or of tables with
-// name, dsn and admin_dsn.
+// name and dsn.
 std::vector<ReplicaConfig> ParseReplicas(const toml::value& shard, const std::string& path,
                                          const std::string& shard_name) {
   std::vector<ReplicaConfig> replicas;
@@ -193,13 +193,9 @@ std::vector<ReplicaConfig> ParseReplicas(const toml::value& shard, const std::st
     if (entry.is_string()) {
       replica.dsn = Dsn(entry.as_string().str);
     } else if (entry.is_table()) {
-      RequireKnownKeys(entry, at, {"name", "dsn", "admin_dsn"});
+      RequireKnownKeys(entry, at, {"name", "dsn"});
       if (entry.contains("name")) replica.name = StringAt(entry, at, "name");
       replica.dsn = Dsn(StringAt(entry, at, "dsn"));
-      if (entry.contains("admin_dsn")) {
-        replica.admin_dsn = Dsn(StringAt(entry, at, "admin_dsn"));
-        if (replica.admin_dsn.empty()) throw ConfigError(at + ".admin_dsn", "is empty (omit it to use dsn)");
-      }
     } else {
       throw ConfigError(at, "must be a connection string or a table with name and dsn");
     }

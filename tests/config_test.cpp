@@ -130,16 +130,16 @@ TEST(Config, ReplicasAreConnectionStringsOrTables) {
   const auto c = shardkit::ParseConfig(
       "[[shard]]\nname='east'\ndsn='a'\nreplicas = ['a1', 'a2']\n"
       "[[shard]]\nname='west'\ndsn='b'\n"
-      "replicas = [{ name = 'west-standby', dsn = 'b1', admin_dsn = 'b1 user=admin' }]\n"
+      "replicas = [{ name = 'west-standby', dsn = 'b1 user=reader' }]\n"
       "[[shard]]\nname='north'\ndsn='c'\n");
   ASSERT_EQ(c.shards[0].replicas.size(), 2U);
   EXPECT_EQ(c.shards[0].replicas[0].name, "east-replica1");
   EXPECT_EQ(c.shards[0].replicas[1].name, "east-replica2");
   EXPECT_EQ(c.shards[0].replicas[1].dsn.Reveal(), "a2");
-  EXPECT_EQ(c.shards[0].replicas[0].AdminDsn().Reveal(), "a1");  // no admin_dsn: the dsn
+  EXPECT_EQ(c.shards[0].replicas[0].dsn.Reveal(), "a1");
   ASSERT_EQ(c.shards[1].replicas.size(), 1U);
   EXPECT_EQ(c.shards[1].replicas[0].name, "west-standby");
-  EXPECT_EQ(c.shards[1].replicas[0].AdminDsn().Reveal(), "b1 user=admin");
+  EXPECT_EQ(c.shards[1].replicas[0].dsn.Reveal(), "b1 user=reader");
   EXPECT_TRUE(c.shards[2].replicas.empty());
 }
 
@@ -160,13 +160,9 @@ TEST(Config, ReplicaErrorsNameTheKey) {
   EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = ['']\n"), "shard[0].replicas[0]");
   EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = [{ dsn = '' }]\n"), "shard[0].replicas[0].dsn");
   EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = [{ name = 'x' }]\n"), "shard[0].replicas[0].dsn");
-  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = [{ dsn = 'a1', admin_dsn = '' }]\n"),
-            "shard[0].replicas[0].admin_dsn");
   // Strict like the rest: a typo is refused with the closest key.
-  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = [{ dsn = 'a1', admin_dns = 'x' }]\n"),
-            "shard[0].replicas[0].admin_dns");
-  EXPECT_NE(ErrorText("[[shard]]\ndsn='a'\nreplicas = [{ dsn = 'a1', admin_dns = 'x' }]\n")
-                .find("did you mean \"admin_dsn\""),
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = [{ dsn = 'a1', nmae = 'x' }]\n"), "shard[0].replicas[0].nmae");
+  EXPECT_NE(ErrorText("[[shard]]\ndsn='a'\nreplicas = [{ dsn = 'a1', nmae = 'x' }]\n").find("did you mean \"name\""),
             std::string::npos);
   EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplica = ['a1']\n"), "shard[0].replica");
   // One server, one role: a replica that is a shard, or twice a replica.

@@ -34,8 +34,7 @@
 //   dsn = "postgresql://bookstore@127.0.0.1:55433/bookstore"
 //   replicas = ["host=127.0.0.1 port=55436 dbname=bookstore user=bookstore"]
 //                             # optional: streaming hot standbys of the shard, each
-//                             # a dsn, or { name = "...", dsn = "...", admin_dsn = "..." }
-//                             # (admin_dsn: a superuser, for failover; names
+//                             # a dsn, or { name = "...", dsn = "..." } (names
 //                             # default to "<shard>-replica<j>", j from 1)
 //
 //   [reference]               # optional: all data unsharded, the ground truth
@@ -72,9 +71,6 @@ namespace shardkit {
 struct ReplicaConfig {
   std::string name;  // unique among every shard's and replica's names
   Dsn dsn;
-  // A superuser, for promoting it at a failover. Empty: dsn.
-  Dsn admin_dsn{};
-  [[nodiscard]] const Dsn& AdminDsn() const noexcept { return admin_dsn.empty() ? dsn : admin_dsn; }
 };
 
 struct ShardConfig {

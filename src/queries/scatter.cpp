@@ -423,7 +423,7 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
       shard.bytes = task.bytes;
       shard.session = task.pool->Facts();
       shard.on_replica = task.replica.has_value();
-      shard.server = task.replica ? *task.replica : resolver.Servers(task.shard)->primary.name;
+      shard.server = task.replica ? *task.replica : resolver.Servers(task.shard).primary.name;
       if (task.fell_back) ++result.replica_fallbacks;
       if (!result.slowest_shard || shard.elapsed > result.slowest_elapsed) {
         result.slowest_shard = shard.shard;

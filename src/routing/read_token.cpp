@@ -39,25 +39,24 @@ std::uint64_t ParseLsn(std::string_view text) {
   return (std::uint64_t{high} << 32U) | low;
 }
 
-ReadToken ReadToken::At(ShardId shard, std::int64_t epoch, std::uint64_t lsn) {
+ReadToken ReadToken::At(ShardId shard, std::uint64_t lsn) {
   ReadToken token;
-  token.Add(shard, epoch, lsn);
+  token.Add(shard, lsn);
   return token;
 }
 
-void ReadToken::Add(ShardId shard, std::int64_t epoch, std::uint64_t lsn) {
+void ReadToken::Add(ShardId shard, std::uint64_t lsn) {
   auto at =
       std::lower_bound(entries_.begin(), entries_.end(), shard, [](const Entry& e, ShardId s) { return e.shard < s; });
   if (at == entries_.end() || at->shard != shard) {
-    entries_.insert(at, Entry{shard, epoch, lsn});
+    entries_.insert(at, Entry{shard, lsn});
     return;
   }
-  at->epoch = std::min(at->epoch, epoch);
   at->lsn = std::max(at->lsn, lsn);
 }
 
 void ReadToken::Combine(const ReadToken& other) {
-  for (const Entry& e : other.entries_) Add(e.shard, e.epoch, e.lsn);
+  for (const Entry& e : other.entries_) Add(e.shard, e.lsn);
 }
 
 const ReadToken::Entry* ReadToken::Find(ShardId shard) const noexcept {
@@ -68,15 +67,15 @@ const ReadToken::Entry* ReadToken::Find(ShardId shard) const noexcept {
 
 std::string ReadToken::ToString() const {
   std::string text(kVersion);
-  for (const Entry& e : entries_) text += fmt::format("_{}.{}.{:X}", ToInt(e.shard), e.epoch, e.lsn);
+  for (const Entry& e : entries_) text += fmt::format("_{}.{:X}", ToInt(e.shard), e.lsn);
   return text;
 }
 
 ReadToken ReadToken::Parse(std::string_view text) {
   const auto refuse = [&](const std::string& why) {
     return ReadTokenError(std::string(text.substr(0, 200)),
-                          fmt::format("read token \"{}\" {}: expected \"v1\" followed by \"_<shard>.<epoch>.<WAL "
-                                      "position in hex>\" per shard, as ReadToken::ToString() writes it",
+                          fmt::format("read token \"{}\" {}: expected \"v1\" followed by \"_<shard>.<WAL position in "
+                                      "hex>\" per shard, as ReadToken::ToString() writes it",
                                       text.substr(0, 200), why));
   };
   if (!text.starts_with(kVersion)) throw refuse("does not start with v1");
@@ -88,21 +87,18 @@ ReadToken ReadToken::Parse(std::string_view text) {
     const auto next = rest.find('_');
     const std::string_view entry = rest.substr(0, next);
     rest = next == std::string_view::npos ? std::string_view() : rest.substr(next);
-    const auto dot1 = entry.find('.');
-    const auto dot2 = dot1 == std::string_view::npos ? dot1 : entry.find('.', dot1 + 1);
+    const auto dot = entry.find('.');
     int shard = 0;
-    std::int64_t epoch = 0;
     std::uint64_t lsn = 0;
-    if (dot2 == std::string_view::npos || !ParseNumber(entry.substr(0, dot1), 10, shard) ||
-        !ParseNumber(entry.substr(dot1 + 1, dot2 - dot1 - 1), 10, epoch) ||
-        !ParseNumber(entry.substr(dot2 + 1), 16, lsn)) {
-      throw refuse(fmt::format("has an entry \"{}\" that is not <shard>.<epoch>.<position>", entry));
+    if (dot == std::string_view::npos || !ParseNumber(entry.substr(0, dot), 10, shard) ||
+        !ParseNumber(entry.substr(dot + 1), 16, lsn)) {
+      throw refuse(fmt::format("has an entry \"{}\" that is not <shard>.<position>", entry));
     }
-    if (shard < 0 || shard >= kBucketCount || epoch < 1) {
-      throw refuse(fmt::format("has an entry \"{}\" with a shard outside 0..63 or an epoch below 1", entry));
+    if (shard < 0 || shard >= kBucketCount) {
+      throw refuse(fmt::format("has an entry \"{}\" with a shard outside 0..63", entry));
     }
     if (token.Find(ShardId{shard}) != nullptr) throw refuse(fmt::format("names shard {} twice", shard));
-    token.Add(ShardId{shard}, epoch, lsn);
+    token.Add(ShardId{shard}, lsn);
   }
   return token;
 }

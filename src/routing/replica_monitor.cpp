@@ -21,10 +21,8 @@
 // pool of one connection, probes every interval (or at once for
 // ProbeNow). A probe is one statement sent and read non-blocking, its
 // socket polled in short slices, so that neither a server that stopped
-// answering nor the destructor waits longer than the probe timeout. Each
-// thread asks the resolver for its server's role on every probe, so a
-// failover that publishes a new primary changes what it measures at once.
-// The results go into the shard's state under its mutex, which Choose()
+// answering nor the destructor waits longer than the probe timeout. The
+// results go into the shard's state under its mutex, which Choose()
 // reads; the primary's positions are kept as a history of (time, position)
 // for the lag's time bound.
 
@@ -84,10 +82,9 @@ std::uint64_t InsertPositionFloor(std::uint64_t lsn) noexcept {
 struct ReplicaMonitor::Impl {
   struct ShardState {
     mutable std::mutex mutex;
-    std::deque<Sample> history SHARDKIT_GUARDED_BY(mutex);  // the primary's insert positions, oldest first
-    int history_member SHARDKIT_GUARDED_BY(mutex) = -1;     // whose positions they are
-    std::vector<MemberState> members SHARDKIT_GUARDED_BY(mutex);
-    mutable std::atomic<unsigned> next{0};  // round-robin over the replicas
+    std::deque<Sample> history SHARDKIT_GUARDED_BY(mutex);        // the primary's insert positions, oldest first
+    std::vector<MemberState> members SHARDKIT_GUARDED_BY(mutex);  // the primary, then the replicas
+    mutable std::atomic<unsigned> next{0};                        // round-robin over the replicas
   };
   struct Probe {
     ShardId shard{};
@@ -106,7 +103,9 @@ struct ReplicaMonitor::Impl {
     for (int s = 0; s < resolver.ShardCount(); ++s) {
       const ShardId shard{s};
       auto state = std::make_unique<ShardState>();
-      const auto members = resolver.Members(shard);
+      const ShardServers& servers = resolver.Servers(shard);
+      std::vector<ShardServer> members{servers.primary};
+      members.insert(members.end(), servers.replicas.begin(), servers.replicas.end());
       const ShardConfig* shard_config =
           static_cast<std::size_t>(s) < config.shards.size() ? &config.shards[static_cast<std::size_t>(s)] : nullptr;
       {
@@ -205,11 +204,7 @@ pg::Rows ReplicaMonitor::Impl::Query(Probe& p, const std::string& sql) {
 }
 
 void ReplicaMonitor::Impl::ProbeOnce(Probe& p) {
-  const auto servers = resolver.Servers(p.shard);
-  const bool primary = servers->primary.member == p.member;
-  const bool serving = primary || std::any_of(servers->replicas.begin(), servers->replicas.end(),
-                                              [&](const ShardServer& r) { return r.member == p.member; });
-  if (!serving) return;  // deposed by a failover: nothing to measure
+  const bool primary = p.member == 0;
   ShardState& s = State(p.shard);
   const auto started = Clock::now();
   try {
@@ -226,10 +221,6 @@ void ReplicaMonitor::Impl::ProbeOnce(Probe& p) {
     m.probe_time = duration_cast<std::chrono::microseconds>(now - started);
     if (primary) {
       m.in_recovery = false;
-      if (s.history_member != p.member) {
-        s.history.clear();  // a new primary: its positions start a new history
-        s.history_member = p.member;
-      }
       s.history.push_back(Sample{started, ParseLsn(rows[0][0].c_str())});
       while (!s.history.empty() && s.history.front().at < now - options.history) s.history.pop_front();
     } else {
@@ -286,25 +277,17 @@ const ReplicaMonitorOptions& ReplicaMonitor::Options() const noexcept {
 
 ReplicaChoice ReplicaMonitor::Choose(ShardId shard, const ReadPolicy& policy,
                                      const std::vector<ReplicaUnavailable::Skipped>& exclude) const {
-  const auto servers = impl_->resolver.Servers(shard);
+  const ShardServers& servers = impl_->resolver.Servers(shard);
   ReplicaChoice choice;
-  choice.epoch = servers->epoch;
   if (!policy.UsesReplicas()) return choice;
   const ReadToken::Entry* token = policy.after.Find(shard);
-  if (servers->replicas.empty()) {
+  if (servers.replicas.empty()) {
     choice.skipped.push_back({"(none)", "the shard has no replicas in the configuration"});
-  } else if (token != nullptr && token->epoch < servers->epoch) {
-    for (const ShardServer& r : servers->replicas) {
-      choice.skipped.push_back(
-          {r.name, fmt::format("the read token is from before a failover (epoch {}, now {}): only the primary is "
-                               "known to hold its writes",
-                               token->epoch, servers->epoch)});
-    }
   } else {
     const Impl::ShardState& s = impl_->State(shard);
     const auto now = Clock::now();
     std::lock_guard lock(s.mutex);
-    const std::size_t n = servers->replicas.size();
+    const std::size_t n = servers.replicas.size();
     const std::size_t start = s.next.fetch_add(1, std::memory_order_relaxed) % n;
     // Fit replicas known to have replayed the token first, then those the
     // read must check (a round trip that may fail).
@@ -315,7 +298,7 @@ ReplicaChoice ReplicaMonitor::Choose(ShardId shard, const ReadPolicy& policy,
     const bool primary_known = !s.history.empty();
     const std::uint64_t primary_lsn = primary_known ? InsertPositionFloor(s.history.back().lsn) : 0;
     for (std::size_t k = 0; k < n && !known; ++k) {
-      const ShardServer& r = servers->replicas[(start + k) % n];
+      const ShardServer& r = servers.replicas[(start + k) % n];
       const MemberState& m = s.members[static_cast<std::size_t>(r.member)];
       std::string reason;
       const auto silent = now - m.measured;
@@ -368,7 +351,7 @@ ReplicaChoice ReplicaMonitor::Choose(ShardId shard, const ReadPolicy& policy,
                              fmt::format("no replica of shard {} ({}) may serve this read (replicas only): {}. "
                                          "Read with ReadPreference::kReplicaPreferred to fall back to the primary, "
                                          "raise max_lag, or check the replicas (shardctl shards)",
-                                         shard, servers->primary.name, reasons),
+                                         shard, servers.primary.name, reasons),
                              std::move(choice.skipped));
   }
   return choice;
@@ -421,18 +404,14 @@ std::vector<ReplicaStatus> ReplicaMonitor::Status() const {
   const auto now = Clock::now();
   for (int index = 0; index < impl_->resolver.ShardCount(); ++index) {
     const ShardId shard{index};
-    const auto servers = impl_->resolver.Servers(shard);
     const Impl::ShardState& s = impl_->State(shard);
     std::lock_guard lock(s.mutex);
-    for (std::size_t member = 0; member < s.members.size(); ++member) {
-      if (static_cast<int>(member) == servers->primary.member) continue;
+    for (std::size_t member = 1; member < s.members.size(); ++member) {
       const MemberState& m = s.members[member];
       ReplicaStatus r;
       r.shard = shard;
       r.name = m.name;
       r.dsn = m.dsn;
-      r.serving = std::any_of(servers->replicas.begin(), servers->replicas.end(),
-                              [&](const ShardServer& x) { return x.member == static_cast<int>(member); });
       r.reachable = m.probed_ok && !m.failed_by_read && now - m.measured <= impl_->options.silence_limit;
       r.in_recovery = m.in_recovery;
       r.replay_paused = m.replay_paused;

@@ -1,7 +1,6 @@
 #include "shardkit/routing/resolver.hpp"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -29,12 +28,10 @@ BucketShardResolver::BucketShardResolver(BucketDirectory directory, std::vector<
           std::nullopt, pools[i]->Shard());
     }
     auto shard = std::make_unique<Shard>();
-    shard->names.push_back(shard_names[i].empty() ? fmt::format("shard{}", i) : std::move(shard_names[i]));
-    shard->primary.store(pools[i].get(), std::memory_order_release);
+    shard->servers = std::make_unique<ShardServers>();
+    shard->servers->primary =
+        ShardServer{shard_names[i].empty() ? fmt::format("shard{}", i) : std::move(shard_names[i]), pools[i].get(), 0};
     shard->pools.push_back(std::move(pools[i]));
-    auto servers = std::make_shared<ShardServers>();
-    servers->primary = ShardServer{shard->names[0], shard->pools[0].get(), 0};
-    shard->servers = std::move(servers);
     shards_.push_back(std::move(shard));
   }
 }
@@ -52,69 +49,23 @@ void BucketShardResolver::AddReplica(ShardId shard, std::string name, std::uniqu
     throw Error(fmt::format("replica {} of shard {}: its pool must serve shard {}", name, shard, shard));
   }
   for (const auto& other : shards_) {
-    if (std::find(other->names.begin(), other->names.end(), name) != other->names.end()) {
+    const ShardServers& servers = *other->servers;
+    if (servers.primary.name == name ||
+        std::any_of(servers.replicas.begin(), servers.replicas.end(), [&](const auto& r) { return r.name == name; })) {
       throw Error(fmt::format("replica {} of shard {}: a server of this cluster already has that name", name, shard));
     }
   }
-  std::lock_guard lock(s.mutex);
   const int member = static_cast<int>(s.pools.size());
-  s.names.push_back(std::move(name));
   s.pools.push_back(std::move(pool));
-  auto servers = std::make_shared<ShardServers>(*s.servers);
-  servers->replicas.push_back(ShardServer{s.names.back(), s.pools.back().get(), member});
-  s.servers = std::move(servers);
+  s.servers->replicas.push_back(ShardServer{std::move(name), s.pools.back().get(), member});
 }
 
-std::shared_ptr<const ShardServers> BucketShardResolver::Servers(ShardId shard) const {
-  Shard& s = At(shard);
-  std::lock_guard lock(s.mutex);
-  return s.servers;
-}
-
-std::vector<ShardServer> BucketShardResolver::Members(ShardId shard) const {
-  Shard& s = At(shard);
-  std::vector<ShardServer> members;
-  for (std::size_t m = 0; m < s.pools.size(); ++m) {
-    members.push_back(ShardServer{s.names[m], s.pools[m].get(), static_cast<int>(m)});
-  }
-  return members;
+const ShardServers& BucketShardResolver::Servers(ShardId shard) const {
+  return *At(shard).servers;
 }
 
 bool BucketShardResolver::HasReplicas() const noexcept {
-  return std::any_of(shards_.begin(), shards_.end(), [](const auto& s) { return s->pools.size() > 1; });
-}
-
-bool BucketShardResolver::PublishServers(ShardId shard, std::int64_t epoch, std::string_view primary,
-                                         const std::vector<std::string>& deposed) {
-  Shard& s = At(shard);
-  const auto member_of = [&](std::string_view name) {
-    const auto at = std::find(s.names.begin(), s.names.end(), name);
-    if (at == s.names.end()) {
-      throw Error(fmt::format("shard {} ({}) has no server named \"{}\" in this configuration (its servers: {})", shard,
-                              s.names[0], name, fmt::join(s.names, ", ")));
-    }
-    return static_cast<int>(at - s.names.begin());
-  };
-  const int primary_member = member_of(primary);
-  std::vector<bool> is_deposed(s.names.size(), false);
-  for (const auto& name : deposed) is_deposed[static_cast<std::size_t>(member_of(name))] = true;
-  std::lock_guard lock(s.mutex);
-  if (epoch <= s.servers->epoch) return false;
-  auto servers = std::make_shared<ShardServers>();
-  servers->epoch = epoch;
-  for (std::size_t m = 0; m < s.pools.size(); ++m) {
-    ShardServer server{s.names[m], s.pools[m].get(), static_cast<int>(m)};
-    if (static_cast<int>(m) == primary_member) {
-      servers->primary = server;
-    } else if (is_deposed[m]) {
-      servers->deposed.push_back(server);
-    } else {
-      servers->replicas.push_back(server);
-    }
-  }
-  s.primary.store(servers->primary.pool, std::memory_order_release);
-  s.servers = std::move(servers);
-  return true;
+  return std::any_of(shards_.begin(), shards_.end(), [](const auto& s) { return !s->servers->replicas.empty(); });
 }
 
 BucketDirectory LoadCatalogDirectory(const ClusterConfig& config) {
@@ -163,25 +114,25 @@ std::unique_ptr<BucketShardResolver> BucketShardResolver::FromConfig(const Clust
 }
 
 ConnectionPool& BucketShardResolver::Pool(ShardId shard) const {
-  return *At(shard).primary.load(std::memory_order_acquire);
+  return *At(shard).servers->primary.pool;
 }
 
 Route BucketShardResolver::Resolve(CustomerId customer_id) const {
   // Shard and version come from one routing word: one publish, one load.
   const auto placement = directory_.PlacementOf(customer_id);
   return Route{customer_id, placement.bucket, placement.shard, placement.version,
-               *shards_[static_cast<std::size_t>(ToInt(placement.shard))]->primary.load(std::memory_order_acquire)};
+               *shards_[static_cast<std::size_t>(ToInt(placement.shard))]->servers->primary.pool};
 }
 
 std::vector<std::reference_wrapper<ConnectionPool>> BucketShardResolver::AllShards() const {
   std::vector<std::reference_wrapper<ConnectionPool>> all;
   all.reserve(shards_.size());
-  for (const auto& shard : shards_) all.emplace_back(*shard->primary.load(std::memory_order_acquire));
+  for (const auto& shard : shards_) all.emplace_back(*shard->servers->primary.pool);
   return all;
 }
 
 const std::string& BucketShardResolver::ShardName(ShardId shard) const {
-  return At(shard).names[0];
+  return At(shard).servers->primary.name;
 }
 
 }  // namespace shardkit

@@ -176,8 +176,8 @@ void RoutedTransactions::RunErased(CustomerId customer,
     // Follow a refusal's named owner only while the directory still sends us
     // to the shard that refused (it has not caught up yet).
     if (redirect && shard == redirect->first) shard = redirect->second;
-    const auto servers = resolver_.Servers(shard);
-    ConnectionPool* pool = servers->primary.pool;
+    const ShardServers& servers = resolver_.Servers(shard);
+    ConnectionPool* pool = servers.primary.pool;
     std::optional<ReplicaChoice> choice;
     if (!primary_only) {
       try {
@@ -205,7 +205,7 @@ void RoutedTransactions::RunErased(CustomerId customer,
                      shard,
                      directory->Version(),
                      outcome.attempts + 1,
-                     on_replica ? choice->replica->name : servers->primary.name,
+                     on_replica ? choice->replica->name : servers.primary.name,
                      on_replica};
     ++outcome.attempts;
     // This read leaves the replica it is on for another one or the primary.
@@ -313,7 +313,7 @@ void RoutedTransactions::RunErased(CustomerId customer,
       // round trip: at or after the commit record, its read token.
       const bool with_token = !options.read_only && options.read_token;
       const pqxx::result committed = tx.exec(with_token ? kCommitWithPosition : "COMMIT");
-      if (with_token) outcome.token = ReadToken::At(shard, servers->epoch, ParseLsn(committed[0][0].c_str()));
+      if (with_token) outcome.token = ReadToken::At(shard, ParseLsn(committed[0][0].c_str()));
       outcome.shard = shard;
       outcome.server = at.server;
       outcome.on_replica = on_replica;

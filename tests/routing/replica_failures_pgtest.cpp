@@ -50,7 +50,7 @@ class PausedReplica : public ::testing::Test {
     primary_ = new TemporaryServer();
     replica_ = primary_->MakeReplica("tmp-replica").release();
     ShardConfig server{"tmp", primary_->AppDsn(), primary_->Dsn()};
-    server.replicas.push_back(ReplicaConfig{"tmp-replica", replica_->AppDsn(), replica_->Dsn()});
+    server.replicas.push_back(ReplicaConfig{"tmp-replica", replica_->AppDsn()});
     // Two shards, both on the temporary primary (and so on its replica).
     cluster_ = new ScratchCluster("replica_failures_pgtest", ScratchOptions().Shards(2).On({server}));
     test::FillBookstore(*cluster_, 200);

@@ -117,7 +117,6 @@ TEST_F(LabReplicas, TheMonitorSeesEveryReplicaStreamingAndCaughtUp) {
   for (const auto& r : status) {
     EXPECT_TRUE(r.reachable) << r.name << ": " << r.error;
     EXPECT_TRUE(r.in_recovery) << r.name;
-    EXPECT_TRUE(r.serving) << r.name;
     ASSERT_TRUE(r.replay_lsn) << r.name;
     ASSERT_TRUE(r.primary_lsn) << r.name;
     ASSERT_TRUE(r.measured_at) << r.name;
@@ -204,7 +203,7 @@ TEST_F(LabReplicas, EveryRoutedWriteReturnsATokenItsReadsHonour) {
     ASSERT_FALSE(written.token.Empty());
     const ReadToken::Entry* entry = written.token.Find(written.shard);
     ASSERT_NE(entry, nullptr);
-    EXPECT_EQ(entry->epoch, 1);
+    EXPECT_GT(entry->lsn, 0U);
     session.Combine(written.token);
     // The token as a client carries it: text and back.
     ReadPolicy read = OnReplicas(ReadPreference::kReplicaPreferred);

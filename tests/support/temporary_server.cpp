@@ -6,10 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <stdexcept>
-#include <thread>
 
 namespace shardkit::test {
 namespace {
@@ -69,14 +67,6 @@ std::unique_ptr<TemporaryServer> TemporaryServer::MakeReplica(const std::string&
   return std::unique_ptr<TemporaryServer>(new TemporaryServer(ReplicaOf{this, name}));
 }
 
-void TemporaryServer::Kill() {
-  Run(fmt::format("kill -KILL $(head -n 1 '{}/data/postmaster.pid')", directory_.string()));
-}
-
-void TemporaryServer::Promote() {
-  Run(AsPostgres(fmt::format("{}/pg_ctl -D '{}/data' -w -t 30 promote >/dev/null", kBin, directory_.string())));
-}
-
 shardkit::Dsn TemporaryServer::AppDsn() const {
   return shardkit::Dsn(fmt::format("host=127.0.0.1 port={} dbname=postgres user=bookstore", port_));
 }
@@ -98,20 +88,10 @@ TemporaryServer::~TemporaryServer() {
 }
 
 void TemporaryServer::Start() {
-  // After Kill() the old backends hold the shared memory until they notice
-  // the postmaster's death: pg_ctl start fails until then.
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    if (std::system(AsPostgres(fmt::format("{}/pg_ctl -D '{}/data' status >/dev/null 2>&1", kBin, directory_.string()))
-                        .c_str()) == 0) {
-      return;  // running
-    }
-    const std::string start = AsPostgres(
-        fmt::format("{}/pg_ctl -D '{}/data' -l '{}/data/server.log' -w -t 30 -o \"-p {} -c listen_addresses=127.0.0.1 "
-                    "-c unix_socket_directories='{}/data' -c fsync=off -c hot_standby_feedback=on\" start >/dev/null "
-                    "2>&1",
-                    kBin, directory_.string(), directory_.string(), port_, directory_.string()));
-    if (std::system(start.c_str()) == 0) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Already running (a test's tear-down restarts what it stopped).
+  if (std::system(AsPostgres(fmt::format("{}/pg_ctl -D '{}/data' status >/dev/null 2>&1", kBin, directory_.string()))
+                      .c_str()) == 0) {
+    return;
   }
   // hot_standby_feedback: a replica's reads are not cancelled for rows the
   // primary would vacuum away.

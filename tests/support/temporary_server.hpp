@@ -1,7 +1,7 @@
 // A throwaway PostgreSQL 15 server of the test's own (initdb + pg_ctl on a
 // free loopback port), for tests that stop and restart a shard without
 // disturbing the shared local cluster; and a streaming replica of one
-// (pg_basebackup), for tests that pause its replay, stop it or promote it.
+// (pg_basebackup), for tests that pause its replay or stop it.
 //
 //   shardkit::test::TemporaryServer primary;
 //   auto replica = primary.MakeReplica("shard0-replica1");   // a hot standby, streaming
@@ -27,10 +27,8 @@ class TemporaryServer {
   // whose application_name (and physical slot, with - as _) is `name`.
   [[nodiscard]] std::unique_ptr<TemporaryServer> MakeReplica(const std::string& name) const;
 
-  void Stop();     // pg_ctl stop -m fast
-  void Start();    // pg_ctl start, waits until it accepts connections
-  void Kill();     // SIGKILL to the postmaster (a crash); Start() brings it back
-  void Promote();  // pg_ctl promote -w (a replica becomes a primary)
+  void Stop();   // pg_ctl stop -m fast
+  void Start();  // pg_ctl start (if it is not running), waits until it accepts connections
   [[nodiscard]] int Port() const noexcept { return port_; }
   [[nodiscard]] shardkit::Dsn Dsn() const;  // database postgres, user postgres (trust on 127.0.0.1)
   // Role `bookstore` (LOGIN CREATEDB, not a superuser: row-level security

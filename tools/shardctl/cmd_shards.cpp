@@ -65,7 +65,6 @@ nlohmann::json ReplicaJson(const shardkit::ReplicaStatus& r) {
   };
   return {{"name", r.name},
           {"dsn", r.dsn},
-          {"serving", r.serving},
           {"reachable", r.reachable},
           {"in_recovery", r.in_recovery},
           {"replay_paused", r.replay_paused},
@@ -125,9 +124,8 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
       std::vector<const shardkit::ReplicaStatus*> mine;
       for (const auto& r : replicas) {
         if (r.shard == s) mine.push_back(&r);
-        if (r.shard == s && r.serving && !r.reachable) all_reachable = false;
+        if (r.shard == s && !r.reachable) all_reachable = false;
       }
-      const auto servers = resolver->Servers(s);
       if (context.json) {
         nlohmann::json replica_list = nlohmann::json::array();
         for (const auto* r : mine) replica_list.push_back(ReplicaJson(*r));
@@ -152,8 +150,6 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
                                    {"broken", stats.broken},
                                    {"discarded_in_transaction", stats.discarded_in_transaction},
                                    {"discarded_changed_session", stats.discarded_changed_session}}},
-                                 {"primary", servers->primary.name},
-                                 {"epoch", servers->epoch},
                                  {"replicas", replica_list}});
         continue;
       }
@@ -170,7 +166,7 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
           stats.max_size, stats.in_use, stats.idle, stats.acquired, stats.waited, stats.timeouts, stats.connects,
           stats.connect_failures, stats.broken);
       for (const auto* r : mine) {
-        fmt::print("  replica    {}  {}{}\n", r->name, r->dsn, r->serving ? "" : "  (not serving: deposed or primary)");
+        fmt::print("  replica    {}  {}\n", r->name, r->dsn);
         if (r->reachable) {
           fmt::print("             reachable yes | lag {} | measured {} ({:.1f} ms probe)\n", LagText(*r),
                      r->measured_at ? Iso8601(*r->measured_at) : "never",

@@ -171,7 +171,6 @@ ScratchBookstore::ScratchBookstore(const std::string& prefix) : base_(LoadCluste
     if (!shard.admin_dsn.empty()) shard.admin_dsn = WithDatabase(shard.admin_dsn, database_);
     for (auto& replica : shard.replicas) {
       replica.dsn = WithDatabase(replica.dsn, database_);
-      if (!replica.admin_dsn.empty()) replica.admin_dsn = WithDatabase(replica.admin_dsn, database_);
     }
   }
   // The schema, as shardkit's migrator applies it from the installed sql/.

@@ -11,17 +11,15 @@
 //   shardkit::RoutedOutcome outcome;
 //   cluster->Run(customer, place_order, {}, &outcome);
 //   session_token.Combine(outcome.token);
-//   response.set("Shardkit-Token", session_token.ToString());      // "v1_1.1.3A5F2C8"
+//   response.set("Shardkit-Token", session_token.ToString());      // "v1_1.3A5F2C8"
 //   ... the next request ...
 //   shardkit::SqlOptions options;
 //   options.read.preference = shardkit::ReadPreference::kReplicaPreferred;
 //   options.read.after = shardkit::ReadToken::Parse(request["Shardkit-Token"]);
 //   cluster->Execute("SELECT ... WHERE customer_id = $1", {id}, options);
 //
-// A position is a shard's WAL byte position (pg_lsn) under a topology epoch:
-// a failover (shardctl failover) raises the shard's epoch, and a token from
-// an older epoch sends its reads of that shard to the primary, which has
-// every write the failover kept. Plain values: copy freely.
+// A position is a byte position in the shard's primary's WAL (pg_lsn).
+// Plain values: copy freely.
 #pragma once
 
 #include <cstdint>
@@ -42,25 +40,22 @@ class ReadToken {
  public:
   struct Entry {
     ShardId shard{};
-    std::int64_t epoch = 1;  // the shard's topology epoch when it was written
-    std::uint64_t lsn = 0;   // at or after the commit of the writes
+    std::uint64_t lsn = 0;  // at or after the commit of the writes
     friend bool operator==(const Entry&, const Entry&) = default;
   };
 
   ReadToken() = default;
-  [[nodiscard]] static ReadToken At(ShardId shard, std::int64_t epoch, std::uint64_t lsn);
+  [[nodiscard]] static ReadToken At(ShardId shard, std::uint64_t lsn);
 
-  // Adds a write's position: per shard the later one. Two epochs of one
-  // shard keep the older epoch (so reads go to the primary until the token
-  // is replaced) and the later position.
-  void Add(ShardId shard, std::int64_t epoch, std::uint64_t lsn);
+  // Adds a write's position: per shard the later one.
+  void Add(ShardId shard, std::uint64_t lsn);
   void Combine(const ReadToken& other);
 
   [[nodiscard]] const Entry* Find(ShardId shard) const noexcept;
   [[nodiscard]] bool Empty() const noexcept { return entries_.empty(); }
   [[nodiscard]] const std::vector<Entry>& Entries() const noexcept { return entries_; }  // in shard order
 
-  // "v1" then "_<shard>.<epoch>.<lsn in hex>" per shard: characters fit for
+  // "v1" then "_<shard>.<lsn in hex>" per shard: characters fit for
   // a cookie value and a header (no space, comma, semicolon or quote).
   [[nodiscard]] std::string ToString() const;
   // The text of ToString(); throws ReadTokenError naming what is wrong.

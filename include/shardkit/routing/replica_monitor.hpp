@@ -58,7 +58,6 @@ struct ReplicaStatus {
   ShardId shard{};
   std::string name;
   std::string dsn;         // redacted
-  bool serving = true;     // a replica of the shard now (false: its primary, or deposed by a failover)
   bool reachable = false;  // its last probe answered (and no read failed on it since)
   bool in_recovery = false;
   bool replay_paused = false;
@@ -80,7 +79,6 @@ struct ReplicaStatus {
 // Where one read of a shard goes.
 struct ReplicaChoice {
   std::optional<ShardServer> replica;  // nullopt: the primary
-  std::int64_t epoch = 1;              // the shard's topology epoch the choice was made in
   // The read must check that the replica has replayed this position (the
   // read token's, not yet known to be replayed) before its snapshot.
   std::optional<std::uint64_t> verify_lsn;
@@ -112,7 +110,7 @@ class ReplicaMonitor {
   bool WaitForReplay(ShardId shard, const ShardServer& replica, std::uint64_t lsn,
                      std::chrono::steady_clock::time_point deadline);
 
-  // Every configured replica's state (deposed and promoted ones included).
+  // Every configured replica's state.
   [[nodiscard]] std::vector<ReplicaStatus> Status() const;
   // Probes every server once now, in parallel, and returns when all have
   // answered or timed out (tools, tests).

@@ -10,26 +10,21 @@
 //   for (shardkit::ConnectionPool& pool : resolver->AllShards()) { ... }
 //
 // A shard may have streaming replicas (config.hpp): each has a pool of its
-// own, and Servers(shard) says who serves the shard now — its primary, the
-// replicas that serve reads, and the topology epoch, which a failover raises
-// when it publishes a new primary (PublishServers; the directory watcher
-// does it from the catalog). Pool(shard) is always the current primary's.
+// own, and Servers(shard) names them beside the shard's primary, whose pool
+// Pool(shard) is (writes and primary reads).
 //
-// Thread-safe: any number of threads may route, acquire and publish at once.
+// Thread-safe: any number of threads may route, acquire and publish at once
+// (AddReplica excepted: before the resolver is shared).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "shardkit/config.hpp"
 #include "shardkit/core/bucket.hpp"
-#include "shardkit/core/thread_annotations.hpp"
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/routing/directory.hpp"
 
@@ -45,20 +40,17 @@ struct Route {
   ConnectionPool& pool;  // the shard's pool, owned by the resolver
 };
 
-// One server of a shard: its configured primary or one of its replicas.
+// One server of a shard: its primary or one of its replicas.
 struct ShardServer {
-  std::string name;                // the shard's name for its configured primary, else the replica's
+  std::string name;                // the shard's name for its primary, else the replica's
   ConnectionPool* pool = nullptr;  // owned by the resolver
-  int member = 0;                  // 0: the configured primary (dsn); j: replicas[j - 1]
+  int member = 0;                  // 0: the primary (dsn); j: replicas[j - 1]
 };
 
-// Who serves a shard now. Immutable; replaced whole when a failover
-// publishes a new topology.
+// The servers of a shard. Immutable once the resolver is shared.
 struct ShardServers {
-  std::int64_t epoch = 1;             // raised by every failover
   ShardServer primary;                // writes and primary reads
-  std::vector<ShardServer> replicas;  // the hot standbys that serve reads
-  std::vector<ShardServer> deposed;   // former primaries a failover replaced (never used)
+  std::vector<ShardServer> replicas;  // the hot standbys that may serve reads
 };
 
 // The catalog's shard_directory table ([catalog] dsn) as a directory over
@@ -89,29 +81,20 @@ class BucketShardResolver {
   // One atomic load (see DirectoryHolder).
   [[nodiscard]] ShardId ShardFor(CustomerId customer_id) const noexcept { return directory_.ShardFor(customer_id); }
   [[nodiscard]] ConnectionPool& PoolFor(CustomerId customer_id) const {
-    return *shards_[static_cast<std::size_t>(ToInt(ShardFor(customer_id)))]->primary.load(std::memory_order_acquire);
+    return *shards_[static_cast<std::size_t>(ToInt(ShardFor(customer_id)))]->servers->primary.pool;
   }
   // Bucket, shard, directory version and pool of one customer, consistently
   // (one atomic load, see DirectoryHolder::PlacementOf).
   [[nodiscard]] Route Resolve(CustomerId customer_id) const;
-  // The shard's current primary's pool. Throws UnknownShard.
+  // The shard's primary's pool. Throws UnknownShard.
   [[nodiscard]] ConnectionPool& Pool(ShardId shard) const;
   [[nodiscard]] std::vector<std::reference_wrapper<ConnectionPool>> AllShards() const;  // the primaries
   [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(shards_.size()); }
   [[nodiscard]] const std::string& ShardName(ShardId shard) const;
 
-  // Who serves the shard now (one consistent snapshot). Throws UnknownShard.
-  [[nodiscard]] std::shared_ptr<const ShardServers> Servers(ShardId shard) const;
-  // Every configured server of the shard, whatever its role now (member
-  // order: the configured primary, then the replicas).
-  [[nodiscard]] std::vector<ShardServer> Members(ShardId shard) const;
+  // The shard's primary and replicas. Throws UnknownShard.
+  [[nodiscard]] const ShardServers& Servers(ShardId shard) const;
   [[nodiscard]] bool HasReplicas() const noexcept;
-  // Makes the member named `primary` the shard's primary under `epoch`,
-  // the members named in `deposed` unused, and the others its replicas.
-  // Only a higher epoch than the current one is published (false
-  // otherwise). Throws UnknownShard, or Error naming an unknown member.
-  bool PublishServers(ShardId shard, std::int64_t epoch, std::string_view primary,
-                      const std::vector<std::string>& deposed = {});
 
   [[nodiscard]] std::shared_ptr<const BucketDirectory> Directory() const { return directory_.Current(); }
   // Atomically replaces the directory (higher version, same shard count).
@@ -120,10 +103,7 @@ class BucketShardResolver {
  private:
   struct Shard {
     std::vector<std::unique_ptr<ConnectionPool>> pools;  // by member
-    std::vector<std::string> names;                      // by member
-    std::atomic<ConnectionPool*> primary{nullptr};       // the hot path's one load
-    mutable std::mutex mutex;
-    std::shared_ptr<const ShardServers> servers SHARDKIT_GUARDED_BY(mutex);
+    std::unique_ptr<ShardServers> servers;
   };
   [[nodiscard]] Shard& At(ShardId shard) const;
 

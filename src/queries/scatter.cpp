@@ -12,6 +12,7 @@
 
 #include "pg/pipelined_statement.hpp"
 #include "queries/scatter_internal.hpp"
+#include "routing/replica_reads.hpp"
 #include "shardkit/core/dsn.hpp"
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
@@ -89,26 +90,15 @@
 
 namespace shardkit::detail::scatter {
 
-namespace {
-
-// As routed reads on a replica (routed.cpp): one snapshot, and the read
-// token's position checked against the replay position read before it.
-const std::string kReplicaBegin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
-const std::string kCaptureReplayed =
-    "SELECT set_config('shardkit.replayed', coalesce(pg_last_wal_replay_lsn()::text, ''), false)";
-
-}  // namespace
-
 // Points a task at the replica chosen for it.
 void ChooseReplica(ShardTask& task, const ReplicaChoice& choice) {
   task.replica = choice.replica->name;
   task.pool = choice.replica->pool;
-  task.replica_begin = kReplicaBegin;
   if (choice.verify_lsn) {
-    const std::string check = "shardkit_require_replayed('" + FormatLsn(*choice.verify_lsn) + "')";
+    const std::string check = detail::RequireReplayed(*choice.verify_lsn);
     task.replica_setup = task.bucket_setup != nullptr ? *task.bucket_setup + ", " + check : "SELECT " + check;
     task.bucket_setup = &task.replica_setup;
-    task.replica_presync = &kCaptureReplayed;
+    task.replica_presync = &detail::kCaptureReplayed;
   }
 }
 
@@ -126,7 +116,7 @@ detail::PipelineRequest Request(const ScatterState& state, const ShardTask& task
   request.statement_timeout_ms = left.count();
   request.setup = task.bucket_setup;
   if (task.replica) {
-    request.begin = &task.replica_begin;
+    request.begin = &detail::kReplicaBegin;
     request.presync = task.replica_presync;
   }
   if (!task.before.empty()) request.before = &task.before;

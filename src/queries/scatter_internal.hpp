@@ -74,12 +74,11 @@ struct ShardTask {
   // Points into ScatterState::bucket_setups, or at replica_setup.
   const std::string* bucket_setup = nullptr;
 
-  // On a replica (ScatterOptions::read): its name, the transaction's BEGIN
-  // and the bucket step with the read token's check (and the statement that
-  // reads its replay position first, or null). Cleared when the statement
-  // falls back to the primary (`primary` is its pool).
+  // On a replica (ScatterOptions::read): its name, and the bucket step with
+  // the read token's check (and the statement that reads its replay
+  // position first, or null). Cleared when the statement falls back to the
+  // primary (`primary` is its pool).
   std::optional<std::string> replica;
-  std::string replica_begin;
   std::string replica_setup;
   const std::string* replica_presync = nullptr;
   const std::string* primary_setup = nullptr;

@@ -9,6 +9,7 @@
 #include "pg/libpq_handle.hpp"
 #include "pg/pipelined_statement.hpp"
 #include "pg/server_message.hpp"
+#include "routing/replica_reads.hpp"
 #include "shardkit/core/dsn.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/pool/pool.hpp"
@@ -40,13 +41,6 @@ using std::chrono::milliseconds;
 
 constexpr auto kDefaultTimeout = std::chrono::seconds(5);
 
-// A read on a replica: one snapshot for the whole read (see RunErased).
-constexpr std::string_view kReplicaBegin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
-// A replica's replay position, read before the read's snapshot in an
-// implicit transaction of its own, for shardkit_require_replayed()
-// (sql/030_replica_reads.sql).
-const std::string kCaptureReplayed =
-    "SELECT set_config('shardkit.replayed', coalesce(pg_last_wal_replay_lsn()::text, ''), false)";
 // COMMIT, and the WAL insert position after it (at or after the commit
 // record: the write's read token), in one round trip.
 constexpr const char* kCommitWithPosition = "COMMIT; SELECT pg_current_wal_insert_lsn()::text";
@@ -251,13 +245,13 @@ void RoutedTransactions::RunErased(CustomerId customer,
     // bucket for a move as a primary's READ COMMITTED read does), and, for
     // a read token it is not known to have replayed, its replay position
     // read before that snapshot and checked by the fence's statement.
-    std::string begin = on_replica ? std::string(kReplicaBegin) : std::string(BeginSql(options.isolation));
+    std::string begin = on_replica ? detail::kReplicaBegin : std::string(BeginSql(options.isolation));
     if (options.read_only && !on_replica) begin += " READ ONLY";
     std::string setup = fence_sql;
     const std::string* presync = nullptr;
     if (on_replica && choice->verify_lsn) {
-      setup += ", shardkit_require_replayed('" + FormatLsn(*choice->verify_lsn) + "')";
-      presync = &kCaptureReplayed;
+      setup += ", " + detail::RequireReplayed(*choice->verify_lsn);
+      presync = &detail::kCaptureReplayed;
     }
 
     bool committing = false;

@@ -14,6 +14,7 @@
 #include "shardkit/cluster.hpp"
 #include "shardkit/errors.hpp"
 #include "support/bookstore_rows.hpp"
+#include "support/replica_reads.hpp"
 #include "support/temporary_server.hpp"
 #include "support/test_cluster.hpp"
 #include "support/wait.hpp"
@@ -26,23 +27,6 @@ using std::chrono::seconds;
 using test::ScratchCluster;
 using test::ScratchOptions;
 using test::TemporaryServer;
-
-RoutedOptions Reading(const ReadPolicy& read, bool read_only = false) {
-  RoutedOptions options;
-  options.read = read;
-  options.read_only = read_only;
-  return options;
-}
-
-ClusterOptions QuickProbes() {
-  ClusterOptions options;
-  ReplicaMonitorOptions probes;
-  probes.probe_interval = milliseconds(20);
-  probes.probe_timeout = milliseconds(1000);
-  probes.silence_limit = milliseconds(1000);
-  options.replicas = probes;
-  return options;
-}
 
 class PausedReplica : public ::testing::Test {
  protected:
@@ -80,7 +64,7 @@ ScratchCluster* PausedReplica::cluster_ = nullptr;
 // the replica's replay at random: every read given its write's token sees
 // the write, from the replica when it has replayed it, else the primary.
 TEST_F(PausedReplica, TokenReadsNeverMissTheirWriteWhileReplayPausesAndResumes) {
-  auto cluster = Cluster::Open(cluster_->Config(), QuickProbes());
+  auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(20), milliseconds(1000)));
   cluster->Replicas()->ProbeNow();
   constexpr int kThreads = 8;
   constexpr int kPairsPerThread = 1250;
@@ -123,7 +107,7 @@ TEST_F(PausedReplica, TokenReadsNeverMissTheirWriteWhileReplayPausesAndResumes) 
         RoutedOutcome outcome;
         const auto rows = cluster->Transactions().Read(
             CustomerId{customer}, "SELECT count(*) FROM orders WHERE customer_id = $1 AND order_id = $2",
-            {std::to_string(customer), std::to_string(order_id)}, Reading(read), &outcome);
+            {std::to_string(customer), std::to_string(order_id)}, test::Reading(read), &outcome);
         if (rows[0][0].as<int>() != 1) ++stale;
         ++(outcome.on_replica ? on_replica : on_primary);
       }
@@ -148,13 +132,13 @@ TEST_F(PausedReplica, TokenReadsNeverMissTheirWriteWhileReplayPausesAndResumes) 
 
 TEST_F(PausedReplica, AReplicaOverTheLagBoundIsSkippedUntilItCatchesUp) {
   cluster_->CatchUpReplicas();
-  auto cluster = Cluster::Open(cluster_->Config(), QuickProbes());
+  auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(20), milliseconds(1000)));
   ReadPolicy bounded;
   bounded.preference = ReadPreference::kReplicaOnly;
   bounded.max_lag = milliseconds(300);
   const auto read = [&](RoutedOutcome* outcome = nullptr) {
     return cluster->Transactions().Read(CustomerId{7}, "SELECT count(*) FROM orders WHERE customer_id = $1", {"7"},
-                                        Reading(bounded), outcome);
+                                        test::Reading(bounded), outcome);
   };
   ASSERT_TRUE(test::WaitFor([&] {
     try {
@@ -204,7 +188,7 @@ TEST_F(PausedReplica, AReplicaOverTheLagBoundIsSkippedUntilItCatchesUp) {
 
 TEST_F(PausedReplica, AReplicaDownSendsReadsElsewhere) {
   cluster_->CatchUpReplicas();
-  auto cluster = Cluster::Open(cluster_->Config(), QuickProbes());
+  auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(20), milliseconds(1000)));
   cluster->Replicas()->ProbeNow();
   SqlOptions preferred;
   preferred.read.preference = ReadPreference::kReplicaPreferred;

@@ -16,6 +16,7 @@
 #include "shardkit/errors.hpp"
 #include "shardkit/resharding/move.hpp"
 #include "support/bookstore_rows.hpp"
+#include "support/replica_reads.hpp"
 #include "support/test_cluster.hpp"
 #include "support/wait.hpp"
 
@@ -27,21 +28,6 @@ using std::chrono::seconds;
 using test::ScratchCluster;
 using test::ScratchOptions;
 using Clock = std::chrono::steady_clock;
-
-RoutedOptions Reading(const ReadPolicy& read, bool read_only = false) {
-  RoutedOptions options;
-  options.read = read;
-  options.read_only = read_only;
-  return options;
-}
-
-ClusterOptions QuickProbes() {
-  ClusterOptions options;
-  ReplicaMonitorOptions probes;
-  probes.probe_interval = milliseconds(50);
-  options.replicas = probes;
-  return options;
-}
 
 // Until each replica's lag is known: right after a Cluster opens, a replica
 // behind every position of its primary measured so far (the other tests
@@ -108,7 +94,7 @@ class LabReplicas : public ::testing::Test {
 ScratchCluster* LabReplicas::cluster_ = nullptr;
 
 TEST_F(LabReplicas, TheMonitorSeesEveryReplicaStreamingAndCaughtUp) {
-  auto cluster = Cluster::Open(cluster_->Config(), QuickProbes());
+  auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(50)));
   ASSERT_NE(cluster->Replicas(), nullptr);
   cluster->Replicas()->ProbeNow();
   cluster->Replicas()->ProbeNow();
@@ -131,7 +117,7 @@ TEST_F(LabReplicas, TheMonitorSeesEveryReplicaStreamingAndCaughtUp) {
 
 TEST_F(LabReplicas, ReadsOnReplicasEqualTheReference) {
   cluster_->CatchUpReplicas();
-  auto cluster = Cluster::Open(cluster_->Config(), QuickProbes());
+  auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(50)));
   AwaitLagKnown(*cluster);
   SqlOptions options;
   options.read = OnReplicas();
@@ -172,7 +158,7 @@ TEST_F(LabReplicas, ReadsOnReplicasEqualTheReference) {
         EXPECT_TRUE(at.on_replica);
         return tx.exec_params("SELECT count(*) FROM orders WHERE customer_id = $1", at.customer)[0][0].as<int>();
       },
-      Reading(OnReplicas(), /*read_only=*/true));
+      test::Reading(OnReplicas(), /*read_only=*/true));
   EXPECT_EQ(run, 44 % 5);
   EXPECT_GE(cluster->Stats().transactions.replica_reads, 2U);
   EXPECT_GE(cluster->Stats().scatters.replica_requests, 12U);
@@ -181,7 +167,7 @@ TEST_F(LabReplicas, ReadsOnReplicasEqualTheReference) {
 }
 
 TEST_F(LabReplicas, EveryRoutedWriteReturnsATokenItsReadsHonour) {
-  auto cluster = Cluster::Open(cluster_->Config(), QuickProbes());
+  auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(50)));
   AwaitLagKnown(*cluster);
   ReadToken session;
   int on_replica = 0;
@@ -213,7 +199,7 @@ TEST_F(LabReplicas, EveryRoutedWriteReturnsATokenItsReadsHonour) {
     RoutedOutcome outcome;
     const auto rows = cluster->Transactions().Read(
         CustomerId{customer}, "SELECT count(*) FROM orders WHERE customer_id = $1 AND order_id = $2",
-        {std::to_string(customer), std::to_string(order_id)}, Reading(read), &outcome);
+        {std::to_string(customer), std::to_string(order_id)}, test::Reading(read), &outcome);
     if (rows[0][0].as<int>() != 1) ++stale;
     if (outcome.on_replica) ++on_replica;
     if (i % 10 == 0) {
@@ -243,13 +229,13 @@ TEST_F(LabReplicas, EveryRoutedWriteReturnsATokenItsReadsHonour) {
 }
 
 TEST_F(LabReplicas, AReplicaOverTheLagBoundIsSkipped) {
-  auto cluster = Cluster::Open(cluster_->Config(), QuickProbes());
+  auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(50)));
   AwaitLagKnown(*cluster);
   ReadPolicy strict;
   strict.preference = ReadPreference::kReplicaOnly;
   strict.max_lag = milliseconds(0);  // no replica is ever that close: every one over the bound
   try {
-    (void)cluster->Transactions().Read(CustomerId{44}, "SELECT 1", {}, Reading(strict));
+    (void)cluster->Transactions().Read(CustomerId{44}, "SELECT 1", {}, test::Reading(strict));
     FAIL() << "a replica over the bound served a replicas-only read";
   } catch (const ReplicaUnavailable& e) {
     ASSERT_EQ(e.skipped().size(), 1U) << e.what();
@@ -259,7 +245,7 @@ TEST_F(LabReplicas, AReplicaOverTheLagBoundIsSkipped) {
   // Preferring replicas: the primary answers.
   strict.preference = ReadPreference::kReplicaPreferred;
   RoutedOutcome outcome;
-  (void)cluster->Transactions().Read(CustomerId{44}, "SELECT 1", {}, Reading(strict), &outcome);
+  (void)cluster->Transactions().Read(CustomerId{44}, "SELECT 1", {}, test::Reading(strict), &outcome);
   EXPECT_FALSE(outcome.on_replica);
   // A scatter too: every shard on its primary, or refused as a whole.
   SqlOptions options;
@@ -274,7 +260,7 @@ TEST_F(LabReplicas, AReplicaOverTheLagBoundIsSkipped) {
 // answer equals the reference or is refused; none is wrong.
 TEST_F(LabReplicas, AMoveWithReplicaReadsInALoopStaysExact) {
   cluster_->CatchUpReplicas();
-  auto cluster = Cluster::Open(cluster_->Config(), QuickProbes());
+  auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(50)));
   AwaitLagKnown(*cluster);
   const BucketId moving{7};
   std::vector<int> customers;

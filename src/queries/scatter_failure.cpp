@@ -113,7 +113,7 @@ void Describe(ShardTask& task, const std::exception& error, Clock::time_point st
 bool ReplicaTrouble(const std::exception& error) {
   if (dynamic_cast<const pqxx::broken_connection*>(&error) != nullptr) return true;
   if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&error)) {
-    const std::string state = sql->sqlstate();
+    const std::string& state = sql->sqlstate();
     // Refused or not replayed (SK003, SK005), a conflict with its recovery
     // (40001), shut down or starting (57P0x), out of connections (53300),
     // unreachable (08...).

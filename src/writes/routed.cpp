@@ -361,7 +361,7 @@ void RoutedTransactions::RunErased(CustomerId customer,
       }
       auto refusal = ParseFenceRefusal(e);
       if (on_replica && !refusal) {
-        const std::string state = e.sqlstate();
+        const std::string& state = e.sqlstate();
         if (state.starts_with("08") || state.starts_with("57P") || state == "53300") {
           // Shut down, starting up, out of connections: the replica's trouble.
           replicas_->ReportFailure(shard, at.server, FirstLine(e.what()));

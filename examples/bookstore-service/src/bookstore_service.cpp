@@ -38,7 +38,7 @@ constexpr int kMaxTopBooks = 100;  // the largest k of /reports/top-books
 // Read-your-writes across requests: a POST answers with the read token of
 // its write (shardkit/routing/read_token.hpp); the client sends it back on
 // its next requests, whose reads on replicas then see its writes.
-constexpr std::string_view kTokenHeader = "Shardkit-Token";
+constexpr const char* kTokenHeader = "Shardkit-Token";  // Beast takes its own string_view, not std::string_view
 
 // The request's Shardkit-Token (empty without one); 400 for one that is
 // not a token.

@@ -2,6 +2,8 @@
 // routed transactions, wired once.
 #include "shardkit/cluster.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -23,9 +25,16 @@ Cluster::Cluster(const ClusterConfig& config, ClusterOptions options) : config_(
   if (config_.catalog_dsn && config_.directory_source == DirectorySource::kCatalog) {
     watcher_ = std::make_unique<DirectoryWatcher>(*resolver_, *config_.catalog_dsn, options.watcher);
   }
+  if (resolver_->HasReplicas()) {
+    ReplicaMonitorOptions monitor;
+    monitor.probe_interval = config_.replica_settings.probe_interval;
+    replicas_ = std::make_unique<ReplicaMonitor>(*resolver_, config_, options.replicas.value_or(monitor));
+  }
   scatter_ = std::make_unique<ScatterGather>(*resolver_, options.scatter_threads);
   scatter_->FollowDirectory(watcher_.get());
+  scatter_->ReadReplicas(replicas_.get());
   transactions_ = std::make_unique<RoutedTransactions>(*resolver_, watcher_.get());
+  transactions_->ReadReplicas(replicas_.get());
   sql_ = std::make_unique<sql::SqlEngine>(*resolver_, *transactions_, *scatter_, config_.reference_tables);
 }
 
@@ -56,10 +65,24 @@ auto FollowingDirectory(BucketShardResolver& resolver, DirectoryWatcher* watcher
                                options.deadline.value_or(StaleDirectoryRetry::Clock::time_point::max()), run);
 }
 
+// Sessions with temporary tables (top-k, exact percentiles) cannot run on a
+// hot standby: asked for replicas only, they refuse rather than read the
+// primaries; "replica preferred" reads the primaries.
+void RefuseReplicasOnly(const ScatterOptions& options, const char* what, const char* why) {
+  if (options.read.preference != ReadPreference::kReplicaOnly) return;
+  throw Error(
+      fmt::format("{} '{}': {}, and this call asked for replicas only; run its merge plan with Merge() (or "
+                  "the SELECT with Execute()) on the replicas, or read the primaries",
+                  what, options.label, why));
+}
+
 template <class Measure>
 TopKResult<Measure> TopKFollowingDirectory(BucketShardResolver& resolver, ScatterGather& scatter,
                                            DirectoryWatcher* watcher, const TopKQuery& query, TopKMethod method,
                                            const ScatterOptions& options) {
+  RefuseReplicasOnly(
+      options, "top-k",
+      "exact top-k reads the primaries (its phases aggregate into a temporary table, which a replica cannot make)");
   return FollowingDirectory(resolver, watcher, options,
                             [&] { return TopKBySum<Measure>(scatter, query, method, options); });
 }
@@ -75,6 +98,9 @@ TopKResult<Decimal> Cluster::TopKDecimal(const TopKQuery& query, TopKMethod meth
 }
 
 PercentileResult Cluster::Percentiles(const PercentileQuery& query, const ScatterOptions& options) {
+  RefuseReplicasOnly(options, "percentiles",
+                     "exact percentiles read the primaries (each shard's rows go into a temporary table, which a "
+                     "replica cannot make)");
   return FollowingDirectory(*resolver_, watcher_.get(), options,
                             [&] { return ExactPercentiles(*scatter_, query, options); });
 }
@@ -102,6 +128,7 @@ ClusterStats Cluster::Stats() const {
   stats.scatters = scatter_->Stats();
   stats.transactions = transactions_->Stats();
   if (watcher_) stats.watcher = watcher_->Stats();
+  if (replicas_) stats.replicas = replicas_->Status();
   return stats;
 }
 

@@ -175,6 +175,71 @@ void RequireKnownKeys(const toml::value& table, const std::string& path,
   }
 }
 
+// shard[i].replicas: an array of connection strings or of tables with
+// name and dsn.
+std::vector<ReplicaConfig> ParseReplicas(const toml::value& shard, const std::string& path,
+                                         const std::string& shard_name) {
+  std::vector<ReplicaConfig> replicas;
+  if (!shard.contains("replicas")) return replicas;
+  const toml::value& list = shard.at("replicas");
+  if (!list.is_array()) {
+    throw ConfigError(path + ".replicas", "must be an array of connection strings (or of tables with name and dsn)");
+  }
+  for (std::size_t j = 0; j < list.as_array().size(); ++j) {
+    const toml::value& entry = list.as_array()[j];
+    const std::string at = fmt::format("{}.replicas[{}]", path, j);
+    ReplicaConfig replica;
+    replica.name = fmt::format("{}-replica{}", shard_name, j + 1);
+    if (entry.is_string()) {
+      replica.dsn = Dsn(entry.as_string().str);
+    } else if (entry.is_table()) {
+      RequireKnownKeys(entry, at, {"name", "dsn"});
+      if (entry.contains("name")) replica.name = StringAt(entry, at, "name");
+      replica.dsn = Dsn(StringAt(entry, at, "dsn"));
+    } else {
+      throw ConfigError(at, "must be a connection string or a table with name and dsn");
+    }
+    if (replica.dsn.empty()) throw ConfigError(at + (entry.is_table() ? ".dsn" : ""), "is empty");
+    if (replica.name.empty()) throw ConfigError(at + ".name", "is empty");
+    replicas.push_back(std::move(replica));
+  }
+  return replicas;
+}
+
+// Every server of the file once: two shards, or a shard and a replica, on
+// one database would count its rows twice or read the wrong server.
+void RequireDistinctServers(const std::vector<ShardConfig>& shards) {
+  struct Server {
+    std::string path;
+    const std::string* name;
+    const Dsn* dsn;
+  };
+  std::vector<Server> servers;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    servers.push_back({fmt::format("shard[{}]", i), &shards[i].name, &shards[i].dsn});
+    for (std::size_t j = 0; j < shards[i].replicas.size(); ++j) {
+      servers.push_back(
+          {fmt::format("shard[{}].replicas[{}]", i, j), &shards[i].replicas[j].name, &shards[i].replicas[j].dsn});
+    }
+  }
+  for (std::size_t a = 0; a < servers.size(); ++a) {
+    for (std::size_t b = 0; b < a; ++b) {
+      if (*servers[a].name == *servers[b].name) {
+        throw ConfigError(servers[a].path + ".name",
+                          fmt::format("\"{}\" is already the name of {}: every shard and replica needs a name of "
+                                      "its own",
+                                      *servers[a].name, servers[b].path));
+      }
+      if (*servers[a].dsn == *servers[b].dsn) {
+        throw ConfigError(servers[a].path + ".dsn",
+                          fmt::format("is the same connection string as {}'s: each shard and replica is a server "
+                                      "(or database) of its own",
+                                      servers[b].path));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -191,7 +256,16 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
   ClusterConfig config;
   config.origin = origin;
   try {
-    RequireKnownKeys(root, "", {"shard", "pool", "directory", "reference", "catalog", "sql"});
+    RequireKnownKeys(root, "", {"shard", "pool", "directory", "reference", "catalog", "sql", "replicas"});
+    if (root.contains("replicas")) {
+      const toml::value& replicas = root.at("replicas");
+      RequireKnownKeys(replicas, "replicas", {"probe_interval_ms", "max_size"});
+      config.replica_settings.probe_interval = std::chrono::milliseconds(IntOr<std::int64_t>(
+          replicas, "replicas", "probe_interval_ms", config.replica_settings.probe_interval.count(), 10, 60000));
+      if (replicas.contains("max_size")) {
+        config.replica_settings.max_size = IntOr<int>(replicas, "replicas", "max_size", 1, 1, 10000);
+      }
+    }
     if (root.contains("pool")) {
       RequireKnownKeys(
           root.at("pool"), "pool",
@@ -212,7 +286,7 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
     for (std::size_t i = 0; i < shards.size(); ++i) {
       const std::string path = fmt::format("shard[{}]", i);
       if (!shards[i].is_table()) throw ConfigError(path, "must be a table with name and dsn");
-      RequireKnownKeys(shards[i], path, {"name", "dsn", "admin_dsn"});
+      RequireKnownKeys(shards[i], path, {"name", "dsn", "admin_dsn", "replicas"});
       ShardConfig shard;
       shard.name = shards[i].contains("name") ? StringAt(shards[i], path, "name") : fmt::format("shard{}", i);
       shard.dsn = Dsn(StringAt(shards[i], path, "dsn"));
@@ -235,8 +309,10 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
                                                        line, j));
         }
       }
+      shard.replicas = ParseReplicas(shards[i], path, shard.name);
       config.shards.push_back(std::move(shard));
     }
+    RequireDistinctServers(config.shards);
 
     const toml::value pool = root.contains("pool") ? root.at("pool") : toml::value(toml::table{});
     config.pool.max_size = IntOr<int>(pool, "pool", "max_size", config.pool.max_size, 1, 10000);

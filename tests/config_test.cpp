@@ -126,6 +126,56 @@ TEST(Config, TwoShardsWithOneNameOrOneDatabaseAreRefused) {
   EXPECT_EQ(m.find("s3cret"), std::string::npos) << m;
 }
 
+TEST(Config, ReplicasAreConnectionStringsOrTables) {
+  const auto c = shardkit::ParseConfig(
+      "[[shard]]\nname='east'\ndsn='a'\nreplicas = ['a1', 'a2']\n"
+      "[[shard]]\nname='west'\ndsn='b'\n"
+      "replicas = [{ name = 'west-standby', dsn = 'b1 user=reader' }]\n"
+      "[[shard]]\nname='north'\ndsn='c'\n");
+  ASSERT_EQ(c.shards[0].replicas.size(), 2U);
+  EXPECT_EQ(c.shards[0].replicas[0].name, "east-replica1");
+  EXPECT_EQ(c.shards[0].replicas[1].name, "east-replica2");
+  EXPECT_EQ(c.shards[0].replicas[1].dsn.Reveal(), "a2");
+  EXPECT_EQ(c.shards[0].replicas[0].dsn.Reveal(), "a1");
+  ASSERT_EQ(c.shards[1].replicas.size(), 1U);
+  EXPECT_EQ(c.shards[1].replicas[0].name, "west-standby");
+  EXPECT_EQ(c.shards[1].replicas[0].dsn.Reveal(), "b1 user=reader");
+  EXPECT_TRUE(c.shards[2].replicas.empty());
+}
+
+// docker-compose.yml's servers, as docker/shardkit.toml lists them.
+TEST(Config, TheDockerConfigListsEachShardsReplica) {
+  const auto c = shardkit::LoadConfig(SHARDKIT_SOURCE_DIR "/docker/shardkit.toml");
+  ASSERT_EQ(c.shards.size(), 2U);
+  for (std::size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(c.shards[i].replicas.size(), 1U);
+    EXPECT_EQ(c.shards[i].replicas[0].name, c.shards[i].name + "-replica1");
+    EXPECT_NE(c.shards[i].replicas[0].dsn.Reveal().find("port=" + std::to_string(55435 + i)), std::string::npos);
+  }
+}
+
+TEST(Config, ReplicaErrorsNameTheKey) {
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = 'a1'\n"), "shard[0].replicas");
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = [5]\n"), "shard[0].replicas[0]");
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = ['']\n"), "shard[0].replicas[0]");
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = [{ dsn = '' }]\n"), "shard[0].replicas[0].dsn");
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = [{ name = 'x' }]\n"), "shard[0].replicas[0].dsn");
+  // Strict like the rest: a typo is refused with the closest key.
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = [{ dsn = 'a1', nmae = 'x' }]\n"), "shard[0].replicas[0].nmae");
+  EXPECT_NE(ErrorText("[[shard]]\ndsn='a'\nreplicas = [{ dsn = 'a1', nmae = 'x' }]\n").find("did you mean \"name\""),
+            std::string::npos);
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplica = ['a1']\n"), "shard[0].replica");
+  // One server, one role: a replica that is a shard, or twice a replica.
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\n[[shard]]\ndsn='b'\nreplicas = ['a']\n"), "shard[1].replicas[0].dsn");
+  EXPECT_EQ(ErrorKey("[[shard]]\ndsn='a'\nreplicas = ['a1']\n[[shard]]\ndsn='b'\nreplicas = ['a1']\n"),
+            "shard[1].replicas[0].dsn");
+  EXPECT_EQ(ErrorKey("[[shard]]\nname='x'\ndsn='a'\nreplicas = [{ name = 'x', dsn = 'a1' }]\n"),
+            "shard[0].replicas[0].name");
+  const std::string m = ErrorText("[[shard]]\ndsn='host=h password=s3cret'\nreplicas = ['host=h password=s3cret']\n");
+  EXPECT_NE(m.find("same connection string as shard[0]"), std::string::npos) << m;
+  EXPECT_EQ(m.find("s3cret"), std::string::npos) << m;
+}
+
 TEST(Config, CatalogAndItsDirectorySource) {
   const auto c = shardkit::ParseConfig(
       "[directory]\nsource = 'catalog'\n[[shard]]\ndsn='a'\n[[shard]]\ndsn='b'\n"

@@ -25,6 +25,11 @@
 //   directory is used as it is.
 // - Every statement runs on a pool's connection: bounded, with deadlines,
 //   with the pinned session of session.hpp.
+// - With replicas in the configuration, a monitor measures their lag, and
+//   reads that ask for replicas (ReadPolicy in RoutedOptions, ScatterOptions
+//   and SqlOptions: read_policy.hpp) go to one that is close enough behind
+//   and has replayed the caller's read token; every routed write returns
+//   its token (RoutedOutcome::token, SqlResult::token).
 //
 // Lifetimes: the Cluster owns everything it hands out; references from
 // Resolver(), Scatters(), Transactions() and Watcher() are valid until it is
@@ -53,6 +58,7 @@
 #include "shardkit/queries/sketches.hpp"
 #include "shardkit/queries/topk.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
+#include "shardkit/routing/replica_monitor.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/sql/sql_options.hpp"
 #include "shardkit/sql/sql_result.hpp"
@@ -70,6 +76,9 @@ struct ClusterOptions {
   std::optional<int> scatter_threads;
   // How the watcher checks the catalog (only with a catalog).
   DirectoryWatcherOptions watcher;
+  // How the replicas are probed (only with replicas); unset: the
+  // configuration's [replicas] probe_interval_ms and the defaults.
+  std::optional<ReplicaMonitorOptions> replicas;
 };
 
 // Everything the cluster counts, read at one moment.
@@ -79,6 +88,7 @@ struct ClusterStats {
   ScatterStats scatters;
   RoutedStats transactions;
   std::optional<DirectoryWatcherStats> watcher;  // with a catalog
+  std::vector<ReplicaStatus> replicas;           // every configured replica, as last probed
 };
 
 class Cluster {
@@ -123,7 +133,9 @@ class Cluster {
   // unsharded server would give, or UnmergeableQuery (scatter_merge.hpp).
   [[nodiscard]] MergedResult Merge(const MergePlan& plan, const SqlParams& params = {},
                                    const ScatterOptions& options = {}, const MergeOptions& merge_options = {});
-  // Exact top-k by a summed measure (topk.hpp), by `method` (default: auto).
+  // Exact top-k by a summed measure (topk.hpp), by `method` (default: auto),
+  // on the primaries (options.read kReplicaOnly is refused: a replica cannot
+  // make the temporary table its phases aggregate into).
   [[nodiscard]] TopKResult<std::int64_t> TopK(const TopKQuery& query, TopKMethod method = TopKMethod::kAuto,
                                               const ScatterOptions& options = {});
   [[nodiscard]] TopKResult<Decimal> TopKDecimal(const TopKQuery& query, TopKMethod method = TopKMethod::kAuto,
@@ -166,6 +178,8 @@ class Cluster {
   [[nodiscard]] RoutedTransactions& Transactions() const noexcept { return *transactions_; }
   // Null without a catalog.
   [[nodiscard]] DirectoryWatcher* Watcher() const noexcept { return watcher_.get(); }
+  // Null without replicas.
+  [[nodiscard]] ReplicaMonitor* Replicas() const noexcept { return replicas_.get(); }
 
  private:
   Cluster(const ClusterConfig& config, ClusterOptions options);
@@ -174,6 +188,7 @@ class Cluster {
   // watcher, the watcher before the resolver and its pools.
   std::unique_ptr<BucketShardResolver> resolver_;
   std::unique_ptr<DirectoryWatcher> watcher_;
+  std::unique_ptr<ReplicaMonitor> replicas_;
   std::unique_ptr<ScatterGather> scatter_;
   std::unique_ptr<RoutedTransactions> transactions_;
   std::unique_ptr<sql::SqlEngine> sql_;

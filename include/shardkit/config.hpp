@@ -32,12 +32,20 @@
 //   [[shard]]
 //   name = "shard1"
 //   dsn = "postgresql://bookstore@127.0.0.1:55433/bookstore"
+//   replicas = ["host=127.0.0.1 port=55436 dbname=bookstore user=bookstore"]
+//                             # optional: streaming hot standbys of the shard, each
+//                             # a dsn, or { name = "...", dsn = "..." } (names
+//                             # default to "<shard>-replica<j>", j from 1)
 //
 //   [reference]               # optional: all data unsharded, the ground truth
 //   dsn = "host=127.0.0.1 port=55434 dbname=bookstore user=bookstore"
 //
 //   [sql]                     # optional: Cluster::Execute
 //   reference_tables = ["books"]   # copies on every shard, read with any customer's rows
+//
+//   [replicas]                # optional: the shards' replicas (replica_monitor.hpp)
+//   probe_interval_ms = 250   # how often each replica's lag is measured
+//   max_size = 8              # connections per replica (default: pool.max_size)
 //
 // The file is found through --config, else $SHARDKIT_CONFIG, else
 // ./shardkit.toml. It is read strictly: an unknown table or key (a typo
@@ -46,6 +54,7 @@
 // and the closest known key), never silently ignored.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -58,6 +67,12 @@
 
 namespace shardkit {
 
+// A streaming replica of a shard (a hot standby) that may serve its reads.
+struct ReplicaConfig {
+  std::string name;  // unique among every shard's and replica's names
+  Dsn dsn;
+};
+
 struct ShardConfig {
   std::string name;
   Dsn dsn;
@@ -65,12 +80,19 @@ struct ShardConfig {
   // publication and subscription need a superuser in PostgreSQL 15), so the
   // application's role need not be one. Empty: dsn.
   Dsn admin_dsn{};
+  std::vector<ReplicaConfig> replicas{};
   [[nodiscard]] const Dsn& AdminDsn() const noexcept { return admin_dsn.empty() ? dsn : admin_dsn; }
 };
 
 // Where the bucket directory comes from: the [directory] table of this file,
 // or the shard_directory table of the catalog database ([catalog] dsn).
 enum class DirectorySource { kConfig, kCatalog };
+
+// [replicas]: how the shards' replicas are used.
+struct ReplicaSettings {
+  std::chrono::milliseconds probe_interval{250};
+  std::optional<int> max_size;  // each replica's pool; default: pool.max_size
+};
 
 // Plain values: copy freely; not synchronised (build once, then share read-only).
 struct ClusterConfig {
@@ -81,6 +103,7 @@ struct ClusterConfig {
   std::optional<Dsn> reference_dsn;
   std::optional<Dsn> catalog_dsn;             // [catalog] dsn: the control database
   std::vector<std::string> reference_tables;  // [sql] reference_tables
+  ReplicaSettings replica_settings;           // [replicas]
   std::string origin;                         // where it was read from, for messages
 };
 

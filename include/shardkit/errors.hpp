@@ -180,6 +180,25 @@ class BucketRefused : public ShardError {
   std::string state_;
 };
 
+// No replica of a shard may serve a read that asked for replicas only
+// (ReadPreference::kReplicaOnly, routing/read_policy.hpp): each is
+// unreachable, further behind its primary than the read allows, has not
+// replayed the writes the read must see (its read token), or the shard has
+// none. skipped() names each replica and why.
+class ReplicaUnavailable : public ShardError {
+ public:
+  struct Skipped {
+    std::string replica;  // its name in the configuration
+    std::string reason;   // "lag 2.4 s over max_lag 1 s", "unreachable: ...", ...
+  };
+  ReplicaUnavailable(ShardId shard, const std::string& message, std::vector<Skipped> skipped)
+      : ShardError(shard, message), skipped_(std::move(skipped)) {}
+  [[nodiscard]] const std::vector<Skipped>& skipped() const noexcept { return skipped_; }
+
+ private:
+  std::vector<Skipped> skipped_;
+};
+
 // A routed transaction lost its connection while committing: it may or may
 // not have committed. Never retried blindly; check (e.g. by the IDs it wrote)
 // before doing it again.
@@ -247,6 +266,18 @@ class IdGeneratorError : public Error {
 class IdFormatError : public Error {
  public:
   IdFormatError(std::string input, const std::string& message) : Error(message), input_(std::move(input)) {}
+  [[nodiscard]] const std::string& input() const noexcept { return input_; }
+
+ private:
+  std::string input_;
+};
+
+// A read token's text (routing/read_token.hpp) is not one: a cookie or
+// header that was cut, edited or made by something else. input() is the
+// text; the message says what was expected.
+class ReadTokenError : public Error {
+ public:
+  ReadTokenError(std::string input, const std::string& message) : Error(message), input_(std::move(input)) {}
   [[nodiscard]] const std::string& input() const noexcept { return input_; }
 
  private:

@@ -6,6 +6,7 @@
 
 #include <pqxx/connection_base>
 #include <pqxx/except>
+#include <string_view>
 #include <utility>
 
 #include "pg/libpq_handle.hpp"
@@ -51,6 +52,10 @@ PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const 
   }
   const bool transaction = request.wrap == PipelineRequest::Wrap::kTransaction;
   if (transaction) {
+    if (request.presync != nullptr) {
+      presync_ = static_cast<int>(steps_.size());
+      steps_.push_back(request.presync);
+    }
     // The timeout is a number computed by the caller; SET takes no parameters.
     timeout_ = "SET LOCAL statement_timeout = " + std::to_string(request.statement_timeout_ms);
     steps_.push_back(request.begin != nullptr ? request.begin : request.read_only ? &kBeginReadOnly : &kBegin);
@@ -91,6 +96,7 @@ void PipelinedStatement::Send() {
     if (i == 0 && main_ > 0 && PQsendFlushRequest(conn_) != 1) {
       throw pqxx::broken_connection(ConnectionMessage(conn_));
     }
+    if (i == presync_ && PQpipelineSync(conn_) != 1) throw pqxx::broken_connection(ConnectionMessage(conn_));
   }
   // Flushes too: in blocking mode everything, else what the socket takes.
   if (PQpipelineSync(conn_) != 1) throw pqxx::broken_connection(ConnectionMessage(conn_));
@@ -115,6 +121,25 @@ void PipelinedStatement::Take(PGresult* raw) {
       if (result.result == nullptr) {
         Fail(ConnectionMessage(conn_), {}, true);
         broken_ = true;
+        return;
+      }
+      if (step_ == presync_ && PQresultStatus(result.result) != PGRES_FATAL_ERROR) {
+        // Its own implicit transaction: a failure here stops nothing.
+        if (PQresultStatus(result.result) == PGRES_TUPLES_OK && PQntuples(result.result) > 0 &&
+            PQnfields(result.result) > 0 && PQgetisnull(result.result, 0, 0) == 0) {
+          presync_value_ = PQgetvalue(result.result, 0, 0);
+        }
+        expect_ = Expect::kEndOfStep;
+        return;
+      }
+      if (step_ == presync_) {
+        const char* state = PQresultErrorField(result.result, PG_DIAG_SQLSTATE);
+        if ((state != nullptr && std::string_view(state).starts_with("08")) || PQstatus(conn_) == CONNECTION_BAD) {
+          Fail(PQresultErrorMessage(result.result), state != nullptr ? state : "", true);
+          broken_ = true;
+          return;
+        }
+        expect_ = Expect::kEndOfStep;
         return;
       }
       switch (PQresultStatus(result.result)) {
@@ -155,7 +180,20 @@ void PipelinedStatement::Take(PGresult* raw) {
         broken_ = true;
         return;
       }
+      if (step_ == presync_) {
+        ++step_;
+        expect_ = Expect::kPresyncSync;
+        return;
+      }
       expect_ = ++step_ < count_ ? Expect::kResult : Expect::kSync;
+      return;
+    case Expect::kPresyncSync:
+      if (result.result == nullptr || PQresultStatus(result.result) != PGRES_PIPELINE_SYNC) {
+        Fail(ConnectionMessage(conn_), {}, PQstatus(conn_) == CONNECTION_BAD);
+        broken_ = true;
+        return;
+      }
+      expect_ = Expect::kResult;
       return;
     case Expect::kSync:
       if (result.result == nullptr || PQresultStatus(result.result) != PGRES_PIPELINE_SYNC) {
@@ -260,7 +298,7 @@ pg::Rows PipelinedStatement::Finish(bool& reusable, bool* rollback_pending) {
 }
 
 pg::Rows RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request, bool& reusable,
-                      std::size_t* bytes, PipelinedStatement::Timing* timing) {
+                      std::size_t* bytes, PipelinedStatement::Timing* timing, std::optional<std::string>* presync) {
   std::optional<PipelinedStatement> call;
   try {
     call.emplace(connection, request, /*nonblocking=*/false);
@@ -270,6 +308,7 @@ pg::Rows RunPipelined(pqxx::connection_base& connection, const PipelineRequest& 
     throw;
   }
   call->Wait();
+  if (presync != nullptr) *presync = call->PresyncValue();
   pg::Rows rows = call->Finish(reusable);
   if (bytes != nullptr) *bytes = call->Bytes();
   if (timing != nullptr) *timing = call->Timings();

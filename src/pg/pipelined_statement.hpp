@@ -49,6 +49,12 @@ struct PipelineRequest {
   // kTransaction only: one more statement without parameters after the
   // timeout (the scatter's bucket setting and its check); null: none.
   const std::string* setup = nullptr;
+  // kTransaction only: a statement without parameters sent before the
+  // BEGIN, in an implicit transaction of its own that a Sync ends (so the
+  // transaction's snapshot is taken after it ran, e.g. a replica's replay
+  // position read for the setup to check). Its failure does not stop the
+  // rest; PresyncValue() has its first value. null: none.
+  const std::string* presync = nullptr;
   // kStatementOnly only: statements without parameters sent before the
   // statement (a session's BEGIN and setup); null or empty: none.
   const std::vector<std::string>* before = nullptr;
@@ -118,13 +124,16 @@ class PipelinedStatement {
   // after sending (only the first step's reply can be there then), no
   // transfer either.
   void StartWatching(bool right_after_send);
+  // The presync statement's first value (nullopt if it failed or returned
+  // no row or NULL).
+  [[nodiscard]] const std::optional<std::string>& PresyncValue() const noexcept { return presync_value_; }
 
  private:
   // Takes one PQgetResult() outcome (null included) in pipeline order.
   void Take(PGresult* result);
   void Fail(std::string message, std::string sqlstate, bool connection_lost);
 
-  enum class Expect { kResult, kEndOfStep, kSync, kDone };
+  enum class Expect { kResult, kEndOfStep, kPresyncSync, kSync, kDone };
   struct Failure {
     std::string message;
     std::string sqlstate;
@@ -139,6 +148,7 @@ class PipelinedStatement {
   std::string timeout_;
   std::vector<const std::string*> steps_;
   int count_ = 0;
+  int presync_ = -1;  // the presync statement's step (followed by a Sync), or -1
   int main_ = 0;      // the statement's step (it takes the parameters)
   int returned_ = 0;  // the step whose rows are returned: main_, or the last of `then`
   int step_ = 0;
@@ -146,6 +156,7 @@ class PipelinedStatement {
   bool broken_ = false;
   bool wants_write_ = false;
   std::optional<pg::Rows> rows_;
+  std::optional<std::string> presync_value_;
   std::size_t bytes_ = 0;
   std::optional<Failure> failure_;
   std::chrono::steady_clock::time_point sent_at_{};
@@ -162,8 +173,10 @@ class PipelinedStatement {
 
 // Sends and reads a request on a blocking connection (a thread per call).
 // `bytes`, if given, receives the rows' payload (PipelinedStatement::Bytes),
-// `timing` what it measured (Timings(): the round trip only, as it blocks).
+// `timing` what it measured (Timings(): the round trip only, as it blocks),
+// `presync` PresyncValue().
 [[nodiscard]] pg::Rows RunPipelined(pqxx::connection_base& connection, const PipelineRequest& request, bool& reusable,
-                                    std::size_t* bytes = nullptr, PipelinedStatement::Timing* timing = nullptr);
+                                    std::size_t* bytes = nullptr, PipelinedStatement::Timing* timing = nullptr,
+                                    std::optional<std::string>* presync = nullptr);
 
 }  // namespace shardkit::detail

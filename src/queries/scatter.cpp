@@ -12,10 +12,12 @@
 
 #include "pg/pipelined_statement.hpp"
 #include "queries/scatter_internal.hpp"
+#include "routing/replica_reads.hpp"
 #include "shardkit/core/dsn.hpp"
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/routing/ownership.hpp"
+#include "shardkit/routing/replica_monitor.hpp"
 #include "shardkit/routing/resolver.hpp"
 
 // How the fan-out works and why:
@@ -88,6 +90,18 @@
 
 namespace shardkit::detail::scatter {
 
+// Points a task at the replica chosen for it.
+void ChooseReplica(ShardTask& task, const ReplicaChoice& choice) {
+  task.replica = choice.replica->name;
+  task.pool = choice.replica->pool;
+  if (choice.verify_lsn) {
+    const std::string check = detail::RequireReplayed(*choice.verify_lsn);
+    task.replica_setup = task.bucket_setup != nullptr ? *task.bucket_setup + ", " + check : "SELECT " + check;
+    task.bucket_setup = &task.replica_setup;
+    task.replica_presync = &detail::kCaptureReplayed;
+  }
+}
+
 // What goes out for a task. Inside a session's transaction: the statement by
 // itself (the caller's cancel at the deadline cuts it). Otherwise in a
 // transaction of its own with the timeout and the bucket step.
@@ -101,6 +115,10 @@ detail::PipelineRequest Request(const ScatterState& state, const ShardTask& task
   request.read_only = state.read_only;
   request.statement_timeout_ms = left.count();
   request.setup = task.bucket_setup;
+  if (task.replica) {
+    request.begin = &detail::kReplicaBegin;
+    request.presync = task.replica_presync;
+  }
   if (!task.before.empty()) request.before = &task.before;
   if (!task.then.empty()) request.then = &task.then;
   return request;
@@ -185,14 +203,19 @@ void RunShard(ScatterState& state, ShardTask& task) {
         "scatter a later deadline or more threads",
         Millis(state.deadline - state.start));
   } else {
-    try {
-      task.phase = Phase::kAcquiring;
-      auto lease = task.pool->Acquire(state.deadline);
-      task.phase = Phase::kExecuting;
-      rows = ExecuteOn(state, task, lease, bytes);
-    } catch (const std::exception& error) {
-      Describe(task, error, started, cause, sqlstate);
-      rows.reset();
+    for (;;) {
+      try {
+        task.phase = Phase::kAcquiring;
+        auto lease = task.pool->Acquire(state.deadline);
+        task.phase = Phase::kExecuting;
+        rows = ExecuteOn(state, task, lease, bytes);
+      } catch (const std::exception& error) {
+        // A replica's failure: its primary answers instead.
+        if (FallBack(state, task, error)) continue;
+        Describe(task, error, started, cause, sqlstate);
+        rows.reset();
+      }
+      break;
     }
   }
   Complete(state, task, started, std::move(rows), std::move(cause), std::move(sqlstate), bytes);
@@ -231,6 +254,10 @@ ScatterGather::ScatterGather(BucketShardResolver& resolver, std::optional<int> t
 }
 
 ScatterGather::~ScatterGather() = default;
+
+void ScatterGather::ReadReplicas(ReplicaMonitor* monitor) noexcept {
+  impl_->replicas = monitor;
+}
 
 ScatterResult ScatterGather::Run(const std::string& sql, const SqlParams& params, const ScatterOptions& options) {
   std::vector<ShardId> shards;
@@ -283,6 +310,11 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
   state->remaining = statements.size();
   state->session = session;
   state->links = &links;
+  // Replicas for read-only scatters outside sessions (a session's
+  // temporary tables cannot be made on a hot standby).
+  const bool on_replicas = replicas != nullptr && options.read.UsesReplicas() && options.read_only && !session;
+  state->replicas = replicas;
+  state->fall_back_to_primary = options.read.preference == ReadPreference::kReplicaPreferred;
   if (options.directory_buckets && session == nullptr) {
     state->bucket_setups = SetupsFor(directory);
     if (options.buckets) {
@@ -321,6 +353,14 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
     }
     if (state->bucket_setups) {
       task->bucket_setup = &state->bucket_setups->by_shard[static_cast<std::size_t>(ToInt(shard))];
+    }
+    task->primary = task->pool;
+    task->primary_setup = task->bucket_setup;
+    if (on_replicas) {
+      // Throws ReplicaUnavailable (replicas only, none fit): before any
+      // statement went out.
+      ReplicaChoice choice = replicas->Choose(shard, options.read);
+      if (choice.replica) ChooseReplica(*task, choice);
     }
     state->tasks.push_back(std::move(task));
   }
@@ -375,6 +415,9 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
       shard.queued = task.queued;
       shard.bytes = task.bytes;
       shard.session = task.pool->Facts();
+      shard.on_replica = task.replica.has_value();
+      shard.server = task.replica ? *task.replica : resolver.Servers(task.shard).primary.name;
+      if (task.fell_back) ++result.replica_fallbacks;
       if (!result.slowest_shard || shard.elapsed > result.slowest_elapsed) {
         result.slowest_shard = shard.shard;
         result.slowest_elapsed = shard.elapsed;

@@ -103,10 +103,43 @@ void Describe(ShardTask& task, const std::exception& error, Clock::time_point st
     cancelled = task.cancel_requested;
   }
   cause = DescribeFailure(task, error, cancelled, Clock::now() - started);
+  if (task.replica) cause = fmt::format("on replica {}: {}", *task.replica, cause);
   sqlstate = SqlStateOf(error);
   if (const auto refusal = ParseFenceRefusal(error)) {
     task.stale_directory = refusal->kind == BucketRefused::Kind::kNotReadable;
   }
+}
+
+bool ReplicaTrouble(const std::exception& error) {
+  if (dynamic_cast<const pqxx::broken_connection*>(&error) != nullptr) return true;
+  if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&error)) {
+    const std::string& state = sql->sqlstate();
+    // Refused or not replayed (SK003, SK005), a conflict with its recovery
+    // (40001), shut down or starting (57P0x), out of connections (53300),
+    // unreachable (08...).
+    return state == kNotReadable || state == kSqlStateNotReplayed || state == "40001" || state.starts_with("57P") ||
+           state == "53300" || state.starts_with("08");
+  }
+  // A pool that could not give a connection (unreachable, exhausted).
+  return dynamic_cast<const ShardError*>(&error) != nullptr;
+}
+
+bool FallBack(ScatterState& state, ShardTask& task, const std::exception& error) {
+  if (!task.replica) return false;
+  if (state.replicas != nullptr && (dynamic_cast<const pqxx::broken_connection*>(&error) != nullptr ||
+                                    dynamic_cast<const ShardUnavailable*>(&error) != nullptr)) {
+    state.replicas->ReportFailure(task.shard, *task.replica, FirstLine(Trim(RedactDsn(error.what()))));
+  }
+  if (!state.fall_back_to_primary || !ReplicaTrouble(error) || state.abandoned.load() ||
+      Clock::now() >= state.deadline) {
+    return false;
+  }
+  task.replica.reset();
+  task.pool = task.primary;
+  task.bucket_setup = task.primary_setup;
+  task.replica_presync = nullptr;
+  task.fell_back = true;
+  return true;
 }
 
 std::string JoinFailures(const std::vector<ScatterError::Failure>& failures, const BucketShardResolver& resolver) {

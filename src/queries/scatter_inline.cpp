@@ -72,7 +72,8 @@ void SendInline(ScatterState& state, InlineCall& c) {
   }
 }
 
-void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& workers) {
+void FinishInline(const std::shared_ptr<ScatterState>& shared_state, InlineCall& c, boost::asio::thread_pool& workers) {
+  ScatterState& state = *shared_state;
   ShardTask& task = *c.task;
   c.open = false;
   std::optional<pg::Rows> rows;
@@ -80,10 +81,12 @@ void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& 
   std::string sqlstate;
   bool reusable = true;
   bool rollback = false;
+  bool again = false;  // a replica's failure: the primary answers instead, on a worker
   try {
     rows = c.call->Finish(reusable, &rollback);
   } catch (const std::exception& error) {
-    Describe(task, error, c.started, cause, sqlstate);
+    again = FallBack(state, task, error);
+    if (!again) Describe(task, error, c.started, cause, sqlstate);
   }
   const std::size_t bytes = c.call->Bytes();
   task.timing = c.call->Timings();
@@ -101,6 +104,10 @@ void FinishInline(ScatterState& state, InlineCall& c, boost::asio::thread_pool& 
   }
   c.lease = nullptr;
   c.owned.reset();
+  if (again) {
+    boost::asio::post(workers, [shared_state, &task] { RunShard(*shared_state, task); });
+    return;
+  }
   Complete(state, task, c.started, std::move(rows), std::move(cause), std::move(sqlstate), bytes);
 }
 
@@ -167,7 +174,7 @@ void DriveInline(const std::shared_ptr<ScatterState>& shared_state, std::deque<I
       const auto wait = std::chrono::ceil<milliseconds>(limit - now).count();
       const int ready = ::poll(&fd, 1, static_cast<int>(std::min<long long>(wait, 60'000)));
       if (ready < 0 && errno != EINTR) c.call->Wait();  // cannot wait on the socket: block on libpq itself
-      if (ready != 0 && c.call->Advance()) FinishInline(state, c, workers);
+      if (ready != 0 && c.call->Advance()) FinishInline(shared_state, c, workers);
     }
   }
 }

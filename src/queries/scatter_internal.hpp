@@ -27,6 +27,7 @@
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/routing/ownership.hpp"
+#include "shardkit/routing/replica_monitor.hpp"
 #include "shardkit/routing/resolver.hpp"
 
 namespace shardkit::detail::scatter {
@@ -71,8 +72,19 @@ struct ShardTask {
   std::string where;  // "shard 1 (shard1)"
   // The buckets the scatter's directory gives this shard, as the statement
   // that sets shardkit.buckets and checks it (ownership.hpp); null: none.
-  // Points into ScatterState::bucket_setups.
+  // Points into ScatterState::bucket_setups, or at replica_setup.
   const std::string* bucket_setup = nullptr;
+
+  // On a replica (ScatterOptions::read): its name, and the bucket step with
+  // the read token's check (and the statement that reads its replay
+  // position first, or null). Cleared when the statement falls back to the
+  // primary (`primary` is its pool).
+  std::optional<std::string> replica;
+  std::string replica_setup;
+  const std::string* replica_presync = nullptr;
+  const std::string* primary_setup = nullptr;
+  ConnectionPool* primary = nullptr;
+  bool fell_back = false;
 
   std::atomic<Phase> phase{Phase::kQueued};
 
@@ -129,6 +141,10 @@ struct ScatterState {
   // A session's fan-out keeps the session's connections alive until its
   // last task is done, even after the caller gave up on it.
   std::shared_ptr<ScatterSession::State> session;
+  // Replica reads: the monitor to tell of a replica's failure, and whether
+  // a failed replica's statement runs again on its primary.
+  ReplicaMonitor* replicas = nullptr;
+  bool fall_back_to_primary = false;
   std::shared_ptr<const BucketSetups> bucket_setups;  // null: no bucket step
   detail::LinkEstimates* links = nullptr;             // the ScatterGather's, fed by Complete
   Clock::time_point start;
@@ -153,6 +169,15 @@ void Describe(ShardTask& task, const std::exception& error, Clock::time_point st
 void Complete(ScatterState& state, ShardTask& task, Clock::time_point started, std::optional<pg::Rows> rows,
               std::string cause, std::string sqlstate, std::size_t bytes);
 void RunShard(ScatterState& state, ShardTask& task);
+// Points a task at the replica chosen for it (its primary stays in
+// task.primary, for a fall back).
+void ChooseReplica(ShardTask& task, const ReplicaChoice& choice);
+// A replica's failure that its primary may not share (connection lost,
+// refused or not replayed, a conflict with its recovery): the task then
+// runs again on the primary (FallBack) if the scatter allows it.
+bool ReplicaTrouble(const std::exception& error);
+// Points the task at its shard's primary; true if it was on a replica.
+bool FallBack(ScatterState& state, ShardTask& task, const std::exception& error);
 
 // A statement driven from the caller's thread on a connection that was
 // idle when the scatter began, or on a session's connection: no worker
@@ -233,6 +258,7 @@ struct ScatterGather::Impl {
   }
 
   BucketShardResolver& resolver;
+  ReplicaMonitor* replicas = nullptr;
   std::mutex setups_mutex;
   std::shared_ptr<const detail::scatter::BucketSetups> setups;
   boost::asio::thread_pool workers;

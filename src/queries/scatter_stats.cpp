@@ -46,6 +46,8 @@ void ScatterGather::Impl::Record(const ScatterResult* result, std::size_t fanout
     if (!result->failures.empty()) ++stats.partial;
     stats.rows += result->TotalRows();
     stats.bytes += result->TotalBytes();
+    for (const auto& shard : result->shards) stats.replica_requests += shard.on_replica ? 1 : 0;
+    stats.replica_fallbacks += static_cast<std::uint64_t>(result->replica_fallbacks);
   }
   stats.total_slowest += slowest;
   stats.max_slowest = std::max(stats.max_slowest, slowest);

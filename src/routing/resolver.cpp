@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <pqxx/pqxx>
 
 #include "shardkit/core/dsn_format.hpp"
@@ -11,24 +13,59 @@ namespace shardkit {
 
 BucketShardResolver::BucketShardResolver(BucketDirectory directory, std::vector<std::unique_ptr<ConnectionPool>> pools,
                                          std::vector<std::string> shard_names)
-    : directory_(std::move(directory)), pools_(std::move(pools)), names_(std::move(shard_names)) {
+    : directory_(std::move(directory)) {
   const int shard_count = directory_.Current()->ShardCount();
-  if (static_cast<int>(pools_.size()) != shard_count) {
+  if (static_cast<int>(pools.size()) != shard_count) {
     throw DirectoryError(
-        fmt::format("the directory places buckets on {} shards but {} pools were given", shard_count, pools_.size()));
+        fmt::format("the directory places buckets on {} shards but {} pools were given", shard_count, pools.size()));
   }
-  for (std::size_t i = 0; i < pools_.size(); ++i) {
-    if (!pools_[i]) throw UnknownShard(ShardId{static_cast<int>(i)}, shard_count);
-    if (pools_[i]->Shard() != ShardId{static_cast<int>(i)}) {
+  shard_names.resize(pools.size());
+  for (std::size_t i = 0; i < pools.size(); ++i) {
+    if (!pools[i]) throw UnknownShard(ShardId{static_cast<int>(i)}, shard_count);
+    if (pools[i]->Shard() != ShardId{static_cast<int>(i)}) {
       throw DirectoryError(
-          fmt::format("pool {} serves shard {}: pools must be given in shard order", i, pools_[i]->Shard()),
-          std::nullopt, pools_[i]->Shard());
+          fmt::format("pool {} serves shard {}: pools must be given in shard order", i, pools[i]->Shard()),
+          std::nullopt, pools[i]->Shard());
+    }
+    auto shard = std::make_unique<Shard>();
+    shard->servers = std::make_unique<ShardServers>();
+    shard->servers->primary =
+        ShardServer{shard_names[i].empty() ? fmt::format("shard{}", i) : std::move(shard_names[i]), pools[i].get(), 0};
+    shard->pools.push_back(std::move(pools[i]));
+    shards_.push_back(std::move(shard));
+  }
+}
+
+BucketShardResolver::~BucketShardResolver() = default;
+
+BucketShardResolver::Shard& BucketShardResolver::At(ShardId shard) const {
+  if (ToInt(shard) < 0 || ToInt(shard) >= ShardCount()) throw UnknownShard(shard, ShardCount());
+  return *shards_[static_cast<std::size_t>(ToInt(shard))];
+}
+
+void BucketShardResolver::AddReplica(ShardId shard, std::string name, std::unique_ptr<ConnectionPool> pool) {
+  Shard& s = At(shard);
+  if (!pool || pool->Shard() != shard) {
+    throw Error(fmt::format("replica {} of shard {}: its pool must serve shard {}", name, shard, shard));
+  }
+  for (const auto& other : shards_) {
+    const ShardServers& servers = *other->servers;
+    if (servers.primary.name == name ||
+        std::any_of(servers.replicas.begin(), servers.replicas.end(), [&](const auto& r) { return r.name == name; })) {
+      throw Error(fmt::format("replica {} of shard {}: a server of this cluster already has that name", name, shard));
     }
   }
-  names_.resize(pools_.size());
-  for (std::size_t i = 0; i < names_.size(); ++i) {
-    if (names_[i].empty()) names_[i] = fmt::format("shard{}", i);
-  }
+  const int member = static_cast<int>(s.pools.size());
+  s.pools.push_back(std::move(pool));
+  s.servers->replicas.push_back(ShardServer{std::move(name), s.pools.back().get(), member});
+}
+
+const ShardServers& BucketShardResolver::Servers(ShardId shard) const {
+  return *At(shard).servers;
+}
+
+bool BucketShardResolver::HasReplicas() const noexcept {
+  return std::any_of(shards_.begin(), shards_.end(), [](const auto& s) { return !s->servers->replicas.empty(); });
 }
 
 BucketDirectory LoadCatalogDirectory(const ClusterConfig& config) {
@@ -64,31 +101,38 @@ std::unique_ptr<BucketShardResolver> BucketShardResolver::FromConfig(const Clust
   }
   BucketDirectory directory =
       config.directory_source == DirectorySource::kCatalog ? LoadCatalogDirectory(config) : config.directory;
-  return std::make_unique<BucketShardResolver>(std::move(directory), std::move(pools), std::move(names));
+  auto resolver = std::make_unique<BucketShardResolver>(std::move(directory), std::move(pools), std::move(names));
+  PoolOptions replica_pool = config.pool;
+  if (config.replica_settings.max_size) replica_pool.max_size = *config.replica_settings.max_size;
+  for (std::size_t i = 0; i < config.shards.size(); ++i) {
+    const ShardId shard{static_cast<int>(i)};
+    for (const ReplicaConfig& replica : config.shards[i].replicas) {
+      resolver->AddReplica(shard, replica.name, std::make_unique<ConnectionPool>(shard, replica.dsn, replica_pool));
+    }
+  }
+  return resolver;
 }
 
 ConnectionPool& BucketShardResolver::Pool(ShardId shard) const {
-  if (ToInt(shard) < 0 || ToInt(shard) >= ShardCount()) throw UnknownShard(shard, ShardCount());
-  return *pools_[static_cast<std::size_t>(ToInt(shard))];
+  return *At(shard).servers->primary.pool;
 }
 
 Route BucketShardResolver::Resolve(CustomerId customer_id) const {
   // Shard and version come from one routing word: one publish, one load.
   const auto placement = directory_.PlacementOf(customer_id);
   return Route{customer_id, placement.bucket, placement.shard, placement.version,
-               *pools_[static_cast<std::size_t>(ToInt(placement.shard))]};
+               *shards_[static_cast<std::size_t>(ToInt(placement.shard))]->servers->primary.pool};
 }
 
 std::vector<std::reference_wrapper<ConnectionPool>> BucketShardResolver::AllShards() const {
   std::vector<std::reference_wrapper<ConnectionPool>> all;
-  all.reserve(pools_.size());
-  for (const auto& pool : pools_) all.emplace_back(*pool);
+  all.reserve(shards_.size());
+  for (const auto& shard : shards_) all.emplace_back(*shard->servers->primary.pool);
   return all;
 }
 
 const std::string& BucketShardResolver::ShardName(ShardId shard) const {
-  if (ToInt(shard) < 0 || ToInt(shard) >= ShardCount()) throw UnknownShard(shard, ShardCount());
-  return names_[static_cast<std::size_t>(ToInt(shard))];
+  return At(shard).servers->primary.name;
 }
 
 }  // namespace shardkit

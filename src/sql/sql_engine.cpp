@@ -258,10 +258,17 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
   ScatterOptions scatter_options;
   scatter_options.deadline = options.deadline;
   scatter_options.label = options.label;
+  scatter_options.read = options.read;
   // customer_id IN (...): only the shards of those customers' buckets, by
   // the snapshot the scatter fences with (picked again on a retry).
   if (bound.route.customers) scatter_options.buckets = bound.route.Buckets();
   if (plan.percentile) {
+    if (options.read.preference == ReadPreference::kReplicaOnly) {
+      throw Refusal(bound.plan->text, 0, "this statement over every shard",
+                    "exact percentiles and COUNT(DISTINCT) read the primaries (each shard's rows go into a temporary "
+                    "table, which a replica cannot make), and replicas only were asked for",
+                    "read the primaries or prefer replicas (it then reads the primaries), or pin customer_id");
+    }
     SqlResult result;
     try {
       // Its rounds run in one session per shard: after a move, all of them again.
@@ -280,7 +287,10 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     return result;
   }
   std::string topk_refused;
-  if (plan.topk) {
+  if (plan.topk && options.read.UsesReplicas()) {
+    topk_refused =
+        "it reads the primaries (its temporary table cannot be made on a replica), and replicas were asked for";
+  } else if (plan.topk) {
     if (!scatter_options.deadline) scatter_options.deadline = std::chrono::steady_clock::now() + kScatterTimeout;
     if (auto answered = ExecuteTopK(bound, params, scatter_options, &topk_refused)) return *std::move(answered);
   }
@@ -291,6 +301,7 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     result.plan.merge = fmt::format("{} (exact top-k did not answer: {})", plan.DescribeMerge(), topk_refused);
   }
   const auto ran_on = [&](const ScatterResult& scattered) {
+    for (const ShardResult& shard : scattered.shards) result.from_replicas += shard.on_replica ? 1 : 0;
     if (!bound.route.customers) return;
     result.plan.shards.clear();
     for (const ShardResult& shard : scattered.shards) result.plan.shards.push_back(shard.shard);
@@ -319,9 +330,11 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     ran_on(scattered);
     try {
       SqlPlanInfo keep = std::move(result.plan);
+      const int from_replicas = result.from_replicas;
       result = order.distinct ? FinishDistinct(scattered, order, params, scatter_options)
                               : MergeSortedRows(scattered, order);
       result.plan = std::move(keep);
+      result.from_replicas = from_replicas;
       result.rows_received = scattered.TotalRows();
     } catch (const UnmergeableQuery& e) {
       refuse(e, "");
@@ -543,6 +556,7 @@ SqlResult SqlEngine::ExecuteBound(const Bound& bound, const SqlParams& params, c
   routed.isolation = options.isolation;
   routed.read_only = bound.plan->read_only;
   routed.label = options.label;
+  routed.read = options.read;
   SqlResult result;
   const auto fill = [&](const auto& rows, ShardId shard) {
     result = SqlResult{};
@@ -558,14 +572,17 @@ SqlResult SqlEngine::ExecuteBound(const Bound& bound, const SqlParams& params, c
     RoutedOutcome outcome;
     const pg::Rows rows = transactions_.Read(bound.customer, text, params, routed, &outcome);
     fill(rows, outcome.shard);
+    result.from_replicas = outcome.on_replica ? 1 : 0;
     return result;
   }
+  RoutedOutcome outcome;
   transactions_.Run(
       bound.customer,
       [&](pqxx::transaction_base& tx, const RoutedContext& at) {
         fill(tx.exec_params(text, pqxx::prepare::make_dynamic_params(params)), at.shard);
       },
-      routed);
+      routed, &outcome);
+  result.token = std::move(outcome.token);
   return result;
 }
 

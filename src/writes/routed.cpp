@@ -6,13 +6,16 @@
 #include <random>
 #include <thread>
 
+#include "pg/libpq_handle.hpp"
 #include "pg/pipelined_statement.hpp"
 #include "pg/server_message.hpp"
+#include "routing/replica_reads.hpp"
 #include "shardkit/core/dsn.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/routing/ownership.hpp"
+#include "shardkit/routing/replica_monitor.hpp"
 #include "shardkit/routing/resolver.hpp"
 
 // One attempt: acquire a connection of the routed shard; one round trip for
@@ -20,9 +23,9 @@
 // customer's bucket is visible: the function reads its own customer's rows,
 // as of the freeze if the router is stale, or is refused at BEGIN); the caller's function on a
 // nontransaction (so that the statements run inside our explicit BEGIN);
-// then COMMIT on a fresh nontransaction, whose command status tells a real
-// commit from the ROLLBACK PostgreSQL answers to COMMIT of a failed
-// transaction (a function that swallowed an error).
+// then COMMIT on a fresh nontransaction, unless libpq says the transaction
+// failed (a function that swallowed an error: COMMIT would answer
+// ROLLBACK), with a write's WAL position after it in the same round trip.
 //
 // Which errors are retried, and why that is safe: a fence or visibility
 // refusal is raised by a statement, so the transaction is aborted and
@@ -37,6 +40,10 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr auto kDefaultTimeout = std::chrono::seconds(5);
+
+// COMMIT, and the WAL insert position after it (at or after the commit
+// record: the write's read token), in one round trip.
+constexpr const char* kCommitWithPosition = "COMMIT; SELECT pg_current_wal_insert_lsn()::text";
 
 const char* BeginSql(Isolation isolation) {
   switch (isolation) {
@@ -116,6 +123,13 @@ void RoutedTransactions::RunErased(CustomerId customer,
   std::string last_failure;
   int backoff_round = 0;
   int immediate = 0;  // retries without a pause in a row (a refusal naming the new owner)
+  // Reads on replicas: the replicas this call tried and left (and why), and
+  // whether it has given up on them (a bucket a replica refused).
+  const bool wants_replicas = options.read_only && replicas_ != nullptr && options.read.UsesReplicas();
+  const bool replica_only = wants_replicas && options.read.preference == ReadPreference::kReplicaOnly;
+  bool primary_only = !wants_replicas;
+  std::vector<ReplicaUnavailable::Skipped> left_replicas;
+  bool waited_for_replay = false;
 
   auto finish = [&](bool committed, bool unknown) {
     outcome.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
@@ -127,6 +141,8 @@ void RoutedTransactions::RunErased(CustomerId customer,
     stats_.refused_frozen += static_cast<std::uint64_t>(outcome.refused_frozen);
     stats_.refused_not_readable += static_cast<std::uint64_t>(outcome.refused_not_readable);
     stats_.retried_other += static_cast<std::uint64_t>(outcome.retried_other);
+    stats_.replica_fallbacks += static_cast<std::uint64_t>(outcome.replica_fallbacks);
+    if (committed && outcome.on_replica) ++stats_.replica_reads;
     if (committed) ++stats_.committed;
     if (unknown) ++stats_.outcome_unknown;
     if (!committed) ++stats_.failed;
@@ -154,13 +170,55 @@ void RoutedTransactions::RunErased(CustomerId customer,
     // Follow a refusal's named owner only while the directory still sends us
     // to the shard that refused (it has not caught up yet).
     if (redirect && shard == redirect->first) shard = redirect->second;
-    RoutedContext at{customer, bucket, shard, directory->Version(), outcome.attempts + 1};
+    const ShardServers& servers = resolver_.Servers(shard);
+    ConnectionPool* pool = servers.primary.pool;
+    std::optional<ReplicaChoice> choice;
+    if (!primary_only) {
+      try {
+        if (options.isolation == Isolation::kSerializable) {
+          if (replica_only) {
+            throw ReplicaUnavailable(shard,
+                                     fmt::format("{} for customer {}: a SERIALIZABLE read cannot run on a hot "
+                                                 "standby; read with REPEATABLE READ or from the primary",
+                                                 label, customer),
+                                     {});
+          }
+          primary_only = true;
+        } else {
+          choice = replicas_->Choose(shard, options.read, left_replicas);
+        }
+      } catch (...) {
+        finish(false, false);
+        throw;
+      }
+    }
+    const bool on_replica = choice && choice->replica;
+    if (on_replica) pool = choice->replica->pool;
+    RoutedContext at{customer,
+                     bucket,
+                     shard,
+                     directory->Version(),
+                     outcome.attempts + 1,
+                     on_replica ? choice->replica->name : servers.primary.name,
+                     on_replica};
     ++outcome.attempts;
+    // This read leaves the replica it is on for another one or the primary.
+    auto leave = [&](std::string why) {
+      left_replicas.push_back({at.server, std::move(why)});
+      ++outcome.replica_fallbacks;
+    };
 
-    ConnectionPool& pool = resolver_.Pool(shard);
     std::optional<ConnectionPool::Lease> acquired;
     try {
-      acquired.emplace(pool.Acquire(deadline));
+      acquired.emplace(pool->Acquire(deadline));
+    } catch (const ShardError& e) {
+      if (on_replica && Clock::now() < deadline) {
+        replicas_->ReportFailure(shard, at.server, FirstLine(e.what()));
+        leave("unreachable: " + FirstLine(e.what()));
+        continue;
+      }
+      finish(false, false);
+      throw;
     } catch (...) {
       finish(false, false);
       throw;
@@ -183,48 +241,59 @@ void RoutedTransactions::RunErased(CustomerId customer,
                                            last_failure.empty() ? "" : "; last: " + last_failure));
     }
 
+    // On a replica: one REPEATABLE READ snapshot (a replica cannot hold the
+    // bucket for a move as a primary's READ COMMITTED read does), and, for
+    // a read token it is not known to have replayed, its replay position
+    // read before that snapshot and checked by the fence's statement.
+    std::string begin = on_replica ? detail::kReplicaBegin : std::string(BeginSql(options.isolation));
+    if (options.read_only && !on_replica) begin += " READ ONLY";
+    std::string setup = fence_sql;
+    const std::string* presync = nullptr;
+    if (on_replica && choice->verify_lsn) {
+      setup += ", " + detail::RequireReplayed(*choice->verify_lsn);
+      presync = &detail::kCaptureReplayed;
+    }
+
     bool committing = false;
     try {
       if (read != nullptr) {
         // BEGIN, timeout, fence, statement and COMMIT in one round trip;
         // failures come as the same exceptions as below.
-        std::string begin = std::string(BeginSql(options.isolation)) + " READ ONLY";
         detail::PipelineRequest request;
         request.sql = &read->sql;
         request.values = &read->values;
         request.begin = &begin;
         request.statement_timeout_ms = left.count();
-        request.setup = &fence_sql;
+        request.setup = &setup;
+        request.presync = presync;
         bool reusable = true;
+        std::optional<std::string> replayed;
         try {
-          read->rows = detail::RunPipelined(lease.Connection(), request, reusable);
+          read->rows = detail::RunPipelined(lease.Connection(), request, reusable, nullptr, nullptr, &replayed);
         } catch (...) {
           if (!reusable) lease.Discard();
+          if (replayed && !replayed->empty()) replicas_->ReportReplayed(shard, at.server, ParseLsn(*replayed));
           throw;
         }
         if (!reusable) lease.Discard();
         outcome.shard = shard;
+        outcome.server = at.server;
+        outcome.on_replica = on_replica;
         finish(true, false);
         return;
       }
       {
         pqxx::nontransaction tx{*lease};
-        std::string begin = BeginSql(options.isolation);
-        if (options.read_only) begin += " READ ONLY";
+        if (presync != nullptr) tx.exec(*presync);
         // The timeout is a number computed here (SET takes no parameters).
-        tx.exec(fmt::format("{}; SET LOCAL statement_timeout = {}; {}", begin, left.count(), fence_sql));
+        tx.exec(fmt::format("{}; SET LOCAL statement_timeout = {}; {}", begin, left.count(), setup));
         fn(tx, at);
       }
-      committing = true;
-      pqxx::nontransaction tx{*lease};
-      // COMMIT of a failed transaction answers ROLLBACK without an error
-      // (libpqxx does not show the command tag): the SELECT in front of it,
-      // sent in the same round trip, fails in that case instead.
-      try {
-        tx.exec("SELECT 1; COMMIT");
-      } catch (const pqxx::sql_error& e) {
-        if (e.sqlstate() != "25P02") throw;
-        committing = false;
+      // A statement that failed inside the function, its error caught
+      // there, left the transaction aborted, and COMMIT would answer
+      // ROLLBACK without an error (libpqxx does not show the command tag):
+      // libpq knows it from the server's last ReadyForQuery, no round trip.
+      if (PQtransactionStatus(detail::LibpqHandle(*lease)) == PQTRANS_INERROR) {
         Rollback(lease);
         finish(false, false);
         throw ShardQueryError(shard, fmt::format("{} for customer {} on shard {}: a statement failed inside the "
@@ -232,7 +301,16 @@ void RoutedTransactions::RunErased(CustomerId customer,
                                                  "not commit; nothing was committed",
                                                  label, customer, shard));
       }
+      committing = true;
+      pqxx::nontransaction tx{*lease};
+      // A write reads the WAL insert position after its COMMIT in the same
+      // round trip: at or after the commit record, its read token.
+      const bool with_token = !options.read_only && options.read_token;
+      const pqxx::result committed = tx.exec(with_token ? kCommitWithPosition : "COMMIT");
+      if (with_token) outcome.token = ReadToken::At(shard, ParseLsn(committed[0][0].c_str()));
       outcome.shard = shard;
+      outcome.server = at.server;
+      outcome.on_replica = on_replica;
       finish(true, false);
       return;
     } catch (const pqxx::broken_connection& e) {
@@ -244,12 +322,22 @@ void RoutedTransactions::RunErased(CustomerId customer,
                                                 "doing it again",
                                                 label, customer, bucket, shard, FirstLine(e.what())));
       }
-      last_failure = fmt::format("connection to shard {} lost: {}", shard, FirstLine(e.what()));
+      last_failure = fmt::format("connection to shard {} ({}) lost: {}", shard, at.server, FirstLine(e.what()));
+      if (on_replica) {
+        replicas_->ReportFailure(shard, at.server, FirstLine(e.what()));
+        leave("connection lost: " + FirstLine(e.what()));
+        continue;
+      }
       ++outcome.retried_other;
     } catch (const pqxx::transaction_rollback& e) {
       // Serialization failure or deadlock: the transaction is gone, retryable.
-      // (A pipelined read has ended its transaction itself.)
+      // (A pipelined read has ended its transaction itself.) On a replica
+      // it is a conflict with its recovery: try elsewhere.
       if (read == nullptr) Rollback(lease);
+      if (on_replica) {
+        leave(FirstLine(e.what()));
+        continue;
+      }
       if (!options.retry_serialization_failures) {
         finish(false, false);
         throw;
@@ -258,7 +346,38 @@ void RoutedTransactions::RunErased(CustomerId customer,
       ++outcome.retried_other;
     } catch (const pqxx::sql_error& e) {
       if (read == nullptr) Rollback(lease);
+      if (on_replica && e.sqlstate() == kSqlStateNotReplayed) {
+        // It had not replayed the token's writes when the read began: wait
+        // for it (once, briefly) or go elsewhere.
+        if (options.read.replay_wait.count() > 0 && !waited_for_replay) {
+          waited_for_replay = true;
+          if (replicas_->WaitForReplay(shard, *choice->replica, *choice->verify_lsn,
+                                       std::min(deadline, Clock::now() + options.read.replay_wait))) {
+            continue;
+          }
+        }
+        leave(fmt::format("it had not replayed the read token's position {} yet", FormatLsn(*choice->verify_lsn)));
+        continue;
+      }
       auto refusal = ParseFenceRefusal(e);
+      if (on_replica && !refusal) {
+        const std::string& state = e.sqlstate();
+        if (state.starts_with("08") || state.starts_with("57P") || state == "53300") {
+          // Shut down, starting up, out of connections: the replica's trouble.
+          replicas_->ReportFailure(shard, at.server, FirstLine(e.what()));
+          leave(FirstLine(e.what()));
+          continue;
+        }
+        finish(false, false);
+        throw;
+      }
+      if (on_replica && !replica_only) {
+        // The replica has not replayed the move the directory knows of (or
+        // has replayed one the directory does not): the primary decides.
+        leave(fmt::format("it does not serve bucket {} as of its replay ({})", bucket, refusal->message));
+        primary_only = true;
+        continue;
+      }
       if (!refusal) {
         finish(false, false);
         throw;
@@ -266,41 +385,48 @@ void RoutedTransactions::RunErased(CustomerId customer,
       last_refusal.emplace(
           ToException(*refusal, shard, fmt::format("{} for customer {} on shard {}", label, customer, shard)));
       last_failure = refusal->message;
-      // The refusing shard names the new owner (it retired the bucket):
-      // go there at once. The named owner not owning it yet (incoming: the
-      // cutover is under way, or its mover stopped) or a frozen bucket:
-      // stay, after a pause.
-      const bool moved_away = refusal->state == "retired" || refusal->state == "cleaning";
-      const bool at_named_owner = redirect && shard == redirect->second;
-      auto follow = [&] {
-        if (moved_away && refusal->new_owner) {
-          redirect.emplace(shard, *refusal->new_owner);
-        } else if (!(refusal->state == "incoming" && at_named_owner) && refusal->state != "frozen") {
-          redirect.reset();
+      if (on_replica) {
+        // Replicas only: wait for it to replay the move, refreshing the
+        // directory meanwhile.
+        ++outcome.refused_not_readable;
+        refresh();
+      } else {
+        // The refusing shard names the new owner (it retired the bucket):
+        // go there at once. The named owner not owning it yet (incoming: the
+        // cutover is under way, or its mover stopped) or a frozen bucket:
+        // stay, after a pause.
+        const bool moved_away = refusal->state == "retired" || refusal->state == "cleaning";
+        const bool at_named_owner = redirect && shard == redirect->second;
+        auto follow = [&] {
+          if (moved_away && refusal->new_owner) {
+            redirect.emplace(shard, *refusal->new_owner);
+          } else if (!(refusal->state == "incoming" && at_named_owner) && refusal->state != "frozen") {
+            redirect.reset();
+          }
+        };
+        switch (refusal->kind) {
+          case BucketRefused::Kind::kNotOwned:
+            ++outcome.refused_not_owned;
+            refresh();
+            follow();
+            if (moved_away) {
+              if ((resolver_.Directory()->ShardOf(bucket) != shard || redirect) && ++immediate < 3) continue;
+            }
+            break;
+          case BucketRefused::Kind::kFrozen:
+            ++outcome.refused_frozen;
+            redirect.reset();
+            break;
+          case BucketRefused::Kind::kNotReadable:
+            ++outcome.refused_not_readable;
+            if (refusal->state == "frozen") break;
+            refresh();
+            follow();
+            if (moved_away || refusal->state == "absent") {
+              if ((resolver_.Directory()->ShardOf(bucket) != shard || redirect) && ++immediate < 3) continue;
+            }
+            break;
         }
-      };
-      switch (refusal->kind) {
-        case BucketRefused::Kind::kNotOwned:
-          ++outcome.refused_not_owned;
-          refresh();
-          follow();
-          if (moved_away) {
-            if ((resolver_.Directory()->ShardOf(bucket) != shard || redirect) && ++immediate < 3) continue;
-          }
-          break;
-        case BucketRefused::Kind::kFrozen:
-          ++outcome.refused_frozen;
-          redirect.reset();
-          break;
-        case BucketRefused::Kind::kNotReadable:
-          ++outcome.refused_not_readable;
-          if (refusal->state == "frozen") break;
-          refresh();
-          follow();
-          if (moved_away || refusal->state == "absent") {
-            if ((resolver_.Directory()->ShardOf(bucket) != shard || redirect) && ++immediate < 3) continue;
-          }
-          break;
       }
     } catch (...) {
       // The function's own exception (or anything else): roll back, pass on.

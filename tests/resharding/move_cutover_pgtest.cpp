@@ -277,6 +277,13 @@ class Load {
         ++(stale ? tally.stale_refused : tally.routed_refused);
       } catch (const PoolTimeout&) {
         ++tally.timed_out;
+      } catch (const pqxx::sql_error& e) {
+        // The deadline's statement_timeout (a loaded machine), as for writes.
+        if (e.sqlstate() == "57014") {
+          ++tally.timed_out;
+        } else {
+          tally.Unexpected(fmt::format("a routed read failed: {}", e.what()));
+        }
       } catch (const std::exception& e) {
         tally.Unexpected(fmt::format("a routed read failed: {}", e.what()));
       }

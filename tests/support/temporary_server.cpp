@@ -42,10 +42,40 @@ TemporaryServer::TemporaryServer() : port_(FreeLoopbackPort()) {
   directory_ = std::filesystem::temp_directory_path() / fmt::format("shardkit-tmpserver-{}-{}", ::getpid(), port_);
   std::filesystem::create_directories(directory_);
   if (::geteuid() == 0) Run(fmt::format("chown postgres:postgres '{}'", directory_.string()));
-  Run(AsPostgres(
-      fmt::format("{}/initdb -D '{}/data' --locale=C --encoding=UTF8 --auth=trust -U postgres >'{}/initdb.log' 2>&1",
-                  kBin, directory_.string(), directory_.string())));
+  Run(AsPostgres(fmt::format(
+      "{}/initdb -D '{}/data' --locale=C --encoding=UTF8 --auth=trust -U postgres --no-sync >'{}/initdb.log' 2>&1",
+      kBin, directory_.string(), directory_.string())));
   Start();
+  Exec("CREATE ROLE bookstore LOGIN CREATEDB");
+}
+
+TemporaryServer::TemporaryServer(const ReplicaOf& of) : port_(FreeLoopbackPort()) {
+  directory_ = std::filesystem::temp_directory_path() / fmt::format("shardkit-tmpserver-{}-{}", ::getpid(), port_);
+  std::filesystem::create_directories(directory_);
+  if (::geteuid() == 0) Run(fmt::format("chown postgres:postgres '{}'", directory_.string()));
+  std::string slot = of.name;
+  for (char& c : slot) c = c == '-' ? '_' : c;
+  Run(
+      AsPostgres(fmt::format("{}/pg_basebackup -d 'host=127.0.0.1 port={} user=postgres application_name={}' -D "
+                             "'{}/data' --wal-method=stream --checkpoint=fast --no-sync --write-recovery-conf "
+                             "--create-slot --slot={} >'{}/basebackup.log' 2>&1",
+                             kBin, of.primary->Port(), of.name, directory_.string(), slot, directory_.string())));
+  Start();
+}
+
+std::unique_ptr<TemporaryServer> TemporaryServer::MakeReplica(const std::string& name) const {
+  return std::unique_ptr<TemporaryServer>(new TemporaryServer(ReplicaOf{this, name}));
+}
+
+shardkit::Dsn TemporaryServer::AppDsn() const {
+  return shardkit::Dsn(fmt::format("host=127.0.0.1 port={} dbname=postgres user=bookstore", port_));
+}
+
+void TemporaryServer::Exec(const std::string& sql) const {
+  Run(
+      fmt::format("{}/psql -X -q -v ON_ERROR_STOP=1 'host=127.0.0.1 port={} dbname=postgres user=postgres' -c \"{}\" "
+                  ">/dev/null",
+                  kBin, port_, sql));
 }
 
 TemporaryServer::~TemporaryServer() {
@@ -58,9 +88,16 @@ TemporaryServer::~TemporaryServer() {
 }
 
 void TemporaryServer::Start() {
+  // Already running (a test's tear-down restarts what it stopped).
+  if (std::system(AsPostgres(fmt::format("{}/pg_ctl -D '{}/data' status >/dev/null 2>&1", kBin, directory_.string()))
+                      .c_str()) == 0) {
+    return;
+  }
+  // hot_standby_feedback: a replica's reads are not cancelled for rows the
+  // primary would vacuum away.
   Run(AsPostgres(
       fmt::format("{}/pg_ctl -D '{}/data' -l '{}/data/server.log' -w -t 30 -o \"-p {} -c listen_addresses=127.0.0.1 "
-                  "-c unix_socket_directories='{}/data' -c fsync=off\" start >/dev/null",
+                  "-c unix_socket_directories='{}/data' -c fsync=off -c hot_standby_feedback=on\" start >/dev/null",
                   kBin, directory_.string(), directory_.string(), port_, directory_.string())));
 }
 

@@ -38,6 +38,23 @@ ClusterConfig LoadTestConfig() {
   return config;
 }
 
+bool HasReplicas() {
+  const ClusterConfig config = LoadTestConfig();
+  return std::all_of(config.shards.begin(), config.shards.end(),
+                     [](const ShardConfig& shard) { return !shard.replicas.empty(); });
+}
+
+std::uint64_t WalPosition(const Dsn& dsn) {
+  pqxx::connection c{dsn.Reveal()};
+  pqxx::nontransaction tx{c};
+  // pg_lsn minus '0/0' is its byte position, a numeric.
+  return tx
+      .exec(
+          "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+          "ELSE pg_current_wal_insert_lsn() END - '0/0'::pg_lsn)::text")[0][0]
+      .as<std::uint64_t>();
+}
+
 Dsn WithDatabase(const Dsn& dsn, const std::string& database) {
   const std::string& text = dsn.Reveal();
   if (text.starts_with("postgres://") || text.starts_with("postgresql://")) {
@@ -78,7 +95,8 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, PoolOptions pool)
 ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions options) {
   const ClusterConfig base = LoadTestConfig();
   database_ = fmt::format("{}_{}", name_prefix, ::getpid());
-  const int servers = static_cast<int>(base.shards.size());
+  const std::vector<ShardConfig>& shard_servers = options.servers.empty() ? base.shards : options.servers;
+  const int servers = static_cast<int>(shard_servers.size());
   const int shards = options.shards > 0 ? options.shards : servers;
   config_ = base;
   config_.pool = options.pool;
@@ -89,7 +107,7 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
   std::vector<std::pair<Dsn, std::string>> wanted;
   std::vector<Dsn> admin_servers;  // admin_dsn of each shard's server, if the config has one
   for (int i = 0; i < shards; ++i) {
-    const auto& server = base.shards[static_cast<std::size_t>(i % servers)];
+    const auto& server = shard_servers[static_cast<std::size_t>(i % servers)];
     wanted.emplace_back(server.dsn, ShardDatabaseName(i));
     admin_servers.push_back(server.admin_dsn);
   }
@@ -122,6 +140,14 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
       ShardConfig shard{fmt::format("shard{}", i), WithDatabase(server, database), {}};
       if (const auto& admin = admin_servers[static_cast<std::size_t>(i)]; !admin.empty()) {
         shard.admin_dsn = WithDatabase(admin, database);
+      }
+      if (options.replicas) {
+        // The server's replicas copy the scratch database too.
+        const auto& replicas = shard_servers[static_cast<std::size_t>(i % servers)].replicas;
+        for (std::size_t j = 0; j < replicas.size(); ++j) {
+          shard.replicas.push_back(
+              ReplicaConfig{fmt::format("shard{}-replica{}", i, j + 1), WithDatabase(replicas[j].dsn, database)});
+        }
       }
       config_.shards.push_back(std::move(shard));
     }
@@ -207,6 +233,30 @@ std::unique_ptr<BucketShardResolver> ScratchCluster::MakeResolver(std::optional<
   ClusterConfig config = config_;
   if (pool) config.pool = *pool;
   return BucketShardResolver::FromConfig(config);
+}
+
+void ScratchCluster::CatchUpReplicas(std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (const ShardConfig& shard : config_.shards) {
+    if (shard.replicas.empty()) continue;
+    const std::uint64_t wanted = WalPosition(shard.dsn);
+    for (const ReplicaConfig& replica : shard.replicas) {
+      std::string last;
+      for (;;) {
+        try {
+          if (WalPosition(replica.dsn) >= wanted) break;
+          last = "behind";
+        } catch (const std::exception& e) {
+          last = RedactDsn(e.what());  // the database may not be replayed yet
+        }
+        if (std::chrono::steady_clock::now() >= deadline) {
+          throw std::runtime_error(fmt::format("scratch cluster {}: replica {} did not catch up with {} ({})",
+                                               database_, replica.name, shard.name, last));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+  }
 }
 
 void ScratchCluster::ExecOnShard(int shard, const std::string& sql) const {

@@ -10,6 +10,8 @@
 //                                        ScratchOptions().Shards(3).Directory(UnevenSplit(3))};
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +26,17 @@ namespace shardkit::test {
 // $SHARDKIT_CONFIG, else <source dir>/.cluster/shardkit.toml. Fails the test
 // run with a clear message when the cluster is not configured.
 [[nodiscard]] ClusterConfig LoadTestConfig();
+
+// Whether the local cluster has streaming replicas; a test that needs them
+// skips with this message when it has none:
+//   if (!shardkit::test::HasReplicas()) GTEST_SKIP() << shardkit::test::kNoReplicas;
+[[nodiscard]] bool HasReplicas();
+inline constexpr const char* kNoReplicas =
+    "the local cluster has no replicas: start it with SHARDKIT_REPLICAS=1 lab/cluster start (scripts/test does)";
+
+// The server's current WAL insert position, or (on a replica) the position
+// it has replayed, as a number (pg_lsn's bytes).
+[[nodiscard]] std::uint64_t WalPosition(const Dsn& dsn);
 
 // The same connection string pointing at another database.
 [[nodiscard]] Dsn WithDatabase(const Dsn& dsn, const std::string& database);
@@ -57,6 +70,15 @@ struct ScratchOptions {
   // directory gives it, as lab/cluster does: the fence and the visibility
   // rule of ownership.hpp are on.
   bool enroll = true;
+  // List the local cluster's replicas (SHARDKIT_REPLICAS) as each scratch
+  // shard's replicas, on the same scratch database (a replica copies every
+  // database of its server). Off: the config has none.
+  bool replicas = false;
+  // Shard servers other than the local cluster's (each with its dsn,
+  // admin_dsn and replicas, any database: the scratch one replaces it):
+  // shard i on servers[i % size], with its replicas. Empty: the local
+  // cluster's shard servers.
+  std::vector<ShardConfig> servers;
 
   // Chainable: ScratchOptions().Shards(3).Unmigrated()
   ScratchOptions& Shards(int n) {
@@ -77,6 +99,15 @@ struct ScratchOptions {
   }
   ScratchOptions& Unenrolled() {
     enroll = false;
+    return *this;
+  }
+  ScratchOptions& WithReplicas() {
+    replicas = true;
+    return *this;
+  }
+  ScratchOptions& On(std::vector<ShardConfig> shard_servers) {
+    servers = std::move(shard_servers);
+    replicas = true;
     return *this;
   }
 };
@@ -110,6 +141,11 @@ class ScratchCluster {
   [[nodiscard]] std::vector<MigrationServer> MigrationServers() const { return shardkit::MigrationServers(config_); }
   // A resolver over the scratch databases (the scratch directory).
   [[nodiscard]] std::unique_ptr<BucketShardResolver> MakeResolver(std::optional<PoolOptions> pool = {}) const;
+
+  // Waits until every replica of every scratch shard has replayed what its
+  // shard had written when called (the scratch databases and their
+  // migrations included); throws std::runtime_error after `timeout`.
+  void CatchUpReplicas(std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
 
   void ExecOnShard(int shard, const std::string& sql) const;
   void ExecOnReference(const std::string& sql) const;

@@ -1,4 +1,5 @@
 // shardctl shards: each shard, its buckets, whether it answers, its pool.
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -7,7 +8,10 @@
 #include <pqxx/pqxx>
 
 #include "commands.hpp"
+#include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/routing/read_token.hpp"
+#include "shardkit/routing/replica_monitor.hpp"
 #include "shardkit/routing/resolver.hpp"
 
 namespace {
@@ -47,6 +51,47 @@ Probe ProbeShard(shardkit::ConnectionPool& pool) {
   return probe;
 }
 
+std::string Iso8601(std::chrono::system_clock::time_point at) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count() % 1000;
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03d}Z", fmt::gmtime(std::chrono::system_clock::to_time_t(at)), ms);
+}
+
+nlohmann::json ReplicaJson(const shardkit::ReplicaStatus& r) {
+  const auto lsn = [](const std::optional<std::uint64_t>& v) -> nlohmann::json {
+    return v ? nlohmann::json(shardkit::FormatLsn(*v)) : nlohmann::json(nullptr);
+  };
+  const auto ms = [](const std::optional<std::chrono::milliseconds>& v) -> nlohmann::json {
+    return v ? nlohmann::json(v->count()) : nlohmann::json(nullptr);
+  };
+  return {{"name", r.name},
+          {"dsn", r.dsn},
+          {"reachable", r.reachable},
+          {"in_recovery", r.in_recovery},
+          {"replay_paused", r.replay_paused},
+          {"replay_lsn", lsn(r.replay_lsn)},
+          {"receive_lsn", lsn(r.receive_lsn)},
+          {"primary_lsn", lsn(r.primary_lsn)},
+          {"lag_bytes", r.lag_bytes ? nlohmann::json(*r.lag_bytes) : nlohmann::json(nullptr)},
+          {"lag_ms", ms(r.lag)},
+          {"replay_age_ms", ms(r.replay_age)},
+          {"measured_at", r.measured_at ? nlohmann::json(Iso8601(*r.measured_at)) : nlohmann::json(nullptr)},
+          {"probe_ms", static_cast<double>(r.probe_time.count()) / 1000.0},
+          {"error", r.error}};
+}
+
+// "0 bytes, at most 12 ms behind" or why it is not known.
+std::string LagText(const shardkit::ReplicaStatus& r) {
+  std::string text = r.lag_bytes ? fmt::format("{} bytes", *r.lag_bytes) : std::string("? bytes");
+  if (r.lag) {
+    text += fmt::format(", at most {} ms behind", r.lag->count());
+  } else {
+    text += ", time unknown (behind every primary position measured)";
+  }
+  if (r.replay_age) text += fmt::format("; last replayed commit {} ms ago", r.replay_age->count());
+  if (r.replay_paused) text += "; REPLAY PAUSED";
+  return text;
+}
+
 }  // namespace
 
 void AddShardsCommand(CLI::App& app, CliContext& context) {
@@ -54,8 +99,16 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
   AddShardsEnrollCommand(*shards, context);
   shards->final_callback([shards, &context] {
     if (!shards->get_subcommands().empty()) return;  // shards enroll
-    auto resolver = context.MakeResolver();
+    const shardkit::ClusterConfig config = context.LoadConfig();
+    auto resolver = shardkit::BucketShardResolver::FromConfig(config);
     const auto directory = resolver->Directory();
+    // The replicas' lag, measured once now (the same probes a Cluster runs).
+    std::vector<shardkit::ReplicaStatus> replicas;
+    if (resolver->HasReplicas()) {
+      shardkit::ReplicaMonitor monitor{*resolver, config};
+      monitor.ProbeNow();
+      replicas = monitor.Status();
+    }
     nlohmann::json out = {{"directory_version", directory->Version()}, {"shards", nlohmann::json::array()}};
     bool all_reachable = true;
     if (!context.json) {
@@ -68,7 +121,14 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
       const Probe probe = ProbeShard(pool);
       all_reachable = all_reachable && probe.reachable;
       const auto stats = pool.Stats();
+      std::vector<const shardkit::ReplicaStatus*> mine;
+      for (const auto& r : replicas) {
+        if (r.shard == s) mine.push_back(&r);
+        if (r.shard == s && !r.reachable) all_reachable = false;
+      }
       if (context.json) {
+        nlohmann::json replica_list = nlohmann::json::array();
+        for (const auto* r : mine) replica_list.push_back(ReplicaJson(*r));
         out["shards"].push_back({{"shard", s},
                                  {"name", resolver->ShardName(s)},
                                  {"dsn", pool.RedactedDsn()},
@@ -89,7 +149,8 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
                                    {"connect_failures", stats.connect_failures},
                                    {"broken", stats.broken},
                                    {"discarded_in_transaction", stats.discarded_in_transaction},
-                                   {"discarded_changed_session", stats.discarded_changed_session}}}});
+                                   {"discarded_changed_session", stats.discarded_changed_session}}},
+                                 {"replicas", replica_list}});
         continue;
       }
       fmt::print("\nshard {} ({})  {}\n", s, resolver->ShardName(s), pool.RedactedDsn());
@@ -104,8 +165,18 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
           "connects {} | connect failures {} | broken {}\n",
           stats.max_size, stats.in_use, stats.idle, stats.acquired, stats.waited, stats.timeouts, stats.connects,
           stats.connect_failures, stats.broken);
+      for (const auto* r : mine) {
+        fmt::print("  replica    {}  {}\n", r->name, r->dsn);
+        if (r->reachable) {
+          fmt::print("             reachable yes | lag {} | measured {} ({:.1f} ms probe)\n", LagText(*r),
+                     r->measured_at ? Iso8601(*r->measured_at) : "never",
+                     static_cast<double>(r->probe_time.count()) / 1000.0);
+        } else {
+          fmt::print("             reachable NO: {}\n", r->error);
+        }
+      }
     }
     if (context.json) fmt::print("{}\n", out.dump(2));
-    if (!all_reachable) throw shardkit::Error("one or more shards are unreachable (see above)");
+    if (!all_reachable) throw shardkit::Error("one or more shards or replicas are unreachable (see above)");
   });
 }

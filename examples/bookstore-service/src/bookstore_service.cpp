@@ -14,6 +14,7 @@
 #include <shardkit/errors.hpp>
 #include <shardkit/queries/merge.hpp>
 #include <shardkit/queries/scatter_merge.hpp>
+#include <shardkit/routing/read_token.hpp>
 #include <shardkit/sql/sql_options.hpp>
 #include <shardkit/sql/sql_result.hpp>
 #include <string_view>
@@ -34,6 +35,23 @@ using shardkit::ToInt;
 constexpr int kMaxItems = 100;
 constexpr int kMaxQuantity = 1000;
 constexpr int kMaxTopBooks = 100;  // the largest k of /reports/top-books
+// Read-your-writes across requests: a POST answers with the read token of
+// its write (shardkit/routing/read_token.hpp); the client sends it back on
+// its next requests, whose reads on replicas then see its writes.
+constexpr const char* kTokenHeader = "Shardkit-Token";  // Beast takes its own string_view, not std::string_view
+
+// The request's Shardkit-Token (empty without one); 400 for one that is
+// not a token.
+shardkit::ReadToken RequestToken(const HttpRequest& request) {
+  const auto text = request[kTokenHeader];
+  if (text.empty()) return {};
+  try {
+    return shardkit::ReadToken::Parse(std::string_view(text.data(), text.size()));
+  } catch (const shardkit::ReadTokenError& e) {
+    throw ApiError(400, fmt::format("the {} header: {}", kTokenHeader, e.what()),
+                   {{"field", std::string(kTokenHeader)}});
+  }
+}
 
 HttpResponse Json(int status, const json& body) {
   HttpResponse response{static_cast<http::status>(status), 11};
@@ -275,7 +293,7 @@ HttpResponse BookstoreService::Dispatch(const HttpRequest& request, std::string&
   };
   if (parts.size() == 3 && parts[0] == "customers" && parts[2] == "orders") {
     require(http::verb::get, "/customers/{id}/orders");
-    return CustomerOrders(target, std::string(parts[1]));
+    return CustomerOrders(request, target, std::string(parts[1]));
   }
   if (parts.size() == 1 && parts[0] == "orders") {
     require(http::verb::post, "/orders");
@@ -304,7 +322,8 @@ HttpResponse BookstoreService::Dispatch(const HttpRequest& request, std::string&
 
 // ------------------------------------------------------------ the endpoints
 
-HttpResponse BookstoreService::CustomerOrders(const Target& target, const std::string& id_text) {
+HttpResponse BookstoreService::CustomerOrders(const HttpRequest& request, const Target& target,
+                                              const std::string& id_text) {
   target.AllowOnly({"limit"});
   const auto id = ParseInt<std::int32_t>(id_text);
   if (!id) {
@@ -316,6 +335,11 @@ HttpResponse BookstoreService::CustomerOrders(const Target& target, const std::s
   shardkit::SqlOptions options;
   options.deadline = Clock::now() + options_.request_timeout;
   options.label = "customer orders";
+  // On a replica close enough behind that has replayed the client's own
+  // writes (the token of its earlier requests), else on the primary.
+  options.read.preference = shardkit::ReadPreference::kReplicaPreferred;
+  options.read.max_lag = options_.replica_max_lag;
+  options.read.after = RequestToken(request);
   // The directory's answer before the statement, for messages; the plan
   // says where it ran (a bucket move in between: the new owner).
   const shardkit::Route route = cluster_->Route(customer);
@@ -363,12 +387,16 @@ HttpResponse BookstoreService::CustomerOrders(const Target& target, const std::s
                                       {"quantity", IntOf<int>(row[6], "quantity")},
                                       {"unit_price", row[7].value_or("")}});
   }
-  return Json(200, {{"customer_id", ToInt(customer)},
-                    {"bucket", ToInt(route.bucket)},
-                    {"shard", ToInt(shard)},
-                    {"shard_name", shard_name},
-                    {"directory_version", directory_version},
-                    {"orders", std::move(orders)}});
+  HttpResponse response = Json(200, {{"customer_id", ToInt(customer)},
+                                     {"bucket", ToInt(route.bucket)},
+                                     {"shard", ToInt(shard)},
+                                     {"shard_name", shard_name},
+                                     {"directory_version", directory_version},
+                                     {"on_replica", result.from_replicas > 0},
+                                     {"orders", std::move(orders)}});
+  // The client's token, for its next request.
+  if (!options.read.after.Empty()) response.set(kTokenHeader, options.read.after.ToString());
+  return response;
 }
 
 HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Target& target) {
@@ -438,6 +466,9 @@ HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Targe
   shardkit::RoutedOptions routing;
   routing.deadline = deadline;
   routing.label = "place order";
+  // The client's earlier writes, to which this one is added.
+  shardkit::ReadToken token = RequestToken(request);
+  shardkit::RoutedOutcome outcome;
   OnShard(at.shard, shard_name, [&] {
     cluster_->Transactions().Run(
         customer,
@@ -494,8 +525,9 @@ HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Targe
           std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
           for (auto& [line, item] : sorted) lines.push_back(std::move(item));
         },
-        routing);
+        routing, &outcome);
   });
+  token.Combine(outcome.token);
   HttpResponse response = Json(201, {{"order_id", std::to_string(order_id)},
                                      {"customer_id", ToInt(customer)},
                                      {"bucket", ToInt(at.bucket)},
@@ -507,6 +539,9 @@ HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Targe
                                      {"total", total},
                                      {"items", std::move(lines)}});
   response.set(http::field::location, fmt::format("/customers/{}/orders", customer));
+  // Read-your-writes: the client sends it back with its next requests, so
+  // that reads on replicas see this order.
+  response.set(kTokenHeader, token.ToString());
   return response;
 }
 

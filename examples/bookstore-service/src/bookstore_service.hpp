@@ -35,6 +35,10 @@ struct ServiceOptions {
   std::chrono::milliseconds request_timeout{5'000};
   std::chrono::milliseconds health_timeout{1'000};
   std::string lease_owner;  // written to the lease table (default bookstore-service <host>:<pid>)
+  // A customer's orders are read on a replica of its shard when one is at
+  // most this far behind (and has replayed the request's Shardkit-Token),
+  // else on the primary. Without replicas in the configuration: the primary.
+  std::chrono::milliseconds replica_max_lag{1'000};
 };
 
 class BookstoreService {
@@ -61,7 +65,7 @@ class BookstoreService {
  private:
   struct Target;
   HttpResponse Dispatch(const HttpRequest& request, std::string& route);
-  HttpResponse CustomerOrders(const Target& target, const std::string& id_text);
+  HttpResponse CustomerOrders(const HttpRequest& request, const Target& target, const std::string& id_text);
   HttpResponse PostOrder(const HttpRequest& request, const Target& target);
   HttpResponse TopBooks(const Target& target);
   HttpResponse CategoryAvg(const Target& target);

@@ -103,11 +103,12 @@ HttpClient::HttpClient(std::string host, unsigned short port, std::chrono::milli
 HttpClient::~HttpClient() = default;
 
 HttpReply HttpClient::Request(const std::string& method, const std::string& target, const std::string& body,
-                              const std::string& content_type) {
+                              const std::string& content_type, const std::map<std::string, std::string>& headers) {
   http::request<http::string_body> request{http::string_to_verb(method), target, 11};
   if (request.method() == http::verb::unknown) request.method_string(method);
   request.set(http::field::host, impl_->host + ":" + std::to_string(impl_->port));
   request.set(http::field::user_agent, "bookstore-client");
+  for (const auto& [name, value] : headers) request.set(name, value);
   if (!body.empty()) {
     request.set(http::field::content_type, content_type);
     request.body() = body;

@@ -31,8 +31,10 @@ class HttpClient {
 
   // Throws std::runtime_error when the server cannot be reached, closes the
   // connection without answering, or the timeout passes.
+  // `headers`: more request headers (e.g. a Shardkit-Token).
   HttpReply Request(const std::string& method, const std::string& target, const std::string& body = {},
-                    const std::string& content_type = "application/json");
+                    const std::string& content_type = "application/json",
+                    const std::map<std::string, std::string>& headers = {});
   HttpReply Get(const std::string& target) { return Request("GET", target); }
   HttpReply Post(const std::string& target, const std::string& json) { return Request("POST", target, json); }
 

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   int max_connections = 256;
   int request_timeout_ms = 5000;
   int drain_timeout_ms = 10000;
+  int replica_max_lag_ms = 1000;
   app.add_option("--config", config_path,
                  "shardkit configuration file (default: $SHARDKIT_CONFIG, else ./shardkit.toml)");
   app.add_option("--listen", listen, "address:port to serve on; port 0 picks a free one")->capture_default_str();
@@ -42,6 +43,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--drain-timeout-ms", drain_timeout_ms, "on shutdown, how long requests in progress may finish")
       ->check(CLI::Range(0, 600000))
+      ->capture_default_str();
+  app.add_option("--replica-max-lag-ms", replica_max_lag_ms,
+                 "a customer's orders are read on a replica at most this far behind its primary (with replicas)")
+      ->check(CLI::Range(0, 3600000))
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -67,6 +72,7 @@ int main(int argc, char** argv) {
     const auto path = shardkit::ResolveConfigPath(config_path);
     bookstore::ServiceOptions options;
     options.request_timeout = std::chrono::milliseconds(request_timeout_ms);
+    options.replica_max_lag = std::chrono::milliseconds(replica_max_lag_ms);
     bookstore::BookstoreService service(shardkit::LoadConfig(path), options);
 
     bookstore::HttpServerOptions server_options;

@@ -209,6 +209,39 @@ TEST_F(BookstoreServiceTest, PostOrderStoresTheOrderAndItsItemsOnTheOwningShard)
   EXPECT_EQ(orders["orders"][0]["items"].size(), 2U);
 }
 
+// Read-your-writes across requests: the order's token comes back in a
+// header; a read that sends it sees the order, from a replica once it has
+// replayed it (with replicas in the configuration), else from the primary.
+TEST_F(BookstoreServiceTest, AnOrdersTokenMakesTheNextReadsSeeIt) {
+  auto client = Client();
+  const int customer = bookstore_->CustomerOn(0, 5);
+  const auto reply =
+      client.Post("/orders", json{{"customer_id", customer}, {"items", {{{"book_id", 3}, {"quantity", 1}}}}}.dump());
+  ASSERT_EQ(reply.status, 201) << reply.body;
+  const std::string token = reply.Header("shardkit-token");
+  ASSERT_TRUE(token.starts_with("v1_0.")) << token;  // shard 0's WAL position
+  const std::string order_id = Body(reply)["order_id"];
+  bookstore_->MirrorToReference(customer, std::stoll(order_id));
+  const std::string path = "/customers/" + std::to_string(customer) + "/orders?limit=1";
+  bool on_replica = false;
+  const bool has_replicas = !bookstore_->Config().shards[0].replicas.empty();
+  EXPECT_TRUE(WaitFor([&] {
+    const auto read = client.Request("GET", path, "", "application/json", {{"Shardkit-Token", token}});
+    EXPECT_EQ(read.status, 200) << read.body;
+    const json orders = Body(read);
+    // Never without the order, wherever it was read.
+    EXPECT_EQ(orders["orders"][0]["order_id"], order_id) << read.body;
+    EXPECT_EQ(read.Header("shardkit-token"), token);
+    on_replica = orders["on_replica"].get<bool>();
+    return on_replica || !has_replicas;
+  }));
+  EXPECT_EQ(on_replica, has_replicas);
+  // A header that is not a token: refused, naming it.
+  const auto bad = client.Request("GET", path, "", "application/json", {{"Shardkit-Token", "v1_zz"}});
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_NE(Body(bad)["error"].get<std::string>().find("Shardkit-Token"), std::string::npos) << bad.body;
+}
+
 TEST_F(BookstoreServiceTest, PostOrderWithAnUnknownBookStoresNothing) {
   auto client = Client();
   const int customer = bookstore_->CustomerOn(0, 4);

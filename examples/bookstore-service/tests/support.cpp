@@ -165,9 +165,13 @@ ScratchBookstore::ScratchBookstore(const std::string& prefix) : base_(LoadCluste
     Exec(*dsns[i], "CREATE DATABASE " + name);
     *dsns[i] = WithDatabase(*dsns[i], name);
   }
-  // Bucket moves use the superuser's connection to the same databases.
+  // Bucket moves use the superuser's connection to the same databases;
+  // the shards' replicas (if any) copy them.
   for (auto& shard : config_.shards) {
     if (!shard.admin_dsn.empty()) shard.admin_dsn = WithDatabase(shard.admin_dsn, database_);
+    for (auto& replica : shard.replicas) {
+      replica.dsn = WithDatabase(replica.dsn, database_);
+    }
   }
   // The schema, as shardkit's migrator applies it from the installed sql/.
   shardkit::Migrator migrator(shardkit::MigrationSet::Load(SHARDKIT_SQL_DIR), shardkit::MigrationServers(config_));
@@ -239,7 +243,13 @@ std::filesystem::path ScratchBookstore::WriteConfig(const std::string& file_name
   for (std::size_t s = 0; s < config_.shards.size(); ++s) {
     std::string dsn = config_.shards[s].dsn.Reveal();
     if (replace_dsn && replace_dsn->first == static_cast<int>(s)) dsn = replace_dsn->second;
-    out << "[[shard]]\nname = " << TomlString(config_.shards[s].name) << "\ndsn = " << TomlString(dsn) << "\n\n";
+    out << "[[shard]]\nname = " << TomlString(config_.shards[s].name) << "\ndsn = " << TomlString(dsn) << "\n";
+    if (!config_.shards[s].replicas.empty()) {
+      out << "replicas = [";
+      for (const auto& replica : config_.shards[s].replicas) out << TomlString(replica.dsn.Reveal()) << ", ";
+      out << "]\n";
+    }
+    out << "\n";
   }
   out << "[reference]\ndsn = " << TomlString(config_.reference_dsn->Reveal()) << "\n\n"
       << "[catalog]\ndsn = " << TomlString(config_.catalog_dsn->Reveal()) << "\n\n"

@@ -39,11 +39,13 @@
 #include "shardkit/errors.hpp"
 #include "shardkit/pg/rows.hpp"
 #include "shardkit/pg/session.hpp"
+#include "shardkit/routing/read_policy.hpp"
 
 namespace shardkit {
 
 class BucketShardResolver;
 class DirectoryWatcher;
+class ReplicaMonitor;
 
 struct ScatterOptions {
   // Absolute deadline for the whole scatter (acquire + execute). Default:
@@ -75,6 +77,16 @@ struct ScatterOptions {
   // answers for the buckets it owns itself: only for servers that are not
   // shardkit shards (no fence: nothing to set); on shards, keep the default.
   bool directory_buckets = true;
+  // Where each shard's statement may run (read_policy.hpp; read-only
+  // scatters only, once a ReplicaMonitor is set: ReadReplicas). On a
+  // replica it runs in a REPEATABLE READ READ ONLY transaction with the same
+  // bucket step, so a bucket a move is handing over is still counted once:
+  // a replica that has not replayed the handover the directory knows of
+  // refuses the bucket. With kReplicaPreferred a shard whose replica fails,
+  // refuses or has not replayed the read token runs again on its primary,
+  // with the same directory snapshot; with kReplicaOnly it fails the
+  // scatter, and a shard with no fit replica throws ReplicaUnavailable.
+  ReadPolicy read;
 };
 
 struct ShardResult {
@@ -86,6 +98,8 @@ struct ShardResult {
   // What the shard's pool read from its server once: collation and session
   // settings, for the merge's checks (scatter_merge.hpp).
   std::shared_ptr<const SessionFacts> session;
+  std::string server;       // which server answered: the shard's primary, or a replica (by name)
+  bool on_replica = false;  // a replica answered
 };
 
 struct ScatterResult {
@@ -97,6 +111,7 @@ struct ScatterResult {
   std::chrono::microseconds slowest_elapsed{0};
   std::int64_t directory_version = 0;  // the directory snapshot the buckets were assigned by
   int directory_retries = 0;           // reruns after a shard said that directory was stale
+  int replica_fallbacks = 0;           // shards whose replica failed or refused, answered by their primary
   [[nodiscard]] std::size_t TotalRows() const noexcept;
   [[nodiscard]] std::size_t TotalBytes() const noexcept;
 };
@@ -115,6 +130,8 @@ struct ScatterStats {
   std::uint64_t bytes = 0;                     // payload bytes received
   std::chrono::microseconds total_slowest{0};  // sum of slowest-shard times
   std::chrono::microseconds max_slowest{0};
+  std::uint64_t replica_requests = 0;   // shards' statements answered by a replica
+  std::uint64_t replica_fallbacks = 0;  // shards' statements a replica failed, run again on the primary
 };
 
 // What a ScatterGather has measured of the link to one shard, from the
@@ -174,6 +191,9 @@ class ScatterGather {
   // stale_directory). Set before use.
   void FollowDirectory(DirectoryWatcher* watcher) noexcept { watcher_ = watcher; }
   [[nodiscard]] DirectoryWatcher* FollowedDirectory() const noexcept { return watcher_; }
+  // Read-only scatters may go to replicas that `monitor` finds fit, as
+  // ScatterOptions::read asks (null: primaries only). Set before use.
+  void ReadReplicas(ReplicaMonitor* monitor) noexcept;
 
   struct Impl;
 

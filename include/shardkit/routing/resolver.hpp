@@ -9,12 +9,18 @@
 //   auto lease = route.pool.Acquire();                    // shard 1's pool
 //   for (shardkit::ConnectionPool& pool : resolver->AllShards()) { ... }
 //
-// Thread-safe: any number of threads may route, acquire and publish at once.
+// A shard may have streaming replicas (config.hpp): each has a pool of its
+// own, and Servers(shard) names them beside the shard's primary, whose pool
+// Pool(shard) is (writes and primary reads).
+//
+// Thread-safe: any number of threads may route, acquire and publish at once
+// (AddReplica excepted: before the resolver is shared).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "shardkit/config.hpp"
@@ -34,6 +40,19 @@ struct Route {
   ConnectionPool& pool;  // the shard's pool, owned by the resolver
 };
 
+// One server of a shard: its primary or one of its replicas.
+struct ShardServer {
+  std::string name;                // the shard's name for its primary, else the replica's
+  ConnectionPool* pool = nullptr;  // owned by the resolver
+  int member = 0;                  // 0: the primary (dsn); j: replicas[j - 1]
+};
+
+// The servers of a shard. Immutable once the resolver is shared.
+struct ShardServers {
+  ShardServer primary;                // writes and primary reads
+  std::vector<ShardServer> replicas;  // the hot standbys that may serve reads
+};
+
 // The catalog's shard_directory table ([catalog] dsn) as a directory over
 // config's shards. Throws CatalogError if the catalog is unreachable or not
 // migrated, DirectoryError if the rows are not a valid directory.
@@ -44,9 +63,17 @@ class BucketShardResolver {
   // pools[i] serves shard i; the directory's shard count must match.
   BucketShardResolver(BucketDirectory directory, std::vector<std::unique_ptr<ConnectionPool>> pools,
                       std::vector<std::string> shard_names = {});
-  // Builds the pools from the configuration; with directory source
-  // "catalog" it reads shard_directory from the catalog database.
+  ~BucketShardResolver();
+  BucketShardResolver(const BucketShardResolver&) = delete;
+  BucketShardResolver& operator=(const BucketShardResolver&) = delete;
+  // Builds the pools from the configuration (the replicas' too); with
+  // directory source "catalog" it reads shard_directory from the catalog
+  // database.
   [[nodiscard]] static std::unique_ptr<BucketShardResolver> FromConfig(const ClusterConfig& config);
+  // Adds a replica to a shard (its pool's shard must be `shard`); before
+  // the resolver is shared with other threads. Throws UnknownShard, or
+  // Error for a name a server of the resolver already has.
+  void AddReplica(ShardId shard, std::string name, std::unique_ptr<ConnectionPool> pool);
 
   [[nodiscard]] static constexpr BucketId BucketOf(CustomerId customer_id) noexcept {
     return shardkit::BucketOf(customer_id);
@@ -54,25 +81,34 @@ class BucketShardResolver {
   // One atomic load (see DirectoryHolder).
   [[nodiscard]] ShardId ShardFor(CustomerId customer_id) const noexcept { return directory_.ShardFor(customer_id); }
   [[nodiscard]] ConnectionPool& PoolFor(CustomerId customer_id) const {
-    return *pools_[static_cast<std::size_t>(ToInt(ShardFor(customer_id)))];
+    return *shards_[static_cast<std::size_t>(ToInt(ShardFor(customer_id)))]->servers->primary.pool;
   }
   // Bucket, shard, directory version and pool of one customer, consistently
   // (one atomic load, see DirectoryHolder::PlacementOf).
   [[nodiscard]] Route Resolve(CustomerId customer_id) const;
-  // Throws UnknownShard.
+  // The shard's primary's pool. Throws UnknownShard.
   [[nodiscard]] ConnectionPool& Pool(ShardId shard) const;
-  [[nodiscard]] std::vector<std::reference_wrapper<ConnectionPool>> AllShards() const;
-  [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(pools_.size()); }
+  [[nodiscard]] std::vector<std::reference_wrapper<ConnectionPool>> AllShards() const;  // the primaries
+  [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(shards_.size()); }
   [[nodiscard]] const std::string& ShardName(ShardId shard) const;
+
+  // The shard's primary and replicas. Throws UnknownShard.
+  [[nodiscard]] const ShardServers& Servers(ShardId shard) const;
+  [[nodiscard]] bool HasReplicas() const noexcept;
 
   [[nodiscard]] std::shared_ptr<const BucketDirectory> Directory() const { return directory_.Current(); }
   // Atomically replaces the directory (higher version, same shard count).
   void PublishDirectory(BucketDirectory next) { directory_.Publish(std::move(next)); }
 
  private:
+  struct Shard {
+    std::vector<std::unique_ptr<ConnectionPool>> pools;  // by member
+    std::unique_ptr<ShardServers> servers;
+  };
+  [[nodiscard]] Shard& At(ShardId shard) const;
+
   DirectoryHolder directory_;
-  std::vector<std::unique_ptr<ConnectionPool>> pools_;
-  std::vector<std::string> names_;
+  std::vector<std::unique_ptr<Shard>> shards_;
 };
 
 }  // namespace shardkit

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "shardkit/routing/read_policy.hpp"
 #include "shardkit/writes/routed.hpp"
 
 namespace shardkit {
@@ -16,6 +17,12 @@ struct SqlOptions {
   Isolation isolation = Isolation::kReadCommitted;
   // For messages and statistics.
   std::string label = "sql";
+  // Where a SELECT may run: the primaries (default) or replicas
+  // (read_policy.hpp), routed and over every shard alike. A SELECT answered
+  // by exact top-k reads the primaries (its phases aggregate into a
+  // temporary table, which a hot standby cannot make): with replicas asked
+  // for, the merge plan answers it instead, as exactly.
+  ReadPolicy read;
 };
 
 }  // namespace shardkit

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "shardkit/routing/read_token.hpp"
 #include "shardkit/sql/sql_plan_info.hpp"
 
 namespace shardkit {
@@ -28,6 +29,11 @@ struct SqlResult {
   // statistics row per shard is not counted).
   std::size_t rows_received = 0;
   SqlPlanInfo plan;
+  // A routed INSERT/UPDATE/DELETE's read token (read_token.hpp): pass it to
+  // the reads that must see the write. Empty for reads.
+  ReadToken token;
+  // Reads: how many shards' answers came from replicas (SqlOptions::read).
+  int from_replicas = 0;
 };
 
 }  // namespace shardkit

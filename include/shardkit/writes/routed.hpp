@@ -22,6 +22,16 @@
 //     return id;
 //   });
 //
+// Every write that commits returns its read token (RoutedOutcome::token):
+// the shard and a WAL position at or after its commit (read with the COMMIT,
+// in its round trip), for reads that must see it on a replica
+// (read_token.hpp). Reads (Read, and Run with read_only) may go to a
+// shard's replica under options.read (read_policy.hpp) once a ReplicaMonitor
+// is set (ReadReplicas; a Cluster does it): a REPEATABLE READ READ ONLY
+// transaction there, fenced like the primary's; a replica that is not fit,
+// fails, has not replayed the token or refuses the bucket (a move it has
+// not replayed) sends the read to another replica or the primary.
+//
 // The function may run more than once: keep effects outside the database
 // (messages, HTTP calls) out of it, and let it compute its values (IDs)
 // before or idempotently. Throwing from it rolls the transaction back and
@@ -45,6 +55,8 @@
 #include "shardkit/core/sql_params.hpp"
 #include "shardkit/core/thread_annotations.hpp"
 #include "shardkit/pg/rows.hpp"
+#include "shardkit/routing/read_policy.hpp"
+#include "shardkit/routing/read_token.hpp"
 
 namespace pqxx {
 class transaction_base;
@@ -54,6 +66,7 @@ namespace shardkit {
 
 class BucketShardResolver;
 class DirectoryWatcher;
+class ReplicaMonitor;
 
 enum class Isolation { kReadCommitted, kRepeatableRead, kSerializable };
 
@@ -70,6 +83,13 @@ struct RoutedOptions {
   std::chrono::milliseconds max_backoff{20};
   // For messages: "place order".
   std::string label;
+  // Where a read-only call may run: the primary (default) or a replica
+  // (read_policy.hpp). Writes always run on the primary.
+  ReadPolicy read;
+  // A write reads its WAL position after COMMIT, in the same round trip,
+  // for its read token (RoutedOutcome::token). false: no token, one
+  // statement less on the server (bench/results.md has the figures).
+  bool read_token = true;
 };
 
 // What the function is told about where it runs.
@@ -79,12 +99,20 @@ struct RoutedContext {
   ShardId shard{};
   std::int64_t directory_version = 0;  // of the directory this attempt routed with
   int attempt = 1;                     // 1 for the first
+  std::string server;                  // the server's name: the shard's primary, or a replica
+  bool on_replica = false;
 };
 
 // What one Run() did (optional out-parameter of Run()).
 struct RoutedOutcome {
-  ShardId shard{};  // where it committed
+  ShardId shard{};          // where it committed
+  std::string server;       // which server of the shard: its primary's name or a replica's
+  bool on_replica = false;  // a read served by a replica
+  // A write's position in the shard's WAL, at or after its commit (empty
+  // for reads): combine and pass it to later reads (read_token.hpp).
+  ReadToken token;
   int attempts = 0;
+  int replica_fallbacks = 0;     // replicas a read tried and left (failed, not replayed, refused the bucket)
   int refused_not_owned = 0;     // SK001 refusals followed
   int refused_frozen = 0;        // SK002
   int refused_not_readable = 0;  // SK003
@@ -101,7 +129,9 @@ struct RoutedStats {
   std::uint64_t refused_not_readable = 0;
   std::uint64_t retried_other = 0;
   std::uint64_t outcome_unknown = 0;
-  std::uint64_t failed = 0;  // calls that threw
+  std::uint64_t failed = 0;             // calls that threw
+  std::uint64_t replica_reads = 0;      // reads answered by a replica
+  std::uint64_t replica_fallbacks = 0;  // replicas a read tried and left
 };
 
 class RoutedTransactions {
@@ -139,6 +169,9 @@ class RoutedTransactions {
 
   [[nodiscard]] RoutedStats Stats() const;
   [[nodiscard]] BucketShardResolver& Resolver() const noexcept { return resolver_; }
+  // Reads may go to replicas that `monitor` finds fit (null: primaries
+  // only). Set before use.
+  void ReadReplicas(ReplicaMonitor* monitor) noexcept { replicas_ = monitor; }
 
  private:
   struct ReadRequest;
@@ -148,6 +181,7 @@ class RoutedTransactions {
 
   BucketShardResolver& resolver_;
   DirectoryWatcher* watcher_;
+  ReplicaMonitor* replicas_ = nullptr;
   mutable std::mutex stats_mutex_;
   RoutedStats stats_ SHARDKIT_GUARDED_BY(stats_mutex_);
 };

@@ -1,0 +1,449 @@
+#include "shardkit/routing/replica_monitor.hpp"
+
+#include <fmt/format.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <pqxx/pqxx>
+#include <thread>
+
+#include "pg/pipelined_statement.hpp"
+#include "pg/server_message.hpp"
+#include "shardkit/config.hpp"
+#include "shardkit/core/dsn.hpp"
+#include "shardkit/core/thread_annotations.hpp"
+#include "shardkit/pool/pool.hpp"
+
+// How it works: a thread per server of a shard with replicas, each with a
+// pool of one connection, probes every interval (or at once for
+// ProbeNow). A probe is one statement sent and read non-blocking, its
+// socket polled in short slices, so that neither a server that stopped
+// answering nor the destructor waits longer than the probe timeout. The
+// results go into the shard's state under its mutex, which Choose()
+// reads; the primary's positions are kept as a history of (time, position)
+// for the lag's time bound.
+
+namespace shardkit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+constexpr std::uint64_t kWalPageSize = 8192;    // XLOG_BLCKSZ, PostgreSQL's default
+constexpr std::uint64_t kShortPageHeader = 24;  // SizeOfXLogShortPHD
+
+constexpr const char* kPrimaryProbe = "SELECT pg_current_wal_insert_lsn()::text";
+constexpr const char* kReplicaProbe =
+    "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text, pg_last_wal_receive_lsn()::text, "
+    "CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() ELSE 'not paused' END, "
+    "(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000)::bigint";
+
+struct Sample {
+  Clock::time_point at;
+  std::uint64_t lsn = 0;
+};
+
+struct MemberState {
+  std::string name;
+  std::string dsn;  // redacted
+  bool probed_ok = false;
+  bool failed_by_read = false;
+  bool in_recovery = false;
+  bool replay_paused = false;
+  std::optional<std::uint64_t> replay;
+  std::optional<std::uint64_t> receive;
+  std::optional<milliseconds> replay_age;
+  Clock::time_point measured{};  // last successful probe
+  std::optional<std::chrono::system_clock::time_point> measured_wall;
+  std::string error = "not probed yet";
+  std::uint64_t probes = 0;
+  std::uint64_t failures = 0;
+  std::chrono::microseconds probe_time{0};
+};
+
+std::string Millis(milliseconds d) {
+  return d.count() >= 10'000  ? fmt::format("{:.0f} s", static_cast<double>(d.count()) / 1000.0)
+         : d.count() >= 1'000 ? fmt::format("{:.1f} s", static_cast<double>(d.count()) / 1000.0)
+                              : fmt::format("{} ms", d.count());
+}
+
+}  // namespace
+
+std::uint64_t InsertPositionFloor(std::uint64_t lsn) noexcept {
+  // A record continued onto a page ends at least 8 bytes past its header,
+  // so a position exactly after a short header is an empty page.
+  return lsn % kWalPageSize == kShortPageHeader ? lsn - kShortPageHeader : lsn;
+}
+
+struct ReplicaMonitor::Impl {
+  struct ShardState {
+    mutable std::mutex mutex;
+    std::deque<Sample> history SHARDKIT_GUARDED_BY(mutex);        // the primary's insert positions, oldest first
+    std::vector<MemberState> members SHARDKIT_GUARDED_BY(mutex);  // the primary, then the replicas
+    mutable std::atomic<unsigned> next{0};                        // round-robin over the replicas
+  };
+  struct Probe {
+    ShardId shard{};
+    int member = 0;
+    std::unique_ptr<ConnectionPool> pool;  // one connection, the probe's own
+    std::thread thread;
+    std::uint64_t done_round = 0;  // guarded by wake_mutex
+  };
+
+  Impl(BucketShardResolver& r, const ClusterConfig& config, ReplicaMonitorOptions o) : resolver(r), options(o) {
+    PoolOptions pool_options = config.pool;
+    pool_options.max_size = 1;
+    pool_options.max_waiters = 1;
+    pool_options.connect_timeout = options.probe_timeout;
+    pool_options.acquire_timeout = options.probe_timeout;
+    for (int s = 0; s < resolver.ShardCount(); ++s) {
+      const ShardId shard{s};
+      auto state = std::make_unique<ShardState>();
+      const ShardServers& servers = resolver.Servers(shard);
+      std::vector<ShardServer> members{servers.primary};
+      members.insert(members.end(), servers.replicas.begin(), servers.replicas.end());
+      const ShardConfig* shard_config =
+          static_cast<std::size_t>(s) < config.shards.size() ? &config.shards[static_cast<std::size_t>(s)] : nullptr;
+      {
+        std::lock_guard lock(state->mutex);
+        for (const ShardServer& m : members) {
+          MemberState ms;
+          ms.name = m.name;
+          ms.dsn = m.pool->RedactedDsn();
+          state->members.push_back(std::move(ms));
+        }
+      }
+      if (members.size() > 1 && shard_config != nullptr && shard_config->replicas.size() + 1 == members.size()) {
+        for (const ShardServer& m : members) {
+          const Dsn& dsn =
+              m.member == 0 ? shard_config->dsn : shard_config->replicas[static_cast<std::size_t>(m.member - 1)].dsn;
+          auto probe = std::make_unique<Probe>();
+          probe->shard = shard;
+          probe->member = m.member;
+          probe->pool = std::make_unique<ConnectionPool>(shard, dsn, pool_options);
+          probes.push_back(std::move(probe));
+        }
+      }
+      shards.push_back(std::move(state));
+    }
+    for (auto& probe : probes) {
+      Probe* p = probe.get();
+      p->thread = std::thread([this, p] { Loop(*p); });
+    }
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard lock(wake_mutex);
+      stop = true;
+    }
+    wake.notify_all();
+    for (auto& probe : probes) probe->thread.join();
+  }
+
+  void Loop(Probe& p);
+  void ProbeOnce(Probe& p);
+  // One statement on the probe's connection, within the probe timeout.
+  pg::Rows Query(Probe& p, const std::string& sql);
+  [[nodiscard]] std::optional<milliseconds> LagBound(const ShardState& s, std::uint64_t replay,
+                                                     Clock::time_point now) const SHARDKIT_REQUIRES(s.mutex);
+  [[nodiscard]] ShardState& State(ShardId shard) const { return *shards.at(static_cast<std::size_t>(ToInt(shard))); }
+
+  BucketShardResolver& resolver;
+  const ReplicaMonitorOptions options;
+  std::vector<std::unique_ptr<ShardState>> shards;
+  std::vector<std::unique_ptr<Probe>> probes;
+
+  std::mutex wake_mutex;
+  std::condition_variable wake;
+  std::condition_variable round_done;
+  bool stop SHARDKIT_GUARDED_BY(wake_mutex) = false;
+  std::uint64_t round SHARDKIT_GUARDED_BY(wake_mutex) = 0;
+};
+
+pg::Rows ReplicaMonitor::Impl::Query(Probe& p, const std::string& sql) {
+  const auto deadline = Clock::now() + options.probe_timeout;
+  auto lease = p.pool->Acquire(deadline);
+  const std::vector<const char*> none;
+  detail::PipelineRequest request;
+  request.sql = &sql;
+  request.values = &none;
+  request.wrap = detail::PipelineRequest::Wrap::kStatementOnly;
+  bool reusable = true;
+  try {
+    detail::PipelinedStatement call{lease.Connection(), request, /*nonblocking=*/true};
+    call.Send();
+    while (!call.Advance()) {
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        lease.Discard();
+        throw Error(fmt::format("no answer within {}", Millis(options.probe_timeout)));
+      }
+      {
+        std::lock_guard lock(wake_mutex);
+        if (stop) {
+          lease.Discard();
+          throw Error("stopping");
+        }
+      }
+      pollfd fd{call.Socket(), static_cast<short>(POLLIN | (call.WantsWrite() ? POLLOUT : 0)), 0};
+      const auto slice = std::min<long long>(50, std::chrono::ceil<milliseconds>(deadline - now).count());
+      (void)::poll(&fd, 1, static_cast<int>(slice));
+    }
+    pg::Rows rows = call.Finish(reusable);
+    if (!reusable) lease.Discard();
+    return rows;
+  } catch (...) {
+    if (!reusable) lease.Discard();
+    throw;
+  }
+}
+
+void ReplicaMonitor::Impl::ProbeOnce(Probe& p) {
+  const bool primary = p.member == 0;
+  ShardState& s = State(p.shard);
+  const auto started = Clock::now();
+  try {
+    const pg::Rows rows = Query(p, primary ? kPrimaryProbe : kReplicaProbe);
+    const auto now = Clock::now();
+    std::lock_guard lock(s.mutex);
+    MemberState& m = s.members[static_cast<std::size_t>(p.member)];
+    m.probed_ok = true;
+    m.failed_by_read = false;
+    m.error.clear();
+    ++m.probes;
+    m.measured = now;
+    m.measured_wall = std::chrono::system_clock::now();
+    m.probe_time = duration_cast<std::chrono::microseconds>(now - started);
+    if (primary) {
+      m.in_recovery = false;
+      s.history.push_back(Sample{started, ParseLsn(rows[0][0].c_str())});
+      while (!s.history.empty() && s.history.front().at < now - options.history) s.history.pop_front();
+    } else {
+      m.in_recovery = rows[0][0].as<bool>();
+      const auto lsn_or_none = [](const pg::Field& f) -> std::optional<std::uint64_t> {
+        if (f.is_null()) return std::nullopt;
+        return ParseLsn(f.c_str());
+      };
+      if (auto replay = lsn_or_none(rows[0][1])) m.replay = std::max(*replay, m.replay.value_or(0));
+      m.receive = lsn_or_none(rows[0][2]);
+      m.replay_paused = std::string_view(rows[0][3].c_str()) != "not paused";
+      m.replay_age =
+          rows[0][4].is_null() ? std::nullopt : std::optional<milliseconds>(milliseconds(rows[0][4].as<long long>()));
+    }
+  } catch (const std::exception& e) {
+    std::lock_guard lock(s.mutex);
+    MemberState& m = s.members[static_cast<std::size_t>(p.member)];
+    m.probed_ok = false;
+    m.error = RedactDsn(detail::FirstLine(e.what()));
+    ++m.failures;
+  }
+}
+
+void ReplicaMonitor::Impl::Loop(Probe& p) {
+  std::uint64_t target = 0;
+  for (;;) {
+    ProbeOnce(p);
+    std::unique_lock lock(wake_mutex);
+    p.done_round = target;
+    round_done.notify_all();
+    wake.wait_for(lock, options.probe_interval, [&] { return stop || round > target; });
+    if (stop) return;
+    target = round;
+  }
+}
+
+std::optional<milliseconds> ReplicaMonitor::Impl::LagBound(const ShardState& s, std::uint64_t replay,
+                                                           Clock::time_point now) const {
+  for (auto it = s.history.rbegin(); it != s.history.rend(); ++it) {
+    if (InsertPositionFloor(it->lsn) <= replay) return std::chrono::ceil<milliseconds>(now - it->at);
+  }
+  return std::nullopt;
+}
+
+ReplicaMonitor::ReplicaMonitor(BucketShardResolver& resolver, const ClusterConfig& config,
+                               ReplicaMonitorOptions options)
+    : impl_(std::make_unique<Impl>(resolver, config, options)) {}
+
+ReplicaMonitor::~ReplicaMonitor() = default;
+
+const ReplicaMonitorOptions& ReplicaMonitor::Options() const noexcept {
+  return impl_->options;
+}
+
+ReplicaChoice ReplicaMonitor::Choose(ShardId shard, const ReadPolicy& policy,
+                                     const std::vector<ReplicaUnavailable::Skipped>& exclude) const {
+  const ShardServers& servers = impl_->resolver.Servers(shard);
+  ReplicaChoice choice;
+  if (!policy.UsesReplicas()) return choice;
+  const ReadToken::Entry* token = policy.after.Find(shard);
+  if (servers.replicas.empty()) {
+    choice.skipped.push_back({"(none)", "the shard has no replicas in the configuration"});
+  } else {
+    const Impl::ShardState& s = impl_->State(shard);
+    const auto now = Clock::now();
+    std::lock_guard lock(s.mutex);
+    const std::size_t n = servers.replicas.size();
+    const std::size_t start = s.next.fetch_add(1, std::memory_order_relaxed) % n;
+    // Fit replicas known to have replayed the token first, then those the
+    // read must check (a round trip that may fail).
+    std::optional<ShardServer> checked;
+    std::optional<ShardServer> known;
+    // (A plain value and a flag: GCC 12 sees an optional here as maybe
+    // uninitialized.)
+    const bool primary_known = !s.history.empty();
+    const std::uint64_t primary_lsn = primary_known ? InsertPositionFloor(s.history.back().lsn) : 0;
+    for (std::size_t k = 0; k < n && !known; ++k) {
+      const ShardServer& r = servers.replicas[(start + k) % n];
+      const MemberState& m = s.members[static_cast<std::size_t>(r.member)];
+      std::string reason;
+      const auto silent = now - m.measured;
+      const auto left = std::find_if(exclude.begin(), exclude.end(),
+                                     [&](const ReplicaUnavailable::Skipped& x) { return x.replica == r.name; });
+      if (left != exclude.end()) {
+        reason = left->reason;
+      } else if (!m.probed_ok || m.failed_by_read) {
+        reason = "unreachable: " + (m.error.empty() ? std::string("not probed yet") : m.error);
+      } else if (silent > impl_->options.silence_limit) {
+        reason = fmt::format("no probe answered for {}", Millis(duration_cast<milliseconds>(silent)));
+      } else if (!m.in_recovery) {
+        reason = "it is not in recovery (promoted, or not a standby): not a replica of this primary";
+      } else if (!m.replay) {
+        reason = "its replay position is unknown";
+      } else if (const auto lag = impl_->LagBound(s, *m.replay, now); !lag) {
+        reason = primary_known ? fmt::format("lag unknown: behind every position of the primary seen in the last {}",
+                                             Millis(duration_cast<milliseconds>(impl_->options.history)))
+                               : "lag unknown: the primary's position has not been measured";
+      } else if (*lag > policy.max_lag) {
+        reason = fmt::format("lag {} over max_lag {}{}", Millis(*lag), Millis(policy.max_lag),
+                             m.replay_paused ? " (its replay is paused)" : "");
+      } else if (policy.max_lag_bytes && primary_known && primary_lsn > *m.replay &&
+                 primary_lsn - *m.replay > *policy.max_lag_bytes) {
+        reason = fmt::format("lag {} bytes over max_lag_bytes {}", primary_lsn - *m.replay, *policy.max_lag_bytes);
+      }
+      if (!reason.empty()) {
+        choice.skipped.push_back({r.name, std::move(reason)});
+        continue;
+      }
+      if (token == nullptr || InsertPositionFloor(token->lsn) <= *m.replay) {
+        known = r;
+      } else if (!checked) {
+        checked = r;
+      }
+    }
+    if (known) {
+      choice.replica = known;
+    } else if (checked) {
+      choice.replica = checked;
+      choice.verify_lsn = InsertPositionFloor(token->lsn);
+    }
+  }
+  if (!choice.replica && policy.preference == ReadPreference::kReplicaOnly) {
+    std::string reasons;
+    for (const auto& skipped : choice.skipped) {
+      reasons += fmt::format("{}{}: {}", reasons.empty() ? "" : "; ", skipped.replica, skipped.reason);
+    }
+    throw ReplicaUnavailable(shard,
+                             fmt::format("no replica of shard {} ({}) may serve this read (replicas only): {}. "
+                                         "Read with ReadPreference::kReplicaPreferred to fall back to the primary, "
+                                         "raise max_lag, or check the replicas (shardctl shards)",
+                                         shard, servers.primary.name, reasons),
+                             std::move(choice.skipped));
+  }
+  return choice;
+}
+
+void ReplicaMonitor::ReportFailure(ShardId shard, const std::string& replica, const std::string& why) {
+  Impl::ShardState& s = impl_->State(shard);
+  std::lock_guard lock(s.mutex);
+  for (MemberState& m : s.members) {
+    if (m.name == replica) {
+      m.failed_by_read = true;
+      m.error = why;
+    }
+  }
+}
+
+void ReplicaMonitor::ReportReplayed(ShardId shard, const std::string& replica, std::uint64_t lsn) {
+  Impl::ShardState& s = impl_->State(shard);
+  std::lock_guard lock(s.mutex);
+  for (MemberState& m : s.members) {
+    if (m.name == replica) m.replay = std::max(lsn, m.replay.value_or(0));
+  }
+}
+
+bool ReplicaMonitor::WaitForReplay(ShardId shard, const ShardServer& replica, std::uint64_t lsn,
+                                   Clock::time_point deadline) {
+  auto pause = std::chrono::microseconds(200);
+  try {
+    auto lease = replica.pool->Acquire(deadline);
+    for (;;) {
+      pqxx::nontransaction tx{*lease};
+      const auto row = tx.exec("SELECT pg_last_wal_replay_lsn()::text");
+      if (!row[0][0].is_null()) {
+        const std::uint64_t replayed = ParseLsn(row[0][0].c_str());
+        ReportReplayed(shard, replica.name, replayed);
+        if (replayed >= lsn) return true;
+      }
+      if (Clock::now() + pause >= deadline) return false;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(5'000));
+    }
+  } catch (const std::exception& e) {
+    ReportFailure(shard, replica.name, RedactDsn(detail::FirstLine(e.what())));
+    return false;
+  }
+}
+
+std::vector<ReplicaStatus> ReplicaMonitor::Status() const {
+  std::vector<ReplicaStatus> all;
+  const auto now = Clock::now();
+  for (int index = 0; index < impl_->resolver.ShardCount(); ++index) {
+    const ShardId shard{index};
+    const Impl::ShardState& s = impl_->State(shard);
+    std::lock_guard lock(s.mutex);
+    for (std::size_t member = 1; member < s.members.size(); ++member) {
+      const MemberState& m = s.members[member];
+      ReplicaStatus r;
+      r.shard = shard;
+      r.name = m.name;
+      r.dsn = m.dsn;
+      r.reachable = m.probed_ok && !m.failed_by_read && now - m.measured <= impl_->options.silence_limit;
+      r.in_recovery = m.in_recovery;
+      r.replay_paused = m.replay_paused;
+      r.replay_lsn = m.replay;
+      r.receive_lsn = m.receive;
+      if (!s.history.empty()) r.primary_lsn = s.history.back().lsn;
+      if (r.primary_lsn && m.replay) {
+        const std::uint64_t primary = InsertPositionFloor(*r.primary_lsn);
+        r.lag_bytes = primary > *m.replay ? primary - *m.replay : 0;
+      }
+      if (m.replay) r.lag = impl_->LagBound(s, *m.replay, now);
+      r.replay_age = m.replay_age;
+      r.measured_at = m.measured_wall;
+      r.error = r.reachable ? std::string() : m.error.empty() ? "no probe answered lately" : m.error;
+      r.probes = m.probes;
+      r.probe_failures = m.failures;
+      r.probe_time = m.probe_time;
+      all.push_back(std::move(r));
+    }
+  }
+  return all;
+}
+
+void ReplicaMonitor::ProbeNow() {
+  std::unique_lock lock(impl_->wake_mutex);
+  const std::uint64_t target = ++impl_->round;
+  impl_->wake.notify_all();
+  const auto limit = Clock::now() + 2 * impl_->options.probe_timeout + std::chrono::seconds(1);
+  impl_->round_done.wait_until(lock, limit, [&] {
+    return std::all_of(impl_->probes.begin(), impl_->probes.end(),
+                       [&](const auto& p) { return p->done_round >= target; });
+  });
+}
+
+}  // namespace shardkit

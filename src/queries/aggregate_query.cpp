@@ -129,22 +129,22 @@ AggregateQuery& AggregateQuery::Offset(std::int64_t count) {
   return *this;
 }
 
-AggregateQuery& AggregateQuery::PercentileCont(double fraction, std::string column, std::string name) {
+AggregateQuery& AggregateQuery::PercentileCont(double fraction, const std::string& column, std::string name) {
   Item item;
   item.order_statistic = OrderStatisticColumn{OrderStatistic::kPercentileCont, QuoteIdentifier(column), fraction, name};
   item.name = std::move(name);
   return AddAggregate(std::move(item));
 }
-AggregateQuery& AggregateQuery::PercentileDisc(double fraction, std::string column, std::string name) {
+AggregateQuery& AggregateQuery::PercentileDisc(double fraction, const std::string& column, std::string name) {
   Item item;
   item.order_statistic = OrderStatisticColumn{OrderStatistic::kPercentileDisc, QuoteIdentifier(column), fraction, name};
   item.name = std::move(name);
   return AddAggregate(std::move(item));
 }
-AggregateQuery& AggregateQuery::Median(std::string column, std::string name) {
-  return PercentileCont(0.5, std::move(column), std::move(name));
+AggregateQuery& AggregateQuery::Median(const std::string& column, std::string name) {
+  return PercentileCont(0.5, column, std::move(name));
 }
-AggregateQuery& AggregateQuery::CountDistinctValues(std::string column, std::string name) {
+AggregateQuery& AggregateQuery::CountDistinctValues(const std::string& column, std::string name) {
   Item item;
   item.order_statistic =
       OrderStatisticColumn{OrderStatistic::kCountDistinct, QuoteIdentifier(column), std::nullopt, name};

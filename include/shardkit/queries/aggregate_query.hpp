@@ -87,10 +87,10 @@ class AggregateQuery {
   // by Plan(): percentile_cont(fraction) / percentile_disc(fraction) WITHIN
   // GROUP (ORDER BY column), the median (percentile_cont(0.5)) and
   // count(DISTINCT column) off the shard key.
-  AggregateQuery& PercentileCont(double fraction, std::string column, std::string name);
-  AggregateQuery& PercentileDisc(double fraction, std::string column, std::string name);
-  AggregateQuery& Median(std::string column, std::string name);
-  AggregateQuery& CountDistinctValues(std::string column, std::string name);
+  AggregateQuery& PercentileCont(double fraction, const std::string& column, std::string name);
+  AggregateQuery& PercentileDisc(double fraction, const std::string& column, std::string name);
+  AggregateQuery& Median(const std::string& column, std::string name);
+  AggregateQuery& CountDistinctValues(const std::string& column, std::string name);
 
   AggregateQuery& Having(std::string column, CompareOp op, Value constant = {});
   AggregateQuery& OrderBy(std::string column, SortDirection direction = SortDirection::kAsc,

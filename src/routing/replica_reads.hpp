@@ -12,7 +12,7 @@ namespace shardkit::detail {
 extern const std::string kReplicaBegin;
 // The replica's replay position, read before the read's snapshot in an
 // implicit transaction of its own (a pipeline Sync ends it), for
-// RequireReplayed (sql/030_replica_reads.sql).
+// RequireReplayed (sql/036_replica_reads.sql).
 extern const std::string kCaptureReplayed;
 // The call, for the bucket step's SELECT list, that refuses the read
 // (SQLSTATE SK005) unless the position captured before its snapshot is at

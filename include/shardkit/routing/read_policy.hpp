@@ -63,7 +63,7 @@ struct ReadPolicy {
 };
 
 // SQLSTATE of a replica's refusal to serve a read whose token it has not
-// replayed (sql/030_replica_reads.sql): the read goes elsewhere.
+// replayed (sql/036_replica_reads.sql): the read goes elsewhere.
 inline constexpr std::string_view kSqlStateNotReplayed = "SK005";
 
 }  // namespace shardkit

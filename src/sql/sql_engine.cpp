@@ -397,6 +397,7 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
       SqlResult finished = Finish(*plan.finish, {input}, params, scatter_options, finish_on);
       finished.plan = std::move(result.plan);
       finished.rows_received = result.rows_received;
+      finished.from_replicas = result.from_replicas;
       result = std::move(finished);
     }
   }
@@ -497,6 +498,7 @@ SqlResult SqlEngine::ExecuteSetOperation(const Bound& bound, const SqlParams& pa
   if (!arm_options.deadline) arm_options.deadline = std::chrono::steady_clock::now() + kScatterTimeout;
   std::vector<SqlResult> arms;
   std::size_t rows_received = 0;
+  int from_replicas = 0;
   for (const SetOperationArm& arm : set.arms) {
     SqlParams arm_params;
     for (const int p : arm.params) {
@@ -508,6 +510,7 @@ SqlResult SqlEngine::ExecuteSetOperation(const Bound& bound, const SqlParams& pa
     }
     arms.push_back(ExecuteBound(Bind(arm.plan, true, arm_params), arm_params, arm_options));
     rows_received += arms.back().rows_received;
+    from_replicas += arms.back().from_replicas;
   }
   const bool same_types =
       std::all_of(arms.begin(), arms.end(), [&](const SqlResult& a) { return a.types == arms.front().types; });
@@ -539,6 +542,7 @@ SqlResult SqlEngine::ExecuteSetOperation(const Bound& bound, const SqlParams& pa
   }
   result.plan = Info(bound, ShardId{0});
   result.rows_received = rows_received;
+  result.from_replicas = from_replicas;
   result.affected = result.rows.size();
   return result;
 }

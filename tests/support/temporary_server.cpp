@@ -47,6 +47,15 @@ TemporaryServer::TemporaryServer() : port_(FreeLoopbackPort()) {
       kBin, directory_.string(), directory_.string())));
   Start();
   Exec("CREATE ROLE bookstore LOGIN CREATEDB");
+  // The sketch extensions of sql/035 are not trusted: the superuser makes
+  // them, where installed, as lab/cluster does (template1: the scratch
+  // databases made later have them too). `\$` keeps the shell off the quotes.
+  for (const char* database : {"template1", "postgres"}) {
+    Exec(
+        "DO \\$d\\$ DECLARE n text; BEGIN FOR n IN SELECT name FROM pg_available_extensions WHERE name IN "
+        "('hll', 'tdigest') LOOP EXECUTE format('CREATE EXTENSION IF NOT EXISTS %I', n); END LOOP; END \\$d\\$",
+        database);
+  }
 }
 
 TemporaryServer::TemporaryServer(const ReplicaOf& of) : port_(FreeLoopbackPort()) {
@@ -71,11 +80,11 @@ shardkit::Dsn TemporaryServer::AppDsn() const {
   return shardkit::Dsn(fmt::format("host=127.0.0.1 port={} dbname=postgres user=bookstore", port_));
 }
 
-void TemporaryServer::Exec(const std::string& sql) const {
+void TemporaryServer::Exec(const std::string& sql, const std::string& database) const {
   Run(
-      fmt::format("{}/psql -X -q -v ON_ERROR_STOP=1 'host=127.0.0.1 port={} dbname=postgres user=postgres' -c \"{}\" "
+      fmt::format("{}/psql -X -q -v ON_ERROR_STOP=1 'host=127.0.0.1 port={} dbname={} user=postgres' -c \"{}\" "
                   ">/dev/null",
-                  kBin, port_, sql));
+                  kBin, port_, database, sql));
 }
 
 TemporaryServer::~TemporaryServer() {

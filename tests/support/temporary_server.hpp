@@ -34,8 +34,9 @@ class TemporaryServer {
   // Role `bookstore` (LOGIN CREATEDB, not a superuser: row-level security
   // applies to it as to an application), database postgres.
   [[nodiscard]] shardkit::Dsn AppDsn() const;
-  // One statement (or several, as psql's -c runs them) as the superuser.
-  void Exec(const std::string& sql) const;
+  // One statement (or several, as psql's -c runs them) as the superuser,
+  // in `database`.
+  void Exec(const std::string& sql, const std::string& database = "postgres") const;
 
  private:
   struct ReplicaOf {

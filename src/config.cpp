@@ -193,9 +193,10 @@ std::vector<ReplicaConfig> ParseReplicas(const toml::value& shard, const std::st
     if (entry.is_string()) {
       replica.dsn = Dsn(entry.as_string().str);
     } else if (entry.is_table()) {
-      RequireKnownKeys(entry, at, {"name", "dsn"});
+      RequireKnownKeys(entry, at, {"name", "dsn", "admin_dsn"});
       if (entry.contains("name")) replica.name = StringAt(entry, at, "name");
       replica.dsn = Dsn(StringAt(entry, at, "dsn"));
+      if (entry.contains("admin_dsn")) replica.admin_dsn = Dsn(StringAt(entry, at, "admin_dsn"));
     } else {
       throw ConfigError(at, "must be a connection string or a table with name and dsn");
     }

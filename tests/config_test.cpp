@@ -130,7 +130,7 @@ TEST(Config, ReplicasAreConnectionStringsOrTables) {
   const auto c = shardkit::ParseConfig(
       "[[shard]]\nname='east'\ndsn='a'\nreplicas = ['a1', 'a2']\n"
       "[[shard]]\nname='west'\ndsn='b'\n"
-      "replicas = [{ name = 'west-standby', dsn = 'b1 user=reader' }]\n"
+      "replicas = [{ name = 'west-standby', dsn = 'b1 user=reader', admin_dsn = 'b1 user=admin' }]\n"
       "[[shard]]\nname='north'\ndsn='c'\n");
   ASSERT_EQ(c.shards[0].replicas.size(), 2U);
   EXPECT_EQ(c.shards[0].replicas[0].name, "east-replica1");
@@ -140,6 +140,8 @@ TEST(Config, ReplicasAreConnectionStringsOrTables) {
   ASSERT_EQ(c.shards[1].replicas.size(), 1U);
   EXPECT_EQ(c.shards[1].replicas[0].name, "west-standby");
   EXPECT_EQ(c.shards[1].replicas[0].dsn.Reveal(), "b1 user=reader");
+  EXPECT_EQ(c.shards[1].replicas[0].AdminDsn().Reveal(), "b1 user=admin");  // for failovers
+  EXPECT_EQ(c.shards[0].replicas[0].AdminDsn().Reveal(), "a1");             // none: the dsn
   EXPECT_TRUE(c.shards[2].replicas.empty());
 }
 

@@ -34,8 +34,9 @@
 //   dsn = "postgresql://bookstore@127.0.0.1:55433/bookstore"
 //   replicas = ["host=127.0.0.1 port=55436 dbname=bookstore user=bookstore"]
 //                             # optional: streaming hot standbys of the shard, each
-//                             # a dsn, or { name = "...", dsn = "..." } (names
-//                             # default to "<shard>-replica<j>", j from 1)
+//                             # a dsn, or { name = "...", dsn = "...", admin_dsn = "..." }
+//                             # (names default to "<shard>-replica<j>", j from 1;
+//                             # admin_dsn, a superuser for failovers, to dsn)
 //
 //   [reference]               # optional: all data unsharded, the ground truth
 //   dsn = "host=127.0.0.1 port=55434 dbname=bookstore user=bookstore"
@@ -71,6 +72,9 @@ namespace shardkit {
 struct ReplicaConfig {
   std::string name;  // unique among every shard's and replica's names
   Dsn dsn;
+  // For promoting it in a failover (pg_promote needs a superuser). Empty: dsn.
+  Dsn admin_dsn{};
+  [[nodiscard]] const Dsn& AdminDsn() const noexcept { return admin_dsn.empty() ? dsn : admin_dsn; }
 };
 
 struct ShardConfig {

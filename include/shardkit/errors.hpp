@@ -222,6 +222,19 @@ class MoveError : public Error {
   std::optional<BucketId> bucket_;
 };
 
+// A failover was refused before it changed anything (an unknown replica, an
+// old primary that cannot be fenced without --force, a replica that did not
+// catch up), or failed at a step; the message says which and what to do.
+// promoted() tells whether a replica had been promoted when it stopped.
+class FailoverError : public Error {
+ public:
+  explicit FailoverError(const std::string& message, bool promoted = false) : Error(message), promoted_(promoted) {}
+  [[nodiscard]] bool promoted() const noexcept { return promoted_; }
+
+ private:
+  bool promoted_;
+};
+
 // A scatter over several shards failed on one or more of them.
 class ScatterError : public Error {
  public:

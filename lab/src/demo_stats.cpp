@@ -113,6 +113,7 @@ std::function<DemoResult(Lab&)> DemoByName(const std::string& name) {
   if (name == "workers") return static_cast<DemoResult (*)(Lab&)>(RunWorkers);
   if (name == "stats") return RunStats;
   if (name == "rebalance") return static_cast<DemoResult (*)(Lab&)>(RunRebalance);
+  if (name == "replicas") return static_cast<DemoResult (*)(Lab&)>(RunReplicas);
   return nullptr;
 }
 

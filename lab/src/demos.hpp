@@ -71,6 +71,23 @@ struct RebalanceDemoOptions {
 };
 [[nodiscard]] DemoResult RunRebalance(Lab& lab);
 [[nodiscard]] DemoResult RunRebalance(Lab& lab, const RebalanceDemoOptions& options);
+// 11. Replicas under load: writers place orders through routed writes and
+//     read each back with its read token on a replica (read-your-writes), a
+//     reporter counts every order on the replicas with the token of all the
+//     acknowledged ones; the first shard's replica pauses its replay (reads
+//     fall back to the primary), then the last shard's primary is killed
+//     (SIGKILL) and its replica promoted (topology/failover.hpp); a
+//     Jepsen-style checker over the history: stale reads, lost writes, the
+//     failover's outage. Needs a replica per shard and a catalog; it kills
+//     a server, so lab/run replicas runs it on a cluster of its own. Not
+//     part of `all`.
+struct ReplicasDemoOptions {
+  int writers = 4;
+  std::chrono::milliseconds phase{2000};             // each phase: steady, replay paused, steady, failover, after
+  std::function<void(const std::string&)> progress;  // a line per phase
+};
+[[nodiscard]] DemoResult RunReplicas(Lab& lab);
+[[nodiscard]] DemoResult RunReplicas(Lab& lab, const ReplicasDemoOptions& options);
 // 8. The run's cross-shard query statistics.
 [[nodiscard]] DemoResult RunStats(Lab& lab);
 

@@ -39,6 +39,8 @@ const char* DemoTitle(const std::string& demo) {
   if (demo == "workers") return "7. worker sharding: partitions, leases, fencing, hot keys (the worker-sharding case)";
   if (demo == "stats") return "8. cross-shard query statistics of this run";
   if (demo == "rebalance") return "9. exercise: rebalance to one more shard and back, under load";
+  if (demo == "replicas")
+    return "11. replicas: read-your-writes on replicas, paused replay, a primary killed and failed over";
   if (demo == "load") return "load";
   if (demo == "copy-vs-psql") return "COPY vs psql \\copy";
   return "";

@@ -155,6 +155,9 @@ int main(int argc, char** argv) {
   // be loaded before that shard exists: lab/run rebalance runs ensure-loaded
   // first. Not part of `all`: it changes the cluster while it runs.
   app.add_subcommand("rebalance", DemoTitle("rebalance"));
+  // Kills a primary: lab/run replicas runs it on a cluster of its own, with
+  // no Bookstore data (it writes its own orders).
+  app.add_subcommand("replicas", DemoTitle("replicas"));
   app.add_subcommand("all", "load if needed, then every demo (the default)");
   auto* report_cmd = app.add_subcommand("report", "draw the page (--report DIR) from saved --json documents");
   report_cmd->add_option("documents", documents, "bookstore-lab --json documents; a later one's demos win")
@@ -238,7 +241,7 @@ int main(int argc, char** argv) {
         const Dataset data = GenerateDataset(params);
         out.Emit(DescribeCopyComparison(CompareWithPsql(*lab, data, work_dir)));
       }
-    } else if (command == "rebalance") {
+    } else if (command == "rebalance" || command == "replicas") {
       run_demo(command);
     } else {
       std::string why;

@@ -17,9 +17,11 @@
 #include "shardkit/core/thread_annotations.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/directory.hpp"
+#include "shardkit/routing/primaries.hpp"
 #include "shardkit/routing/resolver.hpp"
 
-// How the watcher waits: one thread owns a catalog connection that LISTENs
+// How the watcher waits (the shards' primaries, primaries.hpp, are read on
+// every check too): one thread owns a catalog connection that LISTENs
 // on shardkit_directory and poll()s its socket together with a self-pipe.
 // The pipe wakes it for the destructor; the socket for notifications; the
 // timeout for the periodic check. A lost connection is reopened with a
@@ -99,6 +101,12 @@ struct DirectoryWatcher::Impl {
 
 std::int64_t DirectoryWatcher::Impl::CheckWith(pqxx::connection_base& c) {
   const int shard_count = resolver.ShardCount();
+  // A failover's new primary first: a refusal from a fenced primary sends
+  // its caller here, and so does the failover's NOTIFY.
+  if (const int changed = ApplyPrimaries(resolver, LoadPrimaries(c)); changed > 0) {
+    std::lock_guard lock(stats_mutex);
+    stats.primary_changes += static_cast<std::uint64_t>(changed);
+  }
   std::optional<BucketDirectory> next;
   {
     pqxx::read_transaction tx{c};

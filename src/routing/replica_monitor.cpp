@@ -83,7 +83,8 @@ struct ReplicaMonitor::Impl {
   struct ShardState {
     mutable std::mutex mutex;
     std::deque<Sample> history SHARDKIT_GUARDED_BY(mutex);        // the primary's insert positions, oldest first
-    std::vector<MemberState> members SHARDKIT_GUARDED_BY(mutex);  // the primary, then the replicas
+    int history_of SHARDKIT_GUARDED_BY(mutex) = 0;                // the member whose positions `history` holds
+    std::vector<MemberState> members SHARDKIT_GUARDED_BY(mutex);  // the configured primary, then the replicas
     mutable std::atomic<unsigned> next{0};                        // round-robin over the replicas
   };
   struct Probe {
@@ -103,9 +104,7 @@ struct ReplicaMonitor::Impl {
     for (int s = 0; s < resolver.ShardCount(); ++s) {
       const ShardId shard{s};
       auto state = std::make_unique<ShardState>();
-      const ShardServers& servers = resolver.Servers(shard);
-      std::vector<ShardServer> members{servers.primary};
-      members.insert(members.end(), servers.replicas.begin(), servers.replicas.end());
+      const std::vector<ShardServer>& members = resolver.Members(shard);
       const ShardConfig* shard_config =
           static_cast<std::size_t>(s) < config.shards.size() ? &config.shards[static_cast<std::size_t>(s)] : nullptr;
       {
@@ -204,7 +203,8 @@ pg::Rows ReplicaMonitor::Impl::Query(Probe& p, const std::string& sql) {
 }
 
 void ReplicaMonitor::Impl::ProbeOnce(Probe& p) {
-  const bool primary = p.member == 0;
+  // The shard's primary now: after a failover, a former replica.
+  const bool primary = resolver.Servers(p.shard).primary.member == p.member;
   ShardState& s = State(p.shard);
   const auto started = Clock::now();
   try {
@@ -221,6 +221,10 @@ void ReplicaMonitor::Impl::ProbeOnce(Probe& p) {
     m.probe_time = duration_cast<std::chrono::microseconds>(now - started);
     if (primary) {
       m.in_recovery = false;
+      if (s.history_of != p.member) {
+        s.history.clear();  // positions of another primary
+        s.history_of = p.member;
+      }
       s.history.push_back(Sample{started, ParseLsn(rows[0][0].c_str())});
       while (!s.history.empty() && s.history.front().at < now - options.history) s.history.pop_front();
     } else {
@@ -405,9 +409,10 @@ std::vector<ReplicaStatus> ReplicaMonitor::Status() const {
   for (int index = 0; index < impl_->resolver.ShardCount(); ++index) {
     const ShardId shard{index};
     const Impl::ShardState& s = impl_->State(shard);
+    const ShardServers& servers = impl_->resolver.Servers(shard);
     std::lock_guard lock(s.mutex);
-    for (std::size_t member = 1; member < s.members.size(); ++member) {
-      const MemberState& m = s.members[member];
+    for (const ShardServer& replica : servers.replicas) {
+      const MemberState& m = s.members[static_cast<std::size_t>(replica.member)];
       ReplicaStatus r;
       r.shard = shard;
       r.name = m.name;

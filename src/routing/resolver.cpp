@@ -8,6 +8,7 @@
 
 #include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/routing/primaries.hpp"
 
 namespace shardkit {
 
@@ -28,15 +29,39 @@ BucketShardResolver::BucketShardResolver(BucketDirectory directory, std::vector<
           std::nullopt, pools[i]->Shard());
     }
     auto shard = std::make_unique<Shard>();
-    shard->servers = std::make_unique<ShardServers>();
-    shard->servers->primary =
-        ShardServer{shard_names[i].empty() ? fmt::format("shard{}", i) : std::move(shard_names[i]), pools[i].get(), 0};
+    shard->name = shard_names[i].empty() ? fmt::format("shard{}", i) : std::move(shard_names[i]);
+    shard->members.push_back(ShardServer{shard->name, pools[i].get(), 0});
     shard->pools.push_back(std::move(pools[i]));
+    Publish(*shard, 0);
     shards_.push_back(std::move(shard));
   }
 }
 
 BucketShardResolver::~BucketShardResolver() = default;
+
+void BucketShardResolver::Publish(Shard& shard, int primary) {
+  auto servers = std::make_unique<ShardServers>();
+  servers->primary = shard.members[static_cast<std::size_t>(primary)];
+  for (const ShardServer& member : shard.members) {
+    // The configured primary is a replica only while it is not replaced.
+    if (member.member != primary && (member.member != 0 || primary == 0)) servers->replicas.push_back(member);
+  }
+  shard.snapshots.push_back(std::move(servers));
+  shard.servers.store(shard.snapshots.back().get());
+}
+
+bool BucketShardResolver::SetPrimary(ShardId shard, const std::string& server) {
+  Shard& s = At(shard);
+  const auto member = std::find_if(s.members.begin(), s.members.end(), [&](const auto& m) { return m.name == server; });
+  if (member == s.members.end()) {
+    throw Error(fmt::format("shard {} ({}) has no server named {}: its primary is {}{}", shard, s.name, server, s.name,
+                            s.members.size() > 1 ? " and its replicas are named in the configuration" : ""));
+  }
+  std::lock_guard lock(primaries_mutex_);
+  if (s.servers.load()->primary.member == member->member) return false;
+  Publish(s, member->member);
+  return true;
+}
 
 BucketShardResolver::Shard& BucketShardResolver::At(ShardId shard) const {
   if (ToInt(shard) < 0 || ToInt(shard) >= ShardCount()) throw UnknownShard(shard, ShardCount());
@@ -49,33 +74,37 @@ void BucketShardResolver::AddReplica(ShardId shard, std::string name, std::uniqu
     throw Error(fmt::format("replica {} of shard {}: its pool must serve shard {}", name, shard, shard));
   }
   for (const auto& other : shards_) {
-    const ShardServers& servers = *other->servers;
-    if (servers.primary.name == name ||
-        std::any_of(servers.replicas.begin(), servers.replicas.end(), [&](const auto& r) { return r.name == name; })) {
+    if (std::any_of(other->members.begin(), other->members.end(), [&](const auto& m) { return m.name == name; })) {
       throw Error(fmt::format("replica {} of shard {}: a server of this cluster already has that name", name, shard));
     }
   }
   const int member = static_cast<int>(s.pools.size());
   s.pools.push_back(std::move(pool));
-  s.servers->replicas.push_back(ShardServer{std::move(name), s.pools.back().get(), member});
+  s.members.push_back(ShardServer{std::move(name), s.pools.back().get(), member});
+  Publish(s, s.servers.load()->primary.member);
 }
 
 const ShardServers& BucketShardResolver::Servers(ShardId shard) const {
-  return *At(shard).servers;
+  return *At(shard).servers.load();
 }
 
 bool BucketShardResolver::HasReplicas() const noexcept {
-  return std::any_of(shards_.begin(), shards_.end(), [](const auto& s) { return !s->servers->replicas.empty(); });
+  return std::any_of(shards_.begin(), shards_.end(), [](const auto& s) { return s->members.size() > 1; });
 }
 
-BucketDirectory LoadCatalogDirectory(const ClusterConfig& config) {
+namespace {
+
+// fn(connection) on a connection to the configuration's catalog, its
+// failures as CatalogError naming the catalog and what to check.
+template <class Fn>
+auto WithCatalog(const ClusterConfig& config, const Fn& fn) {
   if (!config.catalog_dsn) {
     throw ConfigError("catalog.dsn", fmt::format("{} has no [catalog] dsn to read the directory from", config.origin));
   }
   const Dsn dsn = WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
   try {
     pqxx::connection catalog{dsn.Reveal()};
-    return LoadDirectory(catalog, static_cast<int>(config.shards.size()));
+    return fn(catalog);
   } catch (const pqxx::broken_connection& e) {
     throw CatalogError(
         fmt::format("catalog ({}) is unreachable: {}; check [catalog] dsn in {} and that its "
@@ -90,6 +119,14 @@ BucketDirectory LoadCatalogDirectory(const ClusterConfig& config) {
     throw CatalogError(
         fmt::format("reading shard_directory from the catalog ({}) failed: {}", dsn, RedactDsn(e.what())));
   }
+}
+
+}  // namespace
+
+BucketDirectory LoadCatalogDirectory(const ClusterConfig& config) {
+  return WithCatalog(config, [&](pqxx::connection& catalog) {
+    return LoadDirectory(catalog, static_cast<int>(config.shards.size()));
+  });
 }
 
 std::unique_ptr<BucketShardResolver> BucketShardResolver::FromConfig(const ClusterConfig& config) {
@@ -110,29 +147,33 @@ std::unique_ptr<BucketShardResolver> BucketShardResolver::FromConfig(const Clust
       resolver->AddReplica(shard, replica.name, std::make_unique<ConnectionPool>(shard, replica.dsn, replica_pool));
     }
   }
+  // After a failover the catalog names another server the shard's primary.
+  if (config.directory_source == DirectorySource::kCatalog) {
+    ApplyPrimaries(*resolver, WithCatalog(config, [](pqxx::connection& catalog) { return LoadPrimaries(catalog); }));
+  }
   return resolver;
 }
 
 ConnectionPool& BucketShardResolver::Pool(ShardId shard) const {
-  return *At(shard).servers->primary.pool;
+  return *At(shard).servers.load()->primary.pool;
 }
 
 Route BucketShardResolver::Resolve(CustomerId customer_id) const {
   // Shard and version come from one routing word: one publish, one load.
   const auto placement = directory_.PlacementOf(customer_id);
   return Route{customer_id, placement.bucket, placement.shard, placement.version,
-               *shards_[static_cast<std::size_t>(ToInt(placement.shard))]->servers->primary.pool};
+               *shards_[static_cast<std::size_t>(ToInt(placement.shard))]->servers.load()->primary.pool};
 }
 
 std::vector<std::reference_wrapper<ConnectionPool>> BucketShardResolver::AllShards() const {
   std::vector<std::reference_wrapper<ConnectionPool>> all;
   all.reserve(shards_.size());
-  for (const auto& shard : shards_) all.emplace_back(*shard->servers->primary.pool);
+  for (const auto& shard : shards_) all.emplace_back(*shard->servers.load()->primary.pool);
   return all;
 }
 
 const std::string& BucketShardResolver::ShardName(ShardId shard) const {
-  return At(shard).servers->primary.name;
+  return At(shard).name;
 }
 
 }  // namespace shardkit

@@ -1,6 +1,7 @@
 #include "shardkit/writes/routed.hpp"
 
 #include <fmt/format.h>
+#include <poll.h>
 
 #include <pqxx/pqxx>
 #include <random>
@@ -9,6 +10,7 @@
 #include "pg/libpq_handle.hpp"
 #include "pg/pipelined_statement.hpp"
 #include "pg/server_message.hpp"
+#include "pg/sync_standby_watch.hpp"
 #include "routing/replica_reads.hpp"
 #include "shardkit/core/dsn.hpp"
 #include "shardkit/errors.hpp"
@@ -23,15 +25,20 @@
 // customer's bucket is visible: the function reads its own customer's rows,
 // as of the freeze if the router is stale, or is refused at BEGIN); the caller's function on a
 // nontransaction (so that the statements run inside our explicit BEGIN);
-// then COMMIT on a fresh nontransaction, unless libpq says the transaction
-// failed (a function that swallowed an error: COMMIT would answer
-// ROLLBACK), with a write's WAL position after it in the same round trip.
+// then COMMIT (CommitWithin: bounded by the deadline), unless libpq says the
+// transaction failed (a function that swallowed an error: COMMIT would
+// answer ROLLBACK), with a write's WAL position after it in the same round
+// trip.
 //
 // Which errors are retried, and why that is safe: a fence or visibility
 // refusal is raised by a statement, so the transaction is aborted and
 // nothing it did is kept; so is a serialization failure or deadlock; a
 // connection lost before COMMIT was sent takes its transaction with it.
-// Only a connection lost while COMMIT was in flight leaves the outcome open.
+// Only a connection lost while COMMIT was in flight, a COMMIT cancelled at
+// the deadline, or one its synchronous standby did not confirm leaves the
+// outcome open (OutcomeUnknown). A write refused as read-only (a primary a
+// failover fenced) or a primary that cannot be reached reads the catalog's
+// primaries again (the directory watcher) and retries on the new one.
 
 namespace shardkit {
 namespace {
@@ -40,10 +47,64 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr auto kDefaultTimeout = std::chrono::seconds(5);
+constexpr const char* kSqlStateReadOnlyTransaction = "25006";  // read_only_sql_transaction
 
-// COMMIT, and the WAL insert position after it (at or after the commit
-// record: the write's read token), in one round trip.
-constexpr const char* kCommitWithPosition = "COMMIT; SELECT pg_current_wal_insert_lsn()::text";
+// A COMMIT gets at least this long, whatever is left of the deadline.
+constexpr auto kCommitGrace = std::chrono::seconds(1);
+
+// What a COMMIT answered: the WAL insert position after it (at or after the
+// commit record: the write's read token) when asked for, and whether it had
+// to be cancelled at the deadline (then `failure` says how it ended, if it
+// failed: its outcome is unknown either way but a clean commit).
+struct CommitAnswer {
+  std::optional<std::string> position;
+  bool cancelled = false;
+  std::string failure;
+};
+
+// COMMIT (and the position, in the same round trip) within the deadline. A
+// primary waits at COMMIT for its synchronous standby, past any
+// statement_timeout; at the deadline the wait is cancelled, which the
+// server answers with a warning and a commit on the primary only (the
+// caller's SyncStandbyWatch sees it). Failures before a cancel are thrown as
+// libpqxx throws them.
+CommitAnswer CommitWithin(ConnectionPool::Lease& lease, Clock::time_point deadline, bool with_position) {
+  static const std::string kCommit = "COMMIT";
+  static const std::vector<std::string> kPosition{"SELECT pg_current_wal_insert_lsn()::text"};
+  const std::vector<const char*> none;
+  detail::PipelineRequest request;
+  request.sql = &kCommit;
+  request.values = &none;
+  request.wrap = detail::PipelineRequest::Wrap::kStatementOnly;
+  if (with_position) request.then = &kPosition;
+  CommitAnswer answer;
+  bool reusable = true;
+  try {
+    detail::PipelinedStatement call{lease.Connection(), request, /*nonblocking=*/true};
+    call.Send();
+    auto limit = std::max(deadline, Clock::now() + kCommitGrace);
+    while (!call.Advance()) {
+      const auto now = Clock::now();
+      if (now >= limit) {
+        if (answer.cancelled) throw pqxx::broken_connection("no answer to COMMIT after its cancel request");
+        if (const auto canceller = lease.Canceller(); canceller) (void)canceller->Send();
+        answer.cancelled = true;
+        limit = now + kCommitGrace;
+      }
+      pollfd fd{call.Socket(), static_cast<short>(POLLIN | (call.WantsWrite() ? POLLOUT : 0)), 0};
+      const auto slice = std::min<long long>(50, std::chrono::ceil<milliseconds>(limit - now).count());
+      (void)::poll(&fd, 1, static_cast<int>(std::max<long long>(slice, 1)));
+    }
+    const pg::Rows rows = call.Finish(reusable);
+    if (!reusable) lease.Discard();
+    if (with_position) answer.position = rows[0][0].c_str();
+  } catch (const std::exception& e) {
+    if (!answer.cancelled) throw;
+    lease.Discard();
+    answer.failure = detail::FirstLine(e.what());
+  }
+  return answer;
+}
 
 const char* BeginSql(Isolation isolation) {
   switch (isolation) {
@@ -122,7 +183,8 @@ void RoutedTransactions::RunErased(CustomerId customer,
   std::optional<BucketRefused> last_refusal;
   std::string last_failure;
   int backoff_round = 0;
-  int immediate = 0;  // retries without a pause in a row (a refusal naming the new owner)
+  int immediate = 0;         // retries without a pause in a row (a refusal naming the new owner)
+  int primary_switches = 0;  // an unreachable primary that a failover replaced
   // Reads on replicas: the replicas this call tried and left (and why), and
   // whether it has given up on them (a bucket a replica refused).
   const bool wants_replicas = options.read_only && replicas_ != nullptr && options.read.UsesReplicas();
@@ -217,6 +279,11 @@ void RoutedTransactions::RunErased(CustomerId customer,
         leave("unreachable: " + FirstLine(e.what()));
         continue;
       }
+      if (!on_replica && Clock::now() < deadline && ++primary_switches <= 3) {
+        // An unreachable primary may have been replaced by a failover.
+        refresh();
+        if (resolver_.Servers(shard).primary.pool != pool) continue;
+      }
       finish(false, false);
       throw;
     } catch (...) {
@@ -302,12 +369,29 @@ void RoutedTransactions::RunErased(CustomerId customer,
                                                  label, customer, shard));
       }
       committing = true;
-      pqxx::nontransaction tx{*lease};
       // A write reads the WAL insert position after its COMMIT in the same
       // round trip: at or after the commit record, its read token.
       const bool with_token = !options.read_only && options.read_token;
-      const pqxx::result committed = tx.exec(with_token ? kCommitWithPosition : "COMMIT");
-      if (with_token) outcome.token = ReadToken::At(shard, ParseLsn(committed[0][0].c_str()));
+      const detail::SyncStandbyWatch standby(detail::LibpqHandle(*lease));
+      const CommitAnswer committed = CommitWithin(lease, deadline, with_token);
+      if (standby.Unconfirmed()) {
+        // Durable on the primary only: a failover now would lose it.
+        finish(false, true);
+        throw OutcomeUnknown(shard, fmt::format("{} for customer {} (bucket {}) on shard {} ({}): COMMIT returned "
+                                                "without its synchronous standby's confirmation ({}): it is "
+                                                "committed on the primary but a failover may lose it; check "
+                                                "before doing it again, and check the shard's replicas "
+                                                "(shardctl shards)",
+                                                label, customer, bucket, shard, at.server, standby.Message()));
+      }
+      if (!committed.failure.empty()) {
+        finish(false, true);
+        throw OutcomeUnknown(shard, fmt::format("{} for customer {} (bucket {}) on shard {} ({}): COMMIT did not "
+                                                "answer by the deadline and was cancelled ({}): it may or may not "
+                                                "have committed; check before doing it again",
+                                                label, customer, bucket, shard, at.server, committed.failure));
+      }
+      if (committed.position) outcome.token = ReadToken::At(shard, ParseLsn(*committed.position));
       outcome.shard = shard;
       outcome.server = at.server;
       outcome.on_replica = on_replica;
@@ -357,6 +441,22 @@ void RoutedTransactions::RunErased(CustomerId customer,
           }
         }
         leave(fmt::format("it had not replayed the read token's position {} yet", FormatLsn(*choice->verify_lsn)));
+        continue;
+      }
+      if (!on_replica && !options.read_only && e.sqlstate() == kSqlStateReadOnlyTransaction) {
+        // A primary that takes no writes: a failover fenced it. The catalog
+        // names the new primary; the refresh switches to it.
+        last_failure = fmt::format("shard {}'s server {} takes no writes (a failover fenced it?): {}", shard, at.server,
+                                   FirstLine(e.what()));
+        ++outcome.retried_other;
+        refresh();
+        if (resolver_.Servers(shard).primary.pool != pool && ++immediate < 3) continue;
+        if (!pause()) {
+          finish(false, false);
+          throw ShardQueryError(shard, fmt::format("{} for customer {} (bucket {}): gave up at the deadline after {} "
+                                                   "attempts: {}; check the shard's primary (shardctl shards)",
+                                                   label, customer, bucket, outcome.attempts, last_failure));
+        }
         continue;
       }
       auto refusal = ParseFenceRefusal(e);

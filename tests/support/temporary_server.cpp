@@ -97,6 +97,7 @@ TemporaryServer::~TemporaryServer() {
 }
 
 void TemporaryServer::Start() {
+  ClearDeadLock();
   // Already running (a test's tear-down restarts what it stopped).
   if (std::system(AsPostgres(fmt::format("{}/pg_ctl -D '{}/data' status >/dev/null 2>&1", kBin, directory_.string()))
                       .c_str()) == 0) {
@@ -110,7 +111,32 @@ void TemporaryServer::Start() {
                   kBin, directory_.string(), directory_.string(), port_, directory_.string())));
 }
 
+void TemporaryServer::Kill() {
+  // SIGKILL to the postmaster's children, then to it (the first line of
+  // postmaster.pid): no shutdown checkpoint, no goodbye to clients, as in a
+  // crash. Root may signal the postgres user's processes; so may that user.
+  Run(
+      fmt::format("pid=$(head -n 1 '{}/data/postmaster.pid' 2>/dev/null); if [ -n \"$pid\" ]; then "
+                  "pkill -KILL -P \"$pid\"; kill -KILL \"$pid\"; fi; sleep 0.3; true",
+                  directory_.string()));
+  ClearDeadLock();
+}
+
+void TemporaryServer::ClearDeadLock() const {
+  // A postmaster killed with SIGKILL stays a zombie where the first process
+  // of the machine (a container's) does not reap: pg_ctl and the server
+  // itself would count it as running. Its lock files (the data directory's
+  // and its socket's, in the data directory here) go.
+  Run(
+      fmt::format("d='{}/data'; pid=$(head -n 1 \"$d/postmaster.pid\" 2>/dev/null); "
+                  "if [ -n \"$pid\" ]; then state=$(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null); "
+                  "if [ -z \"$state\" ] || [ \"$state\" = Z ]; then rm -f \"$d/postmaster.pid\" "
+                  "\"$d\"/.s.PGSQL.*.lock; fi; fi; true",
+                  directory_.string()));
+}
+
 void TemporaryServer::Stop() {
+  ClearDeadLock();
   Run(AsPostgres(
       fmt::format("{}/pg_ctl -D '{}/data' -m fast -w stop >/dev/null 2>&1 || true", kBin, directory_.string())));
 }

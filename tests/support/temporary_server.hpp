@@ -28,6 +28,7 @@ class TemporaryServer {
   [[nodiscard]] std::unique_ptr<TemporaryServer> MakeReplica(const std::string& name) const;
 
   void Stop();   // pg_ctl stop -m fast
+  void Kill();   // SIGKILL, as a crash: Start() recovers it
   void Start();  // pg_ctl start (if it is not running), waits until it accepts connections
   [[nodiscard]] int Port() const noexcept { return port_; }
   [[nodiscard]] shardkit::Dsn Dsn() const;  // database postgres, user postgres (trust on 127.0.0.1)
@@ -45,6 +46,7 @@ class TemporaryServer {
   };
   explicit TemporaryServer(const ReplicaOf& of);
   void Run(const std::string& command) const;
+  void ClearDeadLock() const;  // the lock file of a postmaster that died
   std::filesystem::path directory_;
   int port_ = 0;
 };

@@ -145,8 +145,9 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
         // The server's replicas copy the scratch database too.
         const auto& replicas = shard_servers[static_cast<std::size_t>(i % servers)].replicas;
         for (std::size_t j = 0; j < replicas.size(); ++j) {
-          shard.replicas.push_back(
-              ReplicaConfig{fmt::format("shard{}-replica{}", i, j + 1), WithDatabase(replicas[j].dsn, database)});
+          ReplicaConfig replica{fmt::format("shard{}-replica{}", i, j + 1), WithDatabase(replicas[j].dsn, database)};
+          if (!replicas[j].admin_dsn.empty()) replica.admin_dsn = WithDatabase(replicas[j].admin_dsn, database);
+          shard.replicas.push_back(std::move(replica));
         }
       }
       config_.shards.push_back(std::move(shard));

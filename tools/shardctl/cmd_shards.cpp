@@ -131,6 +131,7 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
         for (const auto* r : mine) replica_list.push_back(ReplicaJson(*r));
         out["shards"].push_back({{"shard", s},
                                  {"name", resolver->ShardName(s)},
+                                 {"primary", resolver->Servers(s).primary.name},
                                  {"dsn", pool.RedactedDsn()},
                                  {"buckets", buckets},
                                  {"reachable", probe.reachable},
@@ -154,6 +155,9 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
         continue;
       }
       fmt::print("\nshard {} ({})  {}\n", s, resolver->ShardName(s), pool.RedactedDsn());
+      if (const auto& primary = resolver->Servers(s).primary.name; primary != resolver->ShardName(s)) {
+        fmt::print("  primary    {} (after a failover: shardctl failover)\n", primary);
+      }
       fmt::print("  buckets    {} ({} of 64)\n", BucketRanges(buckets), buckets.size());
       if (probe.reachable) {
         fmt::print("  reachable  yes, PostgreSQL {} ({:.1f} ms)\n", probe.server_version, probe.ms);

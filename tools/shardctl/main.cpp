@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   AddWorkersCommand(app, context);
   AddSqlCommand(app, context);
   AddPercentileCommand(app, context);
+  AddFailoverCommand(app, context);
 
   try {
     app.parse(argc, argv);

@@ -7,7 +7,9 @@
 // also checks the version every check_interval (a notification can be lost
 // with a connection), and publishes every newer version into the resolver.
 // RefreshNow() reads the catalog at once: routed transactions call it when a
-// shard refuses a bucket it no longer owns.
+// shard refuses a bucket it no longer owns, or a write because a failover
+// fenced it. Every read also applies the catalog's primaries (a failover's
+// new primary, routing/primaries.hpp).
 //
 //   shardkit::DirectoryWatcher watcher{*resolver, *config.catalog_dsn};
 //   ... resolver->Resolve(customer) now follows moves within milliseconds ...
@@ -41,12 +43,13 @@ struct DirectoryWatcherOptions {
 };
 
 struct DirectoryWatcherStats {
-  std::uint64_t notifications = 0;  // NOTIFYs received
-  std::uint64_t checks = 0;         // catalog reads (periodic, notified, RefreshNow)
-  std::uint64_t refreshes = 0;      // RefreshNow calls
-  std::uint64_t published = 0;      // newer versions published
-  std::uint64_t errors = 0;         // failed reads, lost connections
-  std::int64_t version = 0;         // the resolver's version now
+  std::uint64_t notifications = 0;    // NOTIFYs received
+  std::uint64_t checks = 0;           // catalog reads (periodic, notified, RefreshNow)
+  std::uint64_t refreshes = 0;        // RefreshNow calls
+  std::uint64_t published = 0;        // newer versions published
+  std::uint64_t primary_changes = 0;  // shards switched to another primary (a failover, routing/primaries.hpp)
+  std::uint64_t errors = 0;           // failed reads, lost connections
+  std::int64_t version = 0;           // the resolver's version now
   std::string last_error;
 };
 

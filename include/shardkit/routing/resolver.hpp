@@ -11,15 +11,19 @@
 //
 // A shard may have streaming replicas (config.hpp): each has a pool of its
 // own, and Servers(shard) names them beside the shard's primary, whose pool
-// Pool(shard) is (writes and primary reads).
+// Pool(shard) is (writes and primary reads). After a failover
+// (topology/failover.hpp) SetPrimary makes one of them the primary: routes
+// resolved from then on use its pool.
 //
-// Thread-safe: any number of threads may route, acquire and publish at once
-// (AddReplica excepted: before the resolver is shared).
+// Thread-safe: any number of threads may route, acquire, publish and set a
+// primary at once (AddReplica excepted: before the resolver is shared).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -47,7 +51,8 @@ struct ShardServer {
   int member = 0;                  // 0: the primary (dsn); j: replicas[j - 1]
 };
 
-// The servers of a shard. Immutable once the resolver is shared.
+// The servers of a shard, as one snapshot: immutable (SetPrimary publishes
+// a new one; every snapshot lives as long as the resolver).
 struct ShardServers {
   ShardServer primary;                // writes and primary reads
   std::vector<ShardServer> replicas;  // the hot standbys that may serve reads
@@ -81,7 +86,7 @@ class BucketShardResolver {
   // One atomic load (see DirectoryHolder).
   [[nodiscard]] ShardId ShardFor(CustomerId customer_id) const noexcept { return directory_.ShardFor(customer_id); }
   [[nodiscard]] ConnectionPool& PoolFor(CustomerId customer_id) const {
-    return *shards_[static_cast<std::size_t>(ToInt(ShardFor(customer_id)))]->servers->primary.pool;
+    return *shards_[static_cast<std::size_t>(ToInt(ShardFor(customer_id)))]->servers.load()->primary.pool;
   }
   // Bucket, shard, directory version and pool of one customer, consistently
   // (one atomic load, see DirectoryHolder::PlacementOf).
@@ -92,9 +97,18 @@ class BucketShardResolver {
   [[nodiscard]] int ShardCount() const noexcept { return static_cast<int>(shards_.size()); }
   [[nodiscard]] const std::string& ShardName(ShardId shard) const;
 
-  // The shard's primary and replicas. Throws UnknownShard.
+  // The shard's primary and replicas now. Throws UnknownShard.
   [[nodiscard]] const ShardServers& Servers(ShardId shard) const;
   [[nodiscard]] bool HasReplicas() const noexcept;
+  // Every server of the shard by member (0: the configured primary, j: its
+  // replica j), whichever is the primary now. Throws UnknownShard.
+  [[nodiscard]] const std::vector<ShardServer>& Members(ShardId shard) const { return At(shard).members; }
+  // Makes `server` (the shard's own name for the configured primary, or one
+  // of its replicas' names) the shard's primary; the others but the
+  // configured primary stay its replicas (a primary that lost its place is
+  // no standby until it is rebuilt as one). False if it already was.
+  // Throws UnknownShard, or Error for a name that is none of the shard's.
+  bool SetPrimary(ShardId shard, const std::string& server);
 
   [[nodiscard]] std::shared_ptr<const BucketDirectory> Directory() const { return directory_.Current(); }
   // Atomically replaces the directory (higher version, same shard count).
@@ -102,13 +116,19 @@ class BucketShardResolver {
 
  private:
   struct Shard {
-    std::vector<std::unique_ptr<ConnectionPool>> pools;  // by member
-    std::unique_ptr<ShardServers> servers;
+    std::string name;
+    std::vector<std::unique_ptr<ConnectionPool>> pools;          // by member
+    std::vector<ShardServer> members;                            // by member: 0 the configured primary
+    std::atomic<const ShardServers*> servers{nullptr};           // the newest of `snapshots`
+    std::vector<std::unique_ptr<const ShardServers>> snapshots;  // kept: callers hold references
   };
   [[nodiscard]] Shard& At(ShardId shard) const;
+  // Publishes the shard's servers with `primary` (a member) as its primary.
+  static void Publish(Shard& shard, int primary);
 
   DirectoryHolder directory_;
   std::vector<std::unique_ptr<Shard>> shards_;
+  std::mutex primaries_mutex_;  // SetPrimary's, one at a time
 };
 
 }  // namespace shardkit

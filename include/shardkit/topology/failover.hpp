@@ -1,0 +1,77 @@
+// shardkit/topology/failover.hpp — replace a shard's primary by one of its
+// replicas, without losing a write a client was told is committed.
+//
+//   auto report = shardkit::Failover(config, "shard1");                  // the most caught-up replica
+//   auto report = shardkit::Failover(config, "shard1", {.to = "shard1-replica1", .force = true});
+//
+// The steps, each journaled in the catalog (shardkit_failovers and
+// shardkit_failover_events, sql/037) under a per-shard lock there:
+//   1. planned   the replica to promote: the one named, else the reachable
+//                standby that has received the most WAL.
+//   2. fenced    the old primary, when reachable, takes no more writes:
+//                default_transaction_read_only = on (ALTER SYSTEM: it
+//                survives a restart), every other session terminated; its
+//                last WAL position is read. shardkit's routed writes refused
+//                there (read-only transaction) refresh the catalog and go to
+//                the new primary. Unreachable, the failover stops unless
+//                `force`: the operator must first make sure it cannot come
+//                back as a primary (keep it down, or rebuild it as a
+//                standby).
+//   3. caught_up the replica has replayed the fenced primary's last position
+//                (nothing acknowledged is lost), within catch_up_timeout;
+//                otherwise the old primary is unfenced and nothing changed.
+//   4. promoted  pg_promote() on the replica (its admin_dsn), and its
+//                synchronous_standby_names emptied: it has no standby yet,
+//                and a commit waiting for one would wait forever.
+//   5. published the catalog's shardkit_primaries row for the shard, by
+//                compare-and-set of its epoch, with a NOTIFY: every Cluster's
+//                directory watcher switches its pools to the new primary.
+// Unreachable and forced, what the replica had not received is lost unless
+// the shard replicated synchronously to it (synchronous_standby_names):
+// then no acknowledged write is, and a commit on the old primary after a
+// restart waits for a standby that never comes (shardkit reports it as
+// OutcomeUnknown, never as committed). A failover that stopped after step 4
+// is finished by running it again with `to` naming the promoted replica.
+//
+// Needs the catalog ([catalog] dsn, migrated); throws FailoverError (what
+// failed, and what to do), ConfigError (an unknown shard or replica).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "shardkit/config.hpp"
+
+namespace shardkit {
+
+struct FailoverOptions {
+  std::optional<std::string> to;  // the replica to promote (its name); unset: the most caught-up one
+  bool force = false;             // go on when the old primary is unreachable (it is then not fenced)
+  std::chrono::milliseconds catch_up_timeout{30000};
+  std::chrono::milliseconds connect_timeout{2000};
+  std::string requested_by;
+  // Called after each step with its name and what it found.
+  std::function<void(const std::string& step, const std::string& detail)> on_step;
+};
+
+struct FailoverReport {
+  std::int64_t failover_id = 0;
+  std::string shard;
+  std::string from_server;  // the old primary
+  std::string to_server;    // the promoted replica, the primary now
+  std::int64_t epoch = 0;   // shardkit_primaries' epoch published
+  bool old_primary_fenced = false;
+  std::optional<std::uint64_t> old_primary_lsn;  // its last WAL position (reachable only)
+  std::uint64_t promoted_at_lsn = 0;             // what the replica had replayed when promoted
+  std::string loss;                              // what the failover may have lost, in words
+  std::chrono::milliseconds writes_paused{0};    // from the fence to the publish: writes waited this long
+  std::chrono::milliseconds took{0};
+};
+
+[[nodiscard]] FailoverReport Failover(const ClusterConfig& config, const std::string& shard,
+                                      const FailoverOptions& options = {});
+
+}  // namespace shardkit

@@ -1,0 +1,408 @@
+// Failover: the steps of failover.hpp, each journaled before the next.
+#include "shardkit/topology/failover.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <pqxx/pqxx>
+#include <thread>
+#include <vector>
+
+#include "pg/server_message.hpp"
+#include "shardkit/core/dsn_format.hpp"
+#include "shardkit/errors.hpp"
+#include "shardkit/routing/read_token.hpp"
+#include "shardkit/routing/replica_monitor.hpp"
+
+namespace shardkit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using detail::FirstLine;
+using std::chrono::milliseconds;
+
+// The catalog's advisory lock of a shard's failovers (the fence uses 21323).
+constexpr int kFailoverLockClass = 21325;
+
+struct Server {
+  std::string name;
+  Dsn admin;  // a superuser: ALTER SYSTEM, pg_terminate_backend, pg_promote
+  int member = 0;
+};
+
+// What a standby says about itself.
+struct StandbyState {
+  bool reachable = false;
+  bool in_recovery = false;
+  std::uint64_t receive = 0;
+  std::uint64_t replay = 0;
+  std::string error;
+};
+
+std::uint64_t LsnOr0(const pqxx::field& f) {
+  return f.is_null() ? 0 : ParseLsn(f.c_str());
+}
+
+class Run {
+ public:
+  Run(const ClusterConfig& config, const std::string& shard_name, const FailoverOptions& options)
+      : config_(config), options_(options), started_(Clock::now()) {
+    if (!config.catalog_dsn) {
+      throw ConfigError("catalog.dsn", fmt::format("{} has no [catalog]: a failover publishes the new primary "
+                                                   "there, for every router to follow",
+                                                   config.origin));
+    }
+    const auto found = std::find_if(config.shards.begin(), config.shards.end(),
+                                    [&](const ShardConfig& s) { return s.name == shard_name; });
+    if (found == config.shards.end()) {
+      std::string names;
+      for (const auto& s : config.shards) names += (names.empty() ? "" : ", ") + s.name;
+      throw ConfigError("shard",
+                        fmt::format("{} has no shard named {} (its shards: {})", config.origin, shard_name, names));
+    }
+    shard_index_ = static_cast<int>(found - config.shards.begin());
+    shard_ = &*found;
+    members_.push_back(Server{shard_->name, shard_->AdminDsn(), 0});
+    for (std::size_t j = 0; j < shard_->replicas.size(); ++j) {
+      members_.push_back(Server{shard_->replicas[j].name, shard_->replicas[j].AdminDsn(), static_cast<int>(j + 1)});
+    }
+    report_.shard = shard_->name;
+  }
+
+  FailoverReport Go();
+
+ private:
+  [[nodiscard]] std::unique_ptr<pqxx::connection> Connect(const Dsn& dsn) const {
+    return std::make_unique<pqxx::connection>(WithConnectTimeout(dsn, options_.connect_timeout).Reveal());
+  }
+  void LockAndReadPrimary();
+  const Server& ChooseReplica();
+  void Journal(const std::string& state, const std::string& detail);
+  [[noreturn]] void Fail(const std::string& message, bool promoted);
+  bool FenceOldPrimary();
+  void Unfence();
+  void WaitForCatchUp(const Server& to);
+  void Promote(const Server& to);
+  void Publish(const Server& to);
+  StandbyState Standby(const Server& s) const;
+
+  const ClusterConfig& config_;
+  const FailoverOptions& options_;
+  const Clock::time_point started_;
+  int shard_index_ = 0;
+  const ShardConfig* shard_ = nullptr;
+  std::vector<Server> members_;
+  std::unique_ptr<pqxx::connection> catalog_;
+  const Server* from_ = nullptr;
+  std::int64_t epoch_ = 0;  // the shard's epoch before this failover
+  std::optional<Clock::time_point> fenced_at_;
+  FailoverReport report_;
+};
+
+void Run::LockAndReadPrimary() {
+  try {
+    catalog_ = Connect(*config_.catalog_dsn);
+    pqxx::nontransaction tx{*catalog_};
+    if (!tx.exec_params1("SELECT pg_try_advisory_lock($1, $2)", kFailoverLockClass, shard_index_)[0].as<bool>()) {
+      throw FailoverError(
+          fmt::format("another failover of shard {} is under way (it holds the catalog's lock): "
+                      "wait for it, then check shardctl shards",
+                      shard_->name));
+    }
+    if (tx.exec1("SELECT to_regclass('shardkit_primaries') IS NULL")[0].as<bool>()) {
+      throw FailoverError(
+          fmt::format("the catalog ({}) has no shardkit_primaries table: run shardctl migrate", *config_.catalog_dsn));
+    }
+    const auto row = tx.exec_params("SELECT server, epoch FROM shardkit_primaries WHERE shard = $1", shard_->name);
+    const std::string current = row.empty() ? shard_->name : row[0][0].c_str();
+    epoch_ = row.empty() ? 0 : row[0][1].as<std::int64_t>();
+    const auto it = std::find_if(members_.begin(), members_.end(), [&](const Server& s) { return s.name == current; });
+    if (it == members_.end()) {
+      throw ConfigError(fmt::format("shard[{}].replicas", shard_index_),
+                        fmt::format("the catalog names {} the primary of shard {}, and {} lists no such server "
+                                    "for it",
+                                    current, shard_->name, config_.origin));
+    }
+    from_ = &*it;
+    report_.from_server = from_->name;
+  } catch (const pqxx::broken_connection& e) {
+    throw FailoverError(
+        fmt::format("the catalog ({}) is unreachable: {}; a failover must publish the new primary "
+                    "there, so it cannot start",
+                    *config_.catalog_dsn, RedactDsn(FirstLine(e.what()))));
+  }
+}
+
+StandbyState Run::Standby(const Server& s) const {
+  StandbyState state;
+  try {
+    auto c = Connect(s.admin);
+    pqxx::nontransaction tx{*c};
+    const auto row =
+        tx.exec1("SELECT pg_is_in_recovery(), pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text");
+    state.reachable = true;
+    state.in_recovery = row[0].as<bool>();
+    state.receive = LsnOr0(row[1]);
+    state.replay = LsnOr0(row[2]);
+  } catch (const std::exception& e) {
+    state.error = RedactDsn(FirstLine(e.what()));
+  }
+  return state;
+}
+
+const Server& Run::ChooseReplica() {
+  std::vector<const Server*> candidates;
+  for (const Server& s : members_) {
+    // Not the primary, nor the configured primary once it lost its place.
+    if (&s == from_ || (s.member == 0 && from_->member != 0)) continue;
+    candidates.push_back(&s);
+  }
+  std::string names;
+  for (const Server* s : candidates) names += (names.empty() ? "" : ", ") + s->name;
+  if (options_.to) {
+    const auto it =
+        std::find_if(candidates.begin(), candidates.end(), [&](const Server* s) { return s->name == *options_.to; });
+    if (it == candidates.end()) {
+      throw ConfigError("to", fmt::format("{} is not a replica of shard {} that can be promoted (its primary is "
+                                          "{}; its replicas: {})",
+                                          *options_.to, shard_->name, from_->name, names.empty() ? "none" : names));
+    }
+    return **it;
+  }
+  if (candidates.empty()) {
+    throw FailoverError(fmt::format("shard {} has no replica to promote: list one under its replicas", shard_->name));
+  }
+  const Server* best = nullptr;
+  StandbyState best_state;
+  std::string skipped;
+  for (const Server* s : candidates) {
+    const StandbyState state = Standby(*s);
+    if (!state.reachable || !state.in_recovery) {
+      skipped += fmt::format("; {}: {}", s->name, state.reachable ? "not a standby (in recovery: no)" : state.error);
+      continue;
+    }
+    if (best == nullptr || state.receive > best_state.receive) {
+      best = s;
+      best_state = state;
+    }
+  }
+  if (best == nullptr) {
+    throw FailoverError(fmt::format("no replica of shard {} can be promoted{}", shard_->name, skipped));
+  }
+  return *best;
+}
+
+void Run::Journal(const std::string& state, const std::string& detail) {
+  if (options_.on_step) options_.on_step(state, detail);
+  try {
+    pqxx::work tx{*catalog_};
+    tx.exec_params(
+        "UPDATE shardkit_failovers SET state = $2, finished_at = CASE WHEN $2 IN ('done', 'failed') THEN "
+        "clock_timestamp() END, epoch = CASE WHEN $2 = 'done' THEN $3::bigint ELSE epoch END, "
+        "error = CASE WHEN $2 = 'failed' THEN $4 ELSE error END WHERE failover_id = $1",
+        report_.failover_id, state, report_.epoch, detail);
+    tx.exec_params("INSERT INTO shardkit_failover_events (failover_id, state, detail) VALUES ($1, $2, $3)",
+                   report_.failover_id, state, detail);
+    tx.commit();
+  } catch (const std::exception& e) {
+    // The journal is the record, not the mechanism: a failover that lost
+    // the catalog now fails at its publish step, which says so.
+    if (options_.on_step) options_.on_step("journal", "could not record: " + FirstLine(e.what()));
+  }
+}
+
+void Run::Fail(const std::string& message, bool promoted) {
+  Journal("failed", message);
+  throw FailoverError(fmt::format("failover of shard {} from {}: {}", shard_->name, from_->name, message), promoted);
+}
+
+bool Run::FenceOldPrimary() {
+  try {
+    auto c = Connect(from_->admin);
+    pqxx::nontransaction tx{*c};
+    if (tx.exec1("SELECT pg_is_in_recovery()")[0].as<bool>()) return false;  // not a primary: nothing to fence
+    tx.exec("ALTER SYSTEM SET default_transaction_read_only = on");
+    tx.exec("SELECT pg_reload_conf()");
+    fenced_at_ = Clock::now();
+    // Sessions opened before the reload took effect keep writing until
+    // terminated; the setting reaches this session at its next statement.
+    const auto until = Clock::now() + std::chrono::seconds(5);
+    int terminated = 0;
+    for (;;) {
+      terminated += tx.exec1(
+                          "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                          "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")[0]
+                        .as<int>();
+      if (std::string_view(tx.exec1("SELECT current_setting('default_transaction_read_only')")[0].c_str()) == "on") {
+        break;
+      }
+      if (Clock::now() > until) Fail("the old primary did not apply default_transaction_read_only within 5 s", false);
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    terminated += tx.exec1(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")[0]
+                      .as<int>();
+    report_.old_primary_lsn = ParseLsn(tx.exec1("SELECT pg_current_wal_insert_lsn()::text")[0].c_str());
+    report_.old_primary_fenced = true;
+    Journal("fenced", fmt::format("{} is read-only (default_transaction_read_only, ALTER SYSTEM), {} sessions "
+                                  "terminated; its last position {}",
+                                  from_->name, terminated, FormatLsn(*report_.old_primary_lsn)));
+    return true;
+  } catch (const pqxx::broken_connection& e) {
+    const std::string why = RedactDsn(FirstLine(e.what()));
+    if (!options_.force) {
+      Fail(fmt::format("the primary {} is unreachable ({}), so it cannot be fenced: if it came back it would take "
+                       "writes. Make sure it cannot (stop it for good, or rebuild it as a standby of the new "
+                       "primary), then run again with --force",
+                       from_->name, why),
+           false);
+    }
+    Journal("unfenced", fmt::format("{} is unreachable ({}); going on (forced)", from_->name, why));
+    return false;
+  }
+}
+
+void Run::Unfence() {
+  try {
+    auto c = Connect(from_->admin);
+    pqxx::nontransaction tx{*c};
+    tx.exec("ALTER SYSTEM RESET default_transaction_read_only");
+    tx.exec("SELECT pg_reload_conf()");
+    Journal("unfenced", fmt::format("{} takes writes again", from_->name));
+  } catch (const std::exception& e) {
+    Journal("unfenced", fmt::format("{} could not be unfenced ({}): run ALTER SYSTEM RESET "
+                                    "default_transaction_read_only; SELECT pg_reload_conf(); there",
+                                    from_->name, RedactDsn(FirstLine(e.what()))));
+  }
+}
+
+void Run::WaitForCatchUp(const Server& to) {
+  const std::uint64_t target = InsertPositionFloor(*report_.old_primary_lsn);
+  const auto until = Clock::now() + options_.catch_up_timeout;
+  StandbyState state;
+  for (;;) {
+    state = Standby(to);
+    if (state.reachable && state.in_recovery && state.replay >= target) break;
+    if (Clock::now() > until || (state.reachable && !state.in_recovery)) {
+      Unfence();
+      Fail(fmt::format("{} {} (it must replay the fenced primary's last position {}); nothing was changed: run "
+                       "again, or name another replica",
+                       to.name,
+                       !state.reachable    ? "is unreachable: " + state.error
+                       : state.in_recovery ? fmt::format("replayed only up to {} within {} ms", FormatLsn(state.replay),
+                                                         options_.catch_up_timeout.count())
+                                           : std::string("is not a standby any more"),
+                       FormatLsn(target)),
+           false);
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  report_.promoted_at_lsn = state.replay;
+  Journal("caught_up", fmt::format("{} replayed {} (the fenced primary's last position {})", to.name,
+                                   FormatLsn(state.replay), FormatLsn(target)));
+}
+
+void Run::Promote(const Server& to) {
+  try {
+    auto c = Connect(to.admin);
+    pqxx::nontransaction tx{*c};
+    if (report_.promoted_at_lsn == 0) {
+      report_.promoted_at_lsn = LsnOr0(tx.exec1("SELECT pg_last_wal_replay_lsn()::text")[0]);
+    }
+    if (!tx.exec1("SELECT pg_promote(true, 60)")[0].as<bool>()) {
+      Fail(fmt::format("pg_promote() on {} did not finish within 60 s: check its log", to.name), false);
+    }
+    // No standby follows it yet: a synchronous commit would wait forever.
+    tx.exec("ALTER SYSTEM SET synchronous_standby_names = ''");
+    tx.exec("SELECT pg_reload_conf()");
+    Journal("promoted", fmt::format("{} is a primary (at {}); its synchronous_standby_names is empty until a "
+                                    "replica follows it",
+                                    to.name, FormatLsn(report_.promoted_at_lsn)));
+  } catch (const FailoverError&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (report_.old_primary_fenced) Unfence();
+    Fail(fmt::format("promoting {} failed: {}", to.name, RedactDsn(FirstLine(e.what()))), false);
+  }
+}
+
+void Run::Publish(const Server& to) {
+  report_.epoch = epoch_ + 1;
+  try {
+    pqxx::work tx{*catalog_};
+    const auto changed = tx.exec_params(
+        "INSERT INTO shardkit_primaries (shard, server, epoch) VALUES ($1, $2, $3) "
+        "ON CONFLICT (shard) DO UPDATE SET server = excluded.server, epoch = excluded.epoch, "
+        "changed_at = clock_timestamp() WHERE shardkit_primaries.epoch = $3 - 1",
+        shard_->name, to.name, report_.epoch);
+    if (changed.affected_rows() != 1) {
+      Fail(fmt::format("the catalog's epoch of shard {} moved past {} meanwhile (another failover?); {} is "
+                       "promoted: check shardctl shards",
+                       shard_->name, epoch_, to.name),
+           true);
+    }
+    tx.commit();
+  } catch (const FailoverError&) {
+    throw;
+  } catch (const std::exception& e) {
+    Fail(fmt::format("{} is promoted, but the catalog could not be updated ({}): run the failover again with "
+                     "--to {} once the catalog is reachable",
+                     to.name, RedactDsn(FirstLine(e.what())), to.name),
+         true);
+  }
+  if (fenced_at_) report_.writes_paused = std::chrono::duration_cast<milliseconds>(Clock::now() - *fenced_at_);
+  Journal("published", fmt::format("shard {}'s primary is {} (epoch {}); routers switch on the NOTIFY", shard_->name,
+                                   to.name, report_.epoch));
+}
+
+FailoverReport Run::Go() {
+  LockAndReadPrimary();
+  const Server& to = ChooseReplica();
+  report_.to_server = to.name;
+  {
+    pqxx::work tx{*catalog_};
+    report_.failover_id =
+        tx.exec_params1(
+              "INSERT INTO shardkit_failovers (shard, from_server, to_server, state, forced, requested_by) "
+              "VALUES ($1, $2, $3, 'planning', $4, $5) RETURNING failover_id",
+              shard_->name, from_->name, to.name, options_.force, options_.requested_by)[0]
+            .as<std::int64_t>();
+    tx.commit();
+  }
+  const StandbyState target = Standby(to);
+  if (!target.reachable) Fail(fmt::format("{} is unreachable: {}", to.name, target.error), false);
+  // A replica already promoted (a failover that stopped before its publish
+  // step) is only published.
+  const bool resume = !target.in_recovery;
+  Journal("planned", fmt::format("promote {} (received {}, replayed {}){}", to.name, FormatLsn(target.receive),
+                                 FormatLsn(target.replay), resume ? ": already promoted, publishing it" : ""));
+  const bool fenced = FenceOldPrimary();
+  if (!resume) {
+    if (fenced) WaitForCatchUp(to);
+    Promote(to);
+  }
+  Publish(to);
+  if (fenced) {
+    report_.loss = fmt::format("none: {} was fenced and {} had replayed its last position before the promotion",
+                               from_->name, to.name);
+  } else {
+    report_.loss = fmt::format(
+        "unknown: {} was unreachable; {} had received WAL up to {}. With synchronous replication to it "
+        "(synchronous_standby_names) no acknowledged write is lost; with asynchronous replication, what it had "
+        "not received is",
+        from_->name, to.name, FormatLsn(target.receive));
+  }
+  report_.took = std::chrono::duration_cast<milliseconds>(Clock::now() - started_);
+  Journal("done", report_.loss);
+  return report_;
+}
+
+}  // namespace
+
+FailoverReport Failover(const ClusterConfig& config, const std::string& shard, const FailoverOptions& options) {
+  return Run(config, shard, options).Go();
+}
+
+}  // namespace shardkit

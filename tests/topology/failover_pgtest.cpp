@@ -1,0 +1,332 @@
+// Failover on servers of the test's own (a primary and its streaming
+// replica, TemporaryServer) for shard 0, shard 1 on the local cluster, the
+// catalog a scratch one: writers keep writing through a Cluster while the
+// replica is promoted, and every write the Cluster acknowledged is on the
+// new primary; the old primary, fenced or restarted after a crash, never
+// acknowledges a write again.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <pqxx/pqxx>
+#include <set>
+#include <thread>
+
+#include "shardkit/cluster.hpp"
+#include "shardkit/errors.hpp"
+#include "shardkit/topology/failover.hpp"
+#include "support/temporary_server.hpp"
+#include "support/test_cluster.hpp"
+#include "support/wait.hpp"
+
+namespace shardkit {
+namespace {
+
+using std::chrono::milliseconds;
+using test::ScratchCluster;
+using test::ScratchOptions;
+using test::TemporaryServer;
+
+constexpr const char* kReplicaName = "tmp-replica";
+
+class Failover : public ::testing::Test {
+ protected:
+  // synchronous: the primary waits at every commit until the replica has
+  // the commit's WAL (synchronous_standby_names), as lab/cluster's
+  // SHARDKIT_REPLICATION=sync does.
+  void StartServers(bool synchronous) {
+    primary_ = std::make_unique<TemporaryServer>();
+    replica_ = primary_->MakeReplica(kReplicaName);
+    if (synchronous) {
+      primary_->Exec("ALTER SYSTEM SET synchronous_standby_names = '*'");  // its one standby
+      primary_->Exec("SELECT pg_reload_conf()");
+    }
+    ShardConfig failing{"tmp", primary_->AppDsn(), primary_->Dsn()};
+    ReplicaConfig replica{kReplicaName, replica_->AppDsn()};
+    replica.admin_dsn = replica_->Dsn();
+    failing.replicas.push_back(replica);
+    ShardConfig steady = test::LoadTestConfig().shards.at(1);
+    steady.replicas.clear();
+    cluster_ = std::make_unique<ScratchCluster>("failover_pgtest", ScratchOptions().Shards(2).On({failing, steady}));
+    cluster_->CatchUpReplicas();
+    for (int c = 1; customers_.size() < 16; ++c) {
+      if (cluster_->Config().directory.ShardFor(CustomerId{c}) == ShardId{0}) customers_.push_back(c);
+    }
+  }
+  void TearDown() override {
+    // An old primary still waiting for its synchronous standby would hold
+    // the scratch databases' DROP forever.
+    try {
+      if (primary_) primary_->Exec("ALTER SYSTEM RESET synchronous_standby_names");
+      if (primary_) primary_->Exec("SELECT pg_reload_conf()");
+    } catch (const std::exception&) {
+      // Down: nothing waits there.
+    }
+    cluster_.reset();
+    replica_.reset();
+    primary_.reset();
+  }
+
+  static ClusterOptions QuickWatcher() {
+    ClusterOptions options;
+    options.watcher.check_interval = milliseconds(200);
+    return options;
+  }
+
+  // Order ids present on a server's scratch database of shard 0.
+  std::set<std::int64_t> OrdersOn(const Dsn& server) const {
+    pqxx::connection c{test::WithDatabase(server, cluster_->ShardDatabaseName(0)).Reveal()};
+    pqxx::nontransaction tx{c};
+    std::set<std::int64_t> ids;
+    for (const auto& row : tx.exec("SELECT order_id FROM orders WHERE order_id >= 900000000")) {
+      ids.insert(row[0].as<std::int64_t>());
+    }
+    return ids;
+  }
+
+  // Writers on shard 0's customers until stopped: what was acknowledged,
+  // what failed, and the failures' texts (a few).
+  struct Writers {
+    std::atomic<bool> stop{false};
+    std::atomic<std::int64_t> next_id{900000000};
+    std::mutex mutex;
+    std::set<std::int64_t> acknowledged;
+    int failed = 0;
+    int unknown = 0;
+    std::vector<std::string> errors;
+    std::vector<std::thread> threads;
+
+    void Start(Cluster& cluster, const std::vector<int>& customers, int count) {
+      for (int t = 0; t < count; ++t) {
+        threads.emplace_back([this, &cluster, &customers, t] {
+          for (std::size_t i = 0; !stop.load(); ++i) {
+            const int customer = customers[(i * 7 + static_cast<std::size_t>(t)) % customers.size()];
+            const std::int64_t id = next_id++;
+            RoutedOptions options;
+            options.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            try {
+              cluster.Run(
+                  CustomerId{customer},
+                  [&](pqxx::transaction_base& tx, const RoutedContext& at) {
+                    tx.exec_params(
+                        "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, "
+                        "now(), 1)",
+                        customer, at.bucket, id);
+                  },
+                  options);
+              std::lock_guard lock(mutex);
+              acknowledged.insert(id);
+            } catch (const OutcomeUnknown& e) {
+              std::lock_guard lock(mutex);
+              ++unknown;
+              if (errors.size() < 5) errors.emplace_back(e.what());
+            } catch (const std::exception& e) {
+              std::lock_guard lock(mutex);
+              ++failed;
+              if (errors.size() < 5) errors.emplace_back(e.what());
+            }
+          }
+        });
+      }
+    }
+    void Stop() {
+      stop = true;
+      for (auto& t : threads) t.join();
+      threads.clear();
+    }
+    std::size_t Acknowledged() {
+      std::lock_guard lock(mutex);
+      return acknowledged.size();
+    }
+  };
+
+  void ExpectEveryAcknowledgedWriteOnTheNewPrimary(Writers& writers) {
+    const std::set<std::int64_t> present = OrdersOn(replica_->Dsn());
+    std::vector<std::int64_t> lost;
+    for (const std::int64_t id : writers.acknowledged) {
+      if (present.count(id) == 0) lost.push_back(id);
+    }
+    EXPECT_TRUE(lost.empty()) << lost.size() << " acknowledged writes are not on the new primary, e.g. order "
+                              << lost.front();
+    std::cout << writers.acknowledged.size() << " writes acknowledged, " << lost.size() << " lost, " << writers.unknown
+              << " outcome unknown, " << writers.failed << " failed\n";
+    for (const auto& e : writers.errors) std::cout << "  " << e.substr(0, 300) << "\n";
+    RecordProperty("acknowledged_writes", static_cast<int>(writers.acknowledged.size()));
+    RecordProperty("lost_writes", static_cast<int>(lost.size()));
+  }
+
+  // shardctl with a configuration file of the scratch cluster (replicas
+  // included); its exit status and what it printed.
+  struct Ran {
+    int status = -1;
+    std::string out;
+  };
+  Ran Shardctl(const std::string& args) const {
+    const auto path = std::filesystem::temp_directory_path() / fmt::format("failover_pgtest_{}.toml", ::getpid());
+    {
+      std::ofstream f{path};
+      const ClusterConfig& c = cluster_->Config();
+      f << "[directory]\nsource = \"catalog\"\n\n";
+      for (const auto& s : c.shards) {
+        f << fmt::format("[[shard]]\nname = \"{}\"\ndsn = \"{}\"\n", s.name, s.dsn.Reveal());
+        if (!s.admin_dsn.empty()) f << fmt::format("admin_dsn = \"{}\"\n", s.admin_dsn.Reveal());
+        f << "replicas = [";
+        for (const auto& r : s.replicas) {
+          f << fmt::format("{{ name = \"{}\", dsn = \"{}\", admin_dsn = \"{}\" }}, ", r.name, r.dsn.Reveal(),
+                           r.AdminDsn().Reveal());
+        }
+        f << "]\n\n";
+      }
+      f << fmt::format("[reference]\ndsn = \"{}\"\n\n[catalog]\ndsn = \"{}\"\n", c.reference_dsn->Reveal(),
+                       c.catalog_dsn->Reveal());
+    }
+    Ran r;
+    FILE* pipe = ::popen(fmt::format("'{}' --config '{}' {} 2>&1", SHARDCTL_PATH, path.string(), args).c_str(), "r");
+    if (pipe == nullptr) return r;
+    std::array<char, 4096> buffer{};
+    while (std::fgets(buffer.data(), static_cast<int>(buffer.size()), pipe) != nullptr) r.out += buffer.data();
+    const int status = ::pclose(pipe);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::filesystem::remove(path);
+    return r;
+  }
+
+  std::unique_ptr<TemporaryServer> primary_;
+  std::unique_ptr<TemporaryServer> replica_;
+  std::unique_ptr<ScratchCluster> cluster_;
+  std::vector<int> customers_;
+};
+
+// A reachable primary is fenced, the replica catches up, is promoted and
+// published; the writers' Cluster follows without a restart and loses no
+// acknowledged write; the old primary refuses writes from then on.
+TEST_F(Failover, AReachablePrimaryIsFencedAndNoAcknowledgedWriteIsLost) {
+  StartServers(/*synchronous=*/false);
+  auto cluster = Cluster::Open(cluster_->Config(), QuickWatcher());
+  Writers writers;
+  writers.Start(*cluster, customers_, 4);
+  ASSERT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= 50; }));
+  std::vector<std::string> steps;
+  FailoverOptions options;
+  options.on_step = [&](const std::string& step, const std::string&) { steps.push_back(step); };
+  const FailoverReport report = shardkit::Failover(cluster_->Config(), "shard0", options);
+  const std::size_t before = writers.Acknowledged();
+  // Writes go on, on the new primary.
+  EXPECT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= before + 50; }));
+  writers.Stop();
+
+  EXPECT_EQ(report.from_server, "shard0");
+  EXPECT_EQ(report.to_server, "shard0-replica1");
+  EXPECT_EQ(report.epoch, 1);
+  EXPECT_TRUE(report.old_primary_fenced);
+  EXPECT_EQ(report.loss.rfind("none", 0), 0U) << report.loss;
+  EXPECT_EQ(steps, (std::vector<std::string>{"planned", "fenced", "caught_up", "promoted", "published", "done"}));
+  RecordProperty("writes_paused_ms", static_cast<int>(report.writes_paused.count()));
+  std::cout << "failover took " << report.took.count() << " ms, writes paused " << report.writes_paused.count()
+            << " ms\n";
+  ExpectEveryAcknowledgedWriteOnTheNewPrimary(writers);
+
+  EXPECT_NE(cluster->Route(CustomerId{customers_[0]}).pool.RedactedDsn().find(std::to_string(replica_->Port())),
+            std::string::npos);
+  EXPECT_GE(cluster->Stats().watcher->primary_changes, 1U);
+  // A Cluster opened now starts on the new primary.
+  auto later = Cluster::Open(cluster_->Config());
+  EXPECT_EQ(later->Resolver().Servers(ShardId{0}).primary.name, "shard0-replica1");
+
+  // The old primary: read-only, even for a session that never heard of the
+  // failover, and after a restart.
+  primary_->Stop();
+  primary_->Start();
+  pqxx::connection old{test::WithDatabase(primary_->AppDsn(), cluster_->ShardDatabaseName(0)).Reveal()};
+  pqxx::nontransaction tx{old};
+  EXPECT_THROW(
+      tx.exec("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES (1, 0, 1, now(), 1)"),
+      pqxx::sql_error);
+  // A router that does not read the catalog (directory from its file) is
+  // refused there, and never told its write committed.
+  ClusterConfig stale = cluster_->Config();
+  stale.directory_source = DirectorySource::kConfig;
+  auto stale_cluster = Cluster::Open(stale);
+  RoutedOptions quick;
+  quick.deadline = std::chrono::steady_clock::now() + milliseconds(1500);
+  EXPECT_THROW(stale_cluster->Run(
+                   CustomerId{customers_[0]},
+                   [&](pqxx::transaction_base& t, const RoutedContext& at) {
+                     t.exec_params(
+                         "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, "
+                         "$2, 1, now(), 1)",
+                         customers_[0], at.bucket);
+                   },
+                   quick),
+               ShardError);
+}
+
+// The primary is killed (SIGKILL) under synchronous replication: without
+// --force the failover refuses (it cannot fence a server it cannot reach);
+// forced, it promotes the replica and no acknowledged write is lost. The
+// old primary, restarted, still waits for its synchronous standby: a stale
+// router's write there is never acknowledged.
+TEST_F(Failover, AKilledPrimaryUnderSynchronousReplicationLosesNoAcknowledgedWrite) {
+  StartServers(/*synchronous=*/true);
+  auto cluster = Cluster::Open(cluster_->Config(), QuickWatcher());
+  Writers writers;
+  writers.Start(*cluster, customers_, 4);
+  ASSERT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= 50; }));
+  primary_->Kill();
+  // As an operator would: shardctl, refused, then forced.
+  const Ran refused = Shardctl("failover shard0");
+  EXPECT_EQ(refused.status, 1) << refused.out;
+  EXPECT_NE(refused.out.find("unreachable"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("--force"), std::string::npos) << refused.out;
+  const Ran forced = Shardctl("--json failover shard0 --force");
+  ASSERT_EQ(forced.status, 0) << forced.out;
+  const auto report = nlohmann::json::parse(forced.out.substr(forced.out.find('{')));
+  EXPECT_EQ(report["to"], "shard0-replica1") << forced.out;
+  EXPECT_EQ(report["epoch"], 1) << forced.out;
+  EXPECT_FALSE(report["old_primary_fenced"].get<bool>()) << forced.out;
+  EXPECT_EQ(report["loss"].get<std::string>().rfind("unknown", 0), 0U) << forced.out;
+  // The journal: the refused attempt failed, the forced one is done.
+  {
+    pqxx::connection catalog{cluster_->CatalogDsn().Reveal()};
+    pqxx::nontransaction tx{catalog};
+    const auto rows = tx.exec("SELECT state, forced FROM shardkit_failovers ORDER BY failover_id");
+    ASSERT_EQ(rows.size(), 2U);
+    EXPECT_STREQ(rows[0][0].c_str(), "failed");
+    EXPECT_STREQ(rows[1][0].c_str(), "done");
+    EXPECT_TRUE(rows[1][1].as<bool>());
+  }
+  const std::size_t before = writers.Acknowledged();
+  EXPECT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= before + 50; }));
+  writers.Stop();
+  ExpectEveryAcknowledgedWriteOnTheNewPrimary(writers);
+
+  // The old primary comes back (crash recovery) as a primary of nobody.
+  primary_->Start();
+  ClusterConfig stale = cluster_->Config();
+  stale.directory_source = DirectorySource::kConfig;
+  auto stale_cluster = Cluster::Open(stale);
+  RoutedOptions quick;
+  quick.deadline = std::chrono::steady_clock::now() + milliseconds(1500);
+  try {
+    stale_cluster->Run(
+        CustomerId{customers_[0]},
+        [&](pqxx::transaction_base& t, const RoutedContext& at) {
+          t.exec_params(
+              "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, "
+              "899999999, now(), 1)",
+              customers_[0], at.bucket);
+        },
+        quick);
+    FAIL() << "the old primary acknowledged a write after the failover";
+  } catch (const OutcomeUnknown& e) {
+    EXPECT_NE(std::string(e.what()).find("synchronous standby"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace shardkit

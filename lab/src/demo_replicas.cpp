@@ -187,14 +187,16 @@ class Load {
 
 // SIGKILL to the server's postmaster and its processes, from inside it (a
 // superuser's COPY TO PROGRAM: the shell's parent is our backend, whose
-// parent is the postmaster), so it works wherever the server runs.
+// parent is the postmaster), so it works wherever the server runs. One kill
+// for all: a postmaster that saw a child die first would signal the child's
+// process group, this shell included, and restart the rest.
 void KillServer(const Dsn& admin) {
   pqxx::connection c{admin.Reveal()};
   pqxx::nontransaction tx{c};
   try {
     tx.exec(
-        "COPY (SELECT 1) TO PROGRAM 'pm=$(cut -d\" \" -f4 /proc/$PPID/stat); for p in /proc/[0-9]*; do "
-        "[ \"$(cut -d\" \" -f4 $p/stat 2>/dev/null)\" = \"$pm\" ] && kill -KILL ${p#/proc/}; done; kill -KILL $pm'");
+        "COPY (SELECT 1) TO PROGRAM 'pm=$(cut -d\" \" -f4 /proc/$PPID/stat); kids=$(for p in /proc/[0-9]*; do "
+        "[ \"$(cut -d\" \" -f4 $p/stat 2>/dev/null)\" = \"$pm\" ] && echo ${p#/proc/}; done); kill -KILL $pm $kids'");
   } catch (const pqxx::broken_connection&) {
     // Our own backend went with it.
   } catch (const pqxx::sql_error&) {

@@ -196,6 +196,25 @@ class Failover : public ::testing::Test {
     return r;
   }
 
+  // One order of shard 0's first customer through a router that does not
+  // read the catalog (its directory from the file): it writes to the
+  // configured primary, whatever the catalog says.
+  void WriteThroughStaleRouter(std::int64_t order_id) const {
+    ClusterConfig stale = cluster_->Config();
+    stale.directory_source = DirectorySource::kConfig;
+    auto stale_cluster = Cluster::Open(stale);
+    RoutedOptions quick;
+    quick.deadline = std::chrono::steady_clock::now() + milliseconds(1500);
+    stale_cluster->Run(
+        CustomerId{customers_[0]},
+        [&](pqxx::transaction_base& t, const RoutedContext& at) {
+          t.exec_params(
+              "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 1)",
+              customers_[0], at.bucket, order_id);
+        },
+        quick);
+  }
+
   std::unique_ptr<TemporaryServer> primary_;
   std::unique_ptr<TemporaryServer> replica_;
   std::unique_ptr<ScratchCluster> cluster_;
@@ -207,6 +226,13 @@ class Failover : public ::testing::Test {
 // acknowledged write; the old primary refuses writes from then on.
 TEST_F(Failover, AReachablePrimaryIsFencedAndNoAcknowledgedWriteIsLost) {
   StartServers(/*synchronous=*/false);
+  // Bad names: usage errors (exit 2) that list what exists, nothing done.
+  const Ran no_shard = Shardctl("failover shard9");
+  EXPECT_EQ(no_shard.status, 2) << no_shard.out;
+  EXPECT_NE(no_shard.out.find("no shard named shard9 (its shards: shard0, shard1)"), std::string::npos) << no_shard.out;
+  const Ran no_replica = Shardctl("failover shard0 --to shard0-replica7");
+  EXPECT_EQ(no_replica.status, 2) << no_replica.out;
+  EXPECT_NE(no_replica.out.find("its replicas: shard0-replica1"), std::string::npos) << no_replica.out;
   auto cluster = Cluster::Open(cluster_->Config(), QuickWatcher());
   Writers writers;
   writers.Start(*cluster, customers_, 4);
@@ -249,21 +275,7 @@ TEST_F(Failover, AReachablePrimaryIsFencedAndNoAcknowledgedWriteIsLost) {
       pqxx::sql_error);
   // A router that does not read the catalog (directory from its file) is
   // refused there, and never told its write committed.
-  ClusterConfig stale = cluster_->Config();
-  stale.directory_source = DirectorySource::kConfig;
-  auto stale_cluster = Cluster::Open(stale);
-  RoutedOptions quick;
-  quick.deadline = std::chrono::steady_clock::now() + milliseconds(1500);
-  EXPECT_THROW(stale_cluster->Run(
-                   CustomerId{customers_[0]},
-                   [&](pqxx::transaction_base& t, const RoutedContext& at) {
-                     t.exec_params(
-                         "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, "
-                         "$2, 1, now(), 1)",
-                         customers_[0], at.bucket);
-                   },
-                   quick),
-               ShardError);
+  EXPECT_THROW(WriteThroughStaleRouter(1), ShardError);
 }
 
 // The primary is killed (SIGKILL) under synchronous replication: without
@@ -307,21 +319,8 @@ TEST_F(Failover, AKilledPrimaryUnderSynchronousReplicationLosesNoAcknowledgedWri
 
   // The old primary comes back (crash recovery) as a primary of nobody.
   primary_->Start();
-  ClusterConfig stale = cluster_->Config();
-  stale.directory_source = DirectorySource::kConfig;
-  auto stale_cluster = Cluster::Open(stale);
-  RoutedOptions quick;
-  quick.deadline = std::chrono::steady_clock::now() + milliseconds(1500);
   try {
-    stale_cluster->Run(
-        CustomerId{customers_[0]},
-        [&](pqxx::transaction_base& t, const RoutedContext& at) {
-          t.exec_params(
-              "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, "
-              "899999999, now(), 1)",
-              customers_[0], at.bucket);
-        },
-        quick);
+    WriteThroughStaleRouter(899999999);
     FAIL() << "the old primary acknowledged a write after the failover";
   } catch (const OutcomeUnknown& e) {
     EXPECT_NE(std::string(e.what()).find("synchronous standby"), std::string::npos) << e.what();

@@ -4,7 +4,8 @@
 // and the token bookkeeping on the write path: a routed write's commit with
 // and without reading the WAL position after COMMIT in the same round trip
 // (the steps Cluster::Run sends, reproduced on one pooled connection), next
-// to a whole routed write through Cluster::Run. Needs the local cluster with
+// to a whole routed write through Cluster::Run, with and without a token in
+// turn (BM_TokenShareOfClusterRun). Needs the local cluster with
 // replicas (SHARDKIT_REPLICAS=1 lab/cluster start).
 #include <benchmark/benchmark.h>
 #include <atomic>
@@ -183,6 +184,45 @@ void BM_RoutedWriteClusterRun(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_RoutedWriteClusterRun)->Arg(1)->Arg(0)->UseRealTime();
+
+// The token's share of the whole routed write, measured as BM_TokenBookkeeping
+// does (each iteration one Cluster::Run with a token and one without, in
+// turn, so that a machine whose load drifts affects both alike), through
+// the library's own COMMIT.
+void BM_TokenShareOfClusterRun(benchmark::State& state) {
+  if (!Ready(state)) return;
+  shardkit::Cluster& cluster = *Shared().cluster;
+  static std::atomic<std::int64_t> next_order{300'000'000};
+  std::chrono::nanoseconds with{0};
+  std::chrono::nanoseconds without{0};
+  const auto write = [&](bool token) {
+    shardkit::RoutedOptions options;
+    options.read_token = token;
+    shardkit::RoutedOutcome outcome;
+    const auto started = std::chrono::steady_clock::now();
+    cluster.Run(
+        kCustomer,
+        [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& at) {
+          tx.exec_params(
+              "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 1)",
+              at.customer, at.bucket, next_order++);
+        },
+        options, &outcome);
+    if (token == outcome.token.Empty()) state.SkipWithError("a token where none was asked, or none");
+    return std::chrono::steady_clock::now() - started;
+  };
+  for (auto _ : state) {
+    with += write(true);
+    without += write(false);
+  }
+  const auto us = [&](std::chrono::nanoseconds total) {
+    return static_cast<double>(total.count()) / static_cast<double>(state.iterations()) / 1000.0;
+  };
+  state.counters["token_us"] = us(with);
+  state.counters["no_token_us"] = us(without);
+  state.counters["token_pct_of_write"] = 100.0 * (us(with) - us(without)) / us(with);
+}
+BENCHMARK(BM_TokenShareOfClusterRun)->UseRealTime();
 
 }  // namespace
 

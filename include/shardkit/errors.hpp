@@ -246,8 +246,9 @@ class ScatterError : public Error {
     ShardId shard;
     std::string cause;
     std::string sqlstate{};
-    // The shard refused a bucket the scatter's directory assigned to it
-    // (SQLSTATE SK003): that directory is out of date.
+    // The scatter's directory is out of date: the shard refused a bucket
+    // the directory assigned to it (SQLSTATE SK003), or its primary was
+    // read-only and the catalog names a successor (a failover, "25006").
     bool stale_directory = false;
   };
   ScatterError(const std::string& message, std::vector<Failure> failures)

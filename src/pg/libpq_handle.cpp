@@ -6,6 +6,7 @@
 #include <pqxx/connection_base>
 #include <pqxx/largeobject>
 #include <shared_mutex>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 
@@ -43,6 +44,13 @@ PGconn* LibpqHandle(const pqxx::connection_base& connection) noexcept {
 
 PGconn* LibpqHandle(const pqxx::dbtransaction& transaction) noexcept {
   return TransactionHandle::raw_connection(transaction);
+}
+
+bool ReportsReadOnly(const pqxx::connection_base& connection) noexcept {
+  PGconn* handle = LibpqHandle(connection);
+  if (handle == nullptr) return false;
+  const char* value = PQparameterStatus(handle, "default_transaction_read_only");
+  return value != nullptr && std::string_view(value) == "on";
 }
 
 void PublishHandle(const pqxx::connection_base& connection, PGconn* const* slot) {

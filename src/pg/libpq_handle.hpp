@@ -23,6 +23,12 @@ namespace shardkit::detail {
 // The handle of the connection a transaction runs on (any connection).
 [[nodiscard]] PGconn* LibpqHandle(const pqxx::dbtransaction& transaction) noexcept;
 
+// Whether the server reported default_transaction_read_only = on to this
+// session (PostgreSQL 14 and later report it at connection start and after
+// a change): a failover's fence sets it on the old primary. False for a
+// connection no pool opened.
+[[nodiscard]] bool ReportsReadOnly(const pqxx::connection_base& connection) noexcept;
+
 // For the pool: from now on LibpqHandle(connection) reads *slot (the
 // policy keeps it current); until Forget.
 void PublishHandle(const pqxx::connection_base& connection, PGconn* const* slot);

@@ -10,6 +10,7 @@
 #include <pqxx/except>
 #include <string>
 
+#include "pg/libpq_handle.hpp"
 #include "pg/pipelined_statement.hpp"
 #include "queries/scatter_internal.hpp"
 #include "routing/replica_reads.hpp"
@@ -162,6 +163,7 @@ pg::Rows ExecuteOn(ScatterState& state, ShardTask& task, ConnectionPool::Lease& 
   bool reusable = true;
   try {
     pg::Rows rows = detail::RunPipelined(connection, request, reusable, &bytes, &task.timing);
+    task.read_only_server = detail::ReportsReadOnly(connection);
     if (!reusable) lease.Discard();
     return rows;
   } catch (...) {
@@ -254,6 +256,11 @@ ScatterGather::ScatterGather(BucketShardResolver& resolver, std::optional<int> t
 }
 
 ScatterGather::~ScatterGather() = default;
+
+void ScatterGather::FollowDirectory(DirectoryWatcher* watcher) noexcept {
+  watcher_ = watcher;
+  impl_->watcher = watcher;
+}
 
 void ScatterGather::ReadReplicas(ReplicaMonitor* monitor) noexcept {
   impl_->replicas = monitor;
@@ -405,6 +412,7 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
   const auto now = Clock::now();
   result.shards.reserve(state->tasks.size());
   microseconds slowest_any{0};
+  std::vector<Impl::ReadOnlyPrimary> read_only;
   for (auto& task_ptr : state->tasks) {
     ShardTask& task = *task_ptr;
     if (task.done && task.rows) {
@@ -418,6 +426,7 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
       shard.on_replica = task.replica.has_value();
       shard.server = task.replica ? *task.replica : resolver.Servers(task.shard).primary.name;
       if (task.fell_back) ++result.replica_fallbacks;
+      if (task.read_only_server && !task.replica) read_only.push_back({task.shard, task.pool});
       if (!result.slowest_shard || shard.elapsed > result.slowest_elapsed) {
         result.slowest_shard = shard.shard;
         result.slowest_elapsed = shard.elapsed;
@@ -436,6 +445,7 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
     }
   }
   lock.unlock();
+  ConfirmReadOnlyPrimaries(read_only, result);
   result.elapsed = duration_cast<microseconds>(now - start);
   result.directory_version = directory->Version();
 

@@ -11,6 +11,7 @@
 #include <deque>
 #include <mutex>
 
+#include "pg/libpq_handle.hpp"
 #include "pg/pipelined_statement.hpp"
 
 namespace shardkit::detail::scatter {
@@ -90,6 +91,7 @@ void FinishInline(const std::shared_ptr<ScatterState>& shared_state, InlineCall&
   }
   const std::size_t bytes = c.call->Bytes();
   task.timing = c.call->Timings();
+  task.read_only_server = detail::ReportsReadOnly(c.lease->Connection());
   c.call.reset();
   // A failure aborts a session's transaction: its connection is never reused.
   if (!reusable || (!rows && !c.owned)) c.lease->Discard();

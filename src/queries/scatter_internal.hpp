@@ -85,6 +85,9 @@ struct ShardTask {
   const std::string* primary_setup = nullptr;
   ConnectionPool* primary = nullptr;
   bool fell_back = false;
+  // The server reported default_transaction_read_only = on after the
+  // statement (a failover's fence): ConfirmReadOnlyPrimaries.
+  bool read_only_server = false;
 
   std::atomic<Phase> phase{Phase::kQueued};
 
@@ -243,6 +246,13 @@ struct ScatterGather::Impl {
   ScatterResult Execute(std::vector<std::pair<ShardId, std::shared_ptr<const Statement>>> statements,
                         const ScatterOptions& options, const std::shared_ptr<ScatterSession::State>& session = {},
                         const std::vector<std::string>& then = {});
+  // Shards whose primary answered while reporting itself read-only (a
+  // failover's fence): see scatter_fenced.cpp.
+  struct ReadOnlyPrimary {
+    ShardId shard;
+    const ConnectionPool* pool;
+  };
+  void ConfirmReadOnlyPrimaries(const std::vector<ReadOnlyPrimary>& read_only, ScatterResult& result);
   void Record(const ScatterResult* result, std::size_t fanout, std::size_t failures, std::chrono::microseconds slowest,
               bool threw);
 
@@ -259,6 +269,7 @@ struct ScatterGather::Impl {
 
   BucketShardResolver& resolver;
   ReplicaMonitor* replicas = nullptr;
+  DirectoryWatcher* watcher = nullptr;
   std::mutex setups_mutex;
   std::shared_ptr<const detail::scatter::BucketSetups> setups;
   boost::asio::thread_pool workers;

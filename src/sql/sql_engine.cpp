@@ -215,7 +215,7 @@ std::optional<SqlResult> SqlEngine::ExecuteTopK(const Bound& bound, const SqlPar
     for (const ScatterError::Failure& f : e.failures()) {
       // The session does not follow a bucket move; the merge's scatter does.
       if (f.stale_directory) {
-        *why = fmt::format("shard {} refused a bucket for a stale directory", ToInt(f.shard));
+        *why = fmt::format("shard {} answered for a stale directory ({})", ToInt(f.shard), f.cause);
         return std::nullopt;
       }
       // The session's temporary table needs the TEMPORARY privilege, which

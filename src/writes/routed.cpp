@@ -48,6 +48,10 @@ using std::chrono::milliseconds;
 
 constexpr auto kDefaultTimeout = std::chrono::seconds(5);
 constexpr const char* kSqlStateReadOnlyTransaction = "25006";  // read_only_sql_transaction
+constexpr const char* kSqlStateQueryCanceled = "57014";        // query_canceled: statement_timeout
+// The server's statement_timeout starts when the statement arrives, a little
+// after the deadline's "time left" was computed here.
+constexpr milliseconds kTimeoutSlack{50};
 
 // A COMMIT gets at least this long, whatever is left of the deadline.
 constexpr auto kCommitGrace = std::chrono::seconds(1);
@@ -183,8 +187,9 @@ void RoutedTransactions::RunErased(CustomerId customer,
   std::optional<BucketRefused> last_refusal;
   std::string last_failure;
   int backoff_round = 0;
-  int immediate = 0;         // retries without a pause in a row (a refusal naming the new owner)
-  int primary_switches = 0;  // an unreachable primary that a failover replaced
+  int immediate = 0;               // retries without a pause in a row (a refusal naming the new owner)
+  int primary_switches = 0;        // an unreachable primary that a failover replaced
+  bool primary_confirmed = false;  // a read-only primary the catalog still names
   // Reads on replicas: the replicas this call tried and left (and why), and
   // whether it has given up on them (a bucket a replica refused).
   const bool wants_replicas = options.read_only && replicas_ != nullptr && options.read.UsesReplicas();
@@ -208,6 +213,13 @@ void RoutedTransactions::RunErased(CustomerId customer,
     if (committed) ++stats_.committed;
     if (unknown) ++stats_.outcome_unknown;
     if (!committed) ++stats_.failed;
+  };
+  auto throw_still_refused = [&](int attempts) {
+    throw BucketRefused(
+        last_refusal->kind(), last_refusal->shard(), last_refusal->bucket(), last_refusal->new_owner(),
+        last_refusal->state(),
+        fmt::format("{} (still refused at the deadline, after {} attempts in {} ms)", last_refusal->what(), attempts,
+                    std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()));
   };
   auto refresh = [&] {
     if (watcher_ == nullptr) return;
@@ -291,15 +303,45 @@ void RoutedTransactions::RunErased(CustomerId customer,
       throw;
     }
     ConnectionPool::Lease& lease = *acquired;
+    if (options.read_only && !on_replica && !primary_confirmed && detail::ReportsReadOnly(lease.Connection())) {
+      // A primary that takes no writes: a failover fenced it, and its
+      // successor may hold writes acknowledged before this read began. It
+      // answers only if the catalog, asked now, still names it the primary.
+      std::string why;
+      if (watcher_ == nullptr) {
+        why =
+            "this router has no directory watcher to ask the catalog which server is the shard's primary now; "
+            "route through a Cluster (it follows the catalog) or give RoutedTransactions a DirectoryWatcher";
+      } else {
+        try {
+          (void)watcher_->RefreshNow();
+          if (resolver_.Servers(shard).primary.pool == pool) {
+            primary_confirmed = true;
+          } else if (++primary_switches <= 3) {
+            ++outcome.retried_other;
+            continue;  // the catalog names its successor
+          } else {
+            why = "the catalog named another primary after each of 3 attempts";
+          }
+        } catch (const Error& e) {
+          why = fmt::format("the catalog could not say which server is the shard's primary now ({})",
+                            FirstLine(e.what()));
+        }
+      }
+      if (!primary_confirmed) {
+        finish(false, false);
+        throw ShardUnavailable(shard,
+                               fmt::format("{} for customer {} (bucket {}): shard {}'s primary {} is read-only (a "
+                                           "failover fenced it?) and {}; nothing was read",
+                                           label, customer, bucket, shard, at.server, why),
+                               kSqlStateReadOnlyTransaction);
+      }
+    }
     const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0 && last_refusal) {
       // The deadline passed during the back-off: still the refusal.
       finish(false, false);
-      throw BucketRefused(
-          last_refusal->kind(), last_refusal->shard(), last_refusal->bucket(), last_refusal->new_owner(),
-          last_refusal->state(),
-          fmt::format("{} (still refused at the deadline, after {} attempts in {} ms)", last_refusal->what(),
-                      outcome.attempts - 1, std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()));
+      throw_still_refused(outcome.attempts - 1);
     }
     if (left.count() <= 0) {
       finish(false, false);
@@ -459,6 +501,13 @@ void RoutedTransactions::RunErased(CustomerId customer,
         }
         continue;
       }
+      if (e.sqlstate() == kSqlStateQueryCanceled && last_refusal && Clock::now() + kTimeoutSlack >= deadline) {
+        // The statement timeout (the deadline's) cancelled this attempt,
+        // before its bucket check could answer: the answer is the refusal
+        // that made it retry, not the cancellation.
+        finish(false, false);
+        throw_still_refused(outcome.attempts);
+      }
       auto refusal = ParseFenceRefusal(e);
       if (on_replica && !refusal) {
         const std::string& state = e.sqlstate();
@@ -536,13 +585,7 @@ void RoutedTransactions::RunErased(CustomerId customer,
     }
     if (!pause()) {
       finish(false, false);
-      if (last_refusal) {
-        throw BucketRefused(
-            last_refusal->kind(), last_refusal->shard(), last_refusal->bucket(), last_refusal->new_owner(),
-            last_refusal->state(),
-            fmt::format("{} (still refused at the deadline, after {} attempts in {} ms)", last_refusal->what(),
-                        outcome.attempts, std::chrono::duration_cast<milliseconds>(Clock::now() - start).count()));
-      }
+      if (last_refusal) throw_still_refused(outcome.attempts);
       throw ShardQueryError(shard, fmt::format("{} for customer {} (bucket {}): gave up at the deadline after {} "
                                                "attempts: {}",
                                                label, customer, bucket, outcome.attempts, last_failure));

@@ -202,16 +202,7 @@ TEST_F(LabReplicas, EveryRoutedWriteReturnsATokenItsReadsHonour) {
   for (int i = 0; i < pairs; ++i) {
     const int customer = 900000 + i % 37;
     const std::int64_t order_id = 777000000 + i;
-    RoutedOutcome written;
-    cluster->Run(
-        CustomerId{customer},
-        [&](pqxx::transaction_base& tx, const RoutedContext& at) {
-          tx.exec_params(
-              "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, "
-              "now(), 1)",
-              customer, at.bucket, order_id);
-        },
-        {}, &written);
+    const RoutedOutcome written = test::WriteOrder(*cluster, customer, order_id);
     ASSERT_FALSE(written.token.Empty());
     const ReadToken::Entry* entry = written.token.Find(written.shard);
     ASSERT_NE(entry, nullptr);

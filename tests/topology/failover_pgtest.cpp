@@ -3,7 +3,9 @@
 // catalog a scratch one: writers keep writing through a Cluster while the
 // replica is promoted, and every write the Cluster acknowledged is on the
 // new primary; the old primary, fenced or restarted after a crash, never
-// acknowledges a write again.
+// acknowledges a write again, nor answers a read for a router that cannot
+// confirm it is still the primary. And read-your-writes on the replica by
+// how the primary's commits wait for it (synchronous_commit).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -20,6 +22,7 @@
 #include "shardkit/cluster.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/topology/failover.hpp"
+#include "support/replica_reads.hpp"
 #include "support/temporary_server.hpp"
 #include "support/test_cluster.hpp"
 #include "support/wait.hpp"
@@ -34,16 +37,20 @@ using test::TemporaryServer;
 
 constexpr const char* kReplicaName = "tmp-replica";
 
+// How the primary's commits wait for the replica, as lab/cluster's
+// SHARDKIT_REPLICATION: not at all; until it has the commit's WAL
+// (synchronous_standby_names); until it has applied it (remote_apply).
+enum class Replication { kAsync, kSync, kRemoteApply };
+
 class Failover : public ::testing::Test {
  protected:
-  // synchronous: the primary waits at every commit until the replica has
-  // the commit's WAL (synchronous_standby_names), as lab/cluster's
-  // SHARDKIT_REPLICATION=sync does.
-  void StartServers(bool synchronous) {
+  void StartServers(Replication replication) {
     primary_ = std::make_unique<TemporaryServer>();
     replica_ = primary_->MakeReplica(kReplicaName);
-    if (synchronous) {
+    if (replication != Replication::kAsync) {
       primary_->Exec("ALTER SYSTEM SET synchronous_standby_names = '*'");  // its one standby
+      primary_->Exec(fmt::format("ALTER SYSTEM SET synchronous_commit = '{}'",
+                                 replication == Replication::kRemoteApply ? "remote_apply" : "on"));
       primary_->Exec("SELECT pg_reload_conf()");
     }
     ShardConfig failing{"tmp", primary_->AppDsn(), primary_->Dsn()};
@@ -63,6 +70,7 @@ class Failover : public ::testing::Test {
     // the scratch databases' DROP forever.
     try {
       if (primary_) primary_->Exec("ALTER SYSTEM RESET synchronous_standby_names");
+      if (primary_) primary_->Exec("ALTER SYSTEM RESET synchronous_commit");
       if (primary_) primary_->Exec("SELECT pg_reload_conf()");
     } catch (const std::exception&) {
       // Down: nothing waits there.
@@ -110,15 +118,7 @@ class Failover : public ::testing::Test {
             RoutedOptions options;
             options.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
             try {
-              cluster.Run(
-                  CustomerId{customer},
-                  [&](pqxx::transaction_base& tx, const RoutedContext& at) {
-                    tx.exec_params(
-                        "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, "
-                        "now(), 1)",
-                        customer, at.bucket, id);
-                  },
-                  options);
+              (void)test::WriteOrder(cluster, customer, id, options);
               std::lock_guard lock(mutex);
               acknowledged.insert(id);
             } catch (const OutcomeUnknown& e) {
@@ -205,14 +205,7 @@ class Failover : public ::testing::Test {
     auto stale_cluster = Cluster::Open(stale);
     RoutedOptions quick;
     quick.deadline = std::chrono::steady_clock::now() + milliseconds(1500);
-    stale_cluster->Run(
-        CustomerId{customers_[0]},
-        [&](pqxx::transaction_base& t, const RoutedContext& at) {
-          t.exec_params(
-              "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 1)",
-              customers_[0], at.bucket, order_id);
-        },
-        quick);
+    (void)test::WriteOrder(*stale_cluster, customers_[0], order_id, quick);
   }
 
   std::unique_ptr<TemporaryServer> primary_;
@@ -225,7 +218,7 @@ class Failover : public ::testing::Test {
 // published; the writers' Cluster follows without a restart and loses no
 // acknowledged write; the old primary refuses writes from then on.
 TEST_F(Failover, AReachablePrimaryIsFencedAndNoAcknowledgedWriteIsLost) {
-  StartServers(/*synchronous=*/false);
+  StartServers(Replication::kAsync);
   // Bad names: usage errors (exit 2) that list what exists, nothing done.
   const Ran no_shard = Shardctl("failover shard9");
   EXPECT_EQ(no_shard.status, 2) << no_shard.out;
@@ -276,6 +269,37 @@ TEST_F(Failover, AReachablePrimaryIsFencedAndNoAcknowledgedWriteIsLost) {
   // A router that does not read the catalog (directory from its file) is
   // refused there, and never told its write committed.
   EXPECT_THROW(WriteThroughStaleRouter(1), ShardError);
+  // Nor does it read there: the old primary says it is read-only, and
+  // without the catalog nothing confirms it is still the primary (its
+  // successor holds the writes above), for a routed read and a scatter.
+  ClusterConfig stale = cluster_->Config();
+  stale.directory_source = DirectorySource::kConfig;
+  auto stale_cluster = Cluster::Open(stale);
+  RoutedOptions read;
+  read.read_only = true;
+  try {
+    stale_cluster->Run(
+        CustomerId{customers_[0]},
+        [](pqxx::transaction_base& t, const RoutedContext&) { t.exec("SELECT count(*) FROM orders"); }, read);
+    FAIL() << "a router without the catalog read the fenced old primary";
+  } catch (const ShardUnavailable& e) {
+    EXPECT_EQ(e.sqlstate(), "25006") << e.what();
+    EXPECT_NE(std::string(e.what()).find("read-only"), std::string::npos) << e.what();
+  }
+  try {
+    (void)stale_cluster->Scatter("SELECT count(*) FROM orders");
+    FAIL() << "a scatter without the catalog read the fenced old primary";
+  } catch (const ScatterError& e) {
+    ASSERT_EQ(e.failures().size(), 1U) << e.what();
+    EXPECT_EQ(e.failures()[0].shard, ShardId{0});
+    EXPECT_EQ(e.failures()[0].sqlstate, "25006") << e.what();
+  }
+  // The Cluster that follows the catalog reads the new primary.
+  ScatterOptions shard0;
+  shard0.shards = std::vector<ShardId>{ShardId{0}};
+  const ScatterResult counted = cluster->Scatter("SELECT count(*) FROM orders", {}, shard0);
+  ASSERT_EQ(counted.shards.size(), 1U);
+  EXPECT_EQ(counted.shards[0].server, "shard0-replica1");
 }
 
 // The primary is killed (SIGKILL) under synchronous replication: without
@@ -284,7 +308,7 @@ TEST_F(Failover, AReachablePrimaryIsFencedAndNoAcknowledgedWriteIsLost) {
 // old primary, restarted, still waits for its synchronous standby: a stale
 // router's write there is never acknowledged.
 TEST_F(Failover, AKilledPrimaryUnderSynchronousReplicationLosesNoAcknowledgedWrite) {
-  StartServers(/*synchronous=*/true);
+  StartServers(Replication::kSync);
   auto cluster = Cluster::Open(cluster_->Config(), QuickWatcher());
   Writers writers;
   writers.Start(*cluster, customers_, 4);
@@ -324,6 +348,51 @@ TEST_F(Failover, AKilledPrimaryUnderSynchronousReplicationLosesNoAcknowledgedWri
     FAIL() << "the old primary acknowledged a write after the failover";
   } catch (const OutcomeUnknown& e) {
     EXPECT_NE(std::string(e.what()).find("synchronous standby"), std::string::npos) << e.what();
+  }
+}
+
+// Read-your-writes on the replica, by how the primary's commits wait:
+// with synchronous_commit = remote_apply a COMMIT returns once the replica
+// has applied it, so a read given the write's token finds it replayed there
+// without waiting (only WAL written by others between the commit and the
+// token's position can hold one back); with plain synchronous replication
+// the replica has the WAL but may not have applied it yet.
+TEST_F(Failover, UnderRemoteApplyTokenReadsFindTheirWritesOnTheReplica) {
+  for (const Replication replication : {Replication::kSync, Replication::kRemoteApply}) {
+    StartServers(replication);
+    auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(50)));
+    ASSERT_TRUE(test::WaitFor([&] {
+      cluster->Replicas()->ProbeNow();
+      return cluster->Replicas()->Status().at(0).lag.has_value();
+    }));
+    const int pairs = 1000;
+    int on_replica = 0;
+    int stale = 0;
+    for (int i = 0; i < pairs; ++i) {
+      const int customer = customers_[static_cast<std::size_t>(i) % customers_.size()];
+      const std::int64_t order_id = 910000000 + i;
+      const RoutedOutcome written = test::WriteOrder(*cluster, customer, order_id);
+      ReadPolicy read;
+      read.preference = ReadPreference::kReplicaPreferred;
+      read.max_lag = std::chrono::hours(1);
+      read.after = written.token;  // and no waiting: not replayed, the primary answers
+      RoutedOutcome outcome;
+      const auto rows =
+          cluster->Transactions().Read(CustomerId{customer}, "SELECT count(*) FROM orders WHERE order_id = $1",
+                                       {std::to_string(order_id)}, test::Reading(read), &outcome);
+      if (rows[0][0].as<int>() != 1) ++stale;
+      if (outcome.on_replica) ++on_replica;
+    }
+    const char* mode = replication == Replication::kRemoteApply ? "remote_apply" : "on";
+    std::cout << "synchronous_commit = " << mode << ": " << on_replica << " of " << pairs
+              << " token reads served by the replica, " << stale << " stale\n";
+    RecordProperty(fmt::format("replica_reads_{}", mode), on_replica);
+    EXPECT_EQ(stale, 0) << mode;
+    if (replication == Replication::kRemoteApply) {
+      EXPECT_GE(on_replica, pairs * 99 / 100);
+    }
+    cluster.reset();
+    TearDown();
   }
 }
 

@@ -188,8 +188,11 @@ class ScatterGather {
   // within the deadline; while the catalog has nothing newer, as during a
   // move's cutover, again after short pauses, for up to 250 ms). Without a
   // watcher such a scatter throws ScatterError (its failures say
-  // stale_directory). Set before use.
-  void FollowDirectory(DirectoryWatcher* watcher) noexcept { watcher_ = watcher; }
+  // stale_directory). The watcher also confirms a primary that reports
+  // itself read-only (a failover fenced it): its rows count only while the
+  // catalog still names it, else the scatter runs again on its successor;
+  // without a watcher such a shard fails the scatter. Set before use.
+  void FollowDirectory(DirectoryWatcher* watcher) noexcept;
   [[nodiscard]] DirectoryWatcher* FollowedDirectory() const noexcept { return watcher_; }
   // Read-only scatters may go to replicas that `monitor` finds fit, as
   // ScatterOptions::read asks (null: primaries only). Set before use.

@@ -32,6 +32,13 @@
 // fails, has not replayed the token or refuses the bucket (a move it has
 // not replayed) sends the read to another replica or the primary.
 //
+// Failover (topology/failover.hpp): a write refused by a read-only primary
+// (fenced), or a primary that cannot be reached, refreshes the catalog's
+// primaries and runs again on the new one. A read on a primary that reports
+// itself read-only runs there only if the catalog, asked after the call
+// began, still names it; without a watcher it throws ShardUnavailable
+// (SQLSTATE 25006) rather than read a server that may have a successor.
+//
 // The function may run more than once: keep effects outside the database
 // (messages, HTTP calls) out of it, and let it compute its values (IDs)
 // before or idempotently. Throwing from it rolls the transaction back and

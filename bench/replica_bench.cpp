@@ -164,24 +164,26 @@ BENCHMARK(BM_TokenBookkeeping)->UseRealTime();
 // (argument 1, the default) or without (0, RoutedOptions::read_token =
 // false); the COMMIT is the library's own (bounded by the deadline, the
 // token's position read in its round trip).
-void BM_RoutedWriteClusterRun(benchmark::State& state) {
-  if (!Ready(state)) return;
-  shardkit::Cluster& cluster = *Shared().cluster;
+// One order of kCustomer through Cluster::Run, with a read token or without.
+void WriteOrder(benchmark::State& state, bool token) {
   static std::atomic<std::int64_t> next_order{200'000'000};
   shardkit::RoutedOptions options;
-  options.read_token = state.range(0) != 0;
-  for (auto _ : state) {
-    shardkit::RoutedOutcome outcome;
-    cluster.Run(
-        kCustomer,
-        [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& at) {
-          tx.exec_params(
-              "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 1)",
-              at.customer, at.bucket, next_order++);
-        },
-        options, &outcome);
-    if (options.read_token == outcome.token.Empty()) state.SkipWithError("a token where none was asked, or none");
-  }
+  options.read_token = token;
+  shardkit::RoutedOutcome outcome;
+  Shared().cluster->Run(
+      kCustomer,
+      [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& at) {
+        tx.exec_params(
+            "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 1)",
+            at.customer, at.bucket, next_order++);
+      },
+      options, &outcome);
+  if (token == outcome.token.Empty()) state.SkipWithError("a token where none was asked, or none");
+}
+
+void BM_RoutedWriteClusterRun(benchmark::State& state) {
+  if (!Ready(state)) return;
+  for (auto _ : state) WriteOrder(state, state.range(0) != 0);
 }
 BENCHMARK(BM_RoutedWriteClusterRun)->Arg(1)->Arg(0)->UseRealTime();
 
@@ -191,24 +193,11 @@ BENCHMARK(BM_RoutedWriteClusterRun)->Arg(1)->Arg(0)->UseRealTime();
 // the library's own COMMIT.
 void BM_TokenShareOfClusterRun(benchmark::State& state) {
   if (!Ready(state)) return;
-  shardkit::Cluster& cluster = *Shared().cluster;
-  static std::atomic<std::int64_t> next_order{300'000'000};
   std::chrono::nanoseconds with{0};
   std::chrono::nanoseconds without{0};
   const auto write = [&](bool token) {
-    shardkit::RoutedOptions options;
-    options.read_token = token;
-    shardkit::RoutedOutcome outcome;
     const auto started = std::chrono::steady_clock::now();
-    cluster.Run(
-        kCustomer,
-        [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& at) {
-          tx.exec_params(
-              "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 1)",
-              at.customer, at.bucket, next_order++);
-        },
-        options, &outcome);
-    if (token == outcome.token.Empty()) state.SkipWithError("a token where none was asked, or none");
+    WriteOrder(state, token);
     return std::chrono::steady_clock::now() - started;
   };
   for (auto _ : state) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <functional>
 #include <pqxx/pqxx>
 
 #include "workers_demo.hpp"
@@ -48,14 +49,22 @@ bool Converged(const PartitionGroupView& g, const std::vector<std::string>& live
 
 // SIGSTOPs `fw` until it is caught in the middle of a job (SIGCONT between
 // tries, up to 200); its status then.
-WorkerStatus StopMidJob(WorkerProcess& fw, Rng& rng, int& attempts) {
+// `unfinished(job_id)`: the job's row is not done. A worker stopped right
+// after sending its completion's COMMIT still reports the job as processing,
+// and the server commits it anyway: such a catch is let go.
+WorkerStatus StopMidJob(WorkerProcess& fw, Rng& rng, int& attempts,
+                        const std::function<bool(std::int64_t)>& unfinished) {
   WorkerStatus status;
   for (; attempts < 200; ++attempts) {
     fw.Signal(SIGSTOP);
     int st = 0;
     (void)::waitpid(fw.Pid(), &st, WUNTRACED);  // until it is really stopped
     status = fw.Status();
-    if (status.phase == WorkerPhase::kProcessing) break;
+    if (status.phase == WorkerPhase::kProcessing) {
+      std::this_thread::sleep_for(300ms);  // what it sent before the stop has landed by now
+      if (unfinished(status.job_id)) break;
+      status.phase = WorkerPhase::kIdle;
+    }
     fw.Signal(SIGCONT);
     std::this_thread::sleep_for(std::chrono::milliseconds(3 + static_cast<int>(rng.Below(20))));
   }
@@ -230,24 +239,28 @@ void FreezeMidJob(Demo& d, const OrderPlacer& placer, Rng& rng) {
   Json& figures = d.figures;
   const std::string frozen = "w3";
   WorkerProcess& fw = *workers[frozen];
+  // A job's state and owner ("" when there is no such row).
+  auto job_row = [&](std::int64_t job_id) -> std::pair<std::string, std::string> {
+    const CustomerId customer = CustomerOfJob(placer, job_id);
+    auto lease = lab.Resolver().PoolFor(customer).Acquire();
+    pqxx::nontransaction tx{*lease};
+    const auto row = tx.exec_params(
+        "SELECT state, coalesce(owner, '') FROM shardkit_jobs WHERE queue = $1 AND "
+        "customer_id = $2 AND job_id = $3",
+        queue_name, customer, job_id);
+    if (row.empty()) return {"", ""};
+    return {row[0][0].as<std::string>(), row[0][1].as<std::string>()};
+  };
   int attempts = 0;
-  const WorkerStatus status = StopMidJob(fw, rng, attempts);
+  const WorkerStatus status =
+      StopMidJob(fw, rng, attempts, [&](std::int64_t job_id) { return job_row(job_id).first != "done"; });
   const auto frozen_at = Clock::now();
   Mark(d, "SIGSTOP " + frozen);
   const bool frozen_mid_job = status.phase == WorkerPhase::kProcessing;
   std::string frozen_job_owner;
   int frozen_effects = 0;
   const CustomerId frozen_customer = CustomerOfJob(placer, status.job_id);
-  auto frozen_job_row = [&]() -> std::pair<std::string, std::string> {
-    auto lease = lab.Resolver().PoolFor(frozen_customer).Acquire();
-    pqxx::nontransaction tx{*lease};
-    const auto row = tx.exec_params(
-        "SELECT state, coalesce(owner, '') FROM shardkit_jobs WHERE queue = $1 AND "
-        "customer_id = $2 AND job_id = $3",
-        queue_name, frozen_customer, status.job_id);
-    if (row.empty()) return {"", ""};
-    return {row[0][0].as<std::string>(), row[0][1].as<std::string>()};
-  };
+  auto frozen_job_row = [&] { return job_row(status.job_id); };
   // Others take its partitions over (new fence) and finish its job.
   // ... and it stays frozen past its whole lease, counted from the freeze.
   const bool rescued =

@@ -294,12 +294,14 @@ TEST_F(Failover, AReachablePrimaryIsFencedAndNoAcknowledgedWriteIsLost) {
     EXPECT_EQ(e.failures()[0].shard, ShardId{0});
     EXPECT_EQ(e.failures()[0].sqlstate, "25006") << e.what();
   }
-  // The Cluster that follows the catalog reads the new primary.
+  // The Cluster that follows the catalog reads the new primary: its count
+  // of the writers' orders is the new primary's own.
   ScatterOptions shard0;
   shard0.shards = std::vector<ShardId>{ShardId{0}};
-  const ScatterResult counted = cluster->Scatter("SELECT count(*) FROM orders", {}, shard0);
+  const ScatterResult counted = cluster->Scatter("SELECT count(*) FROM orders WHERE order_id >= 900000000", {}, shard0);
   ASSERT_EQ(counted.shards.size(), 1U);
   EXPECT_EQ(counted.shards[0].server, "shard0-replica1");
+  EXPECT_EQ(counted.shards[0].rows[0][0].as<std::size_t>(), OrdersOn(replica_->Dsn()).size());
 }
 
 // The primary is killed (SIGKILL) under synchronous replication: without

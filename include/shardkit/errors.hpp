@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -94,14 +95,15 @@ class MigrationRefused : public MigrationError {
 // A failure tied to one shard. sqlstate() is its SQLSTATE, PostgreSQL's
 // five-character error code, so callers branch on a field and not on message
 // text: "40001"/"40P01" (serialization failure, deadlock: retry), "57014"
-// (cancelled, statement_timeout), "23505" (unique violation), class "08" (the
-// shard cannot be reached: libpq reports that without a code, so shardkit
-// says "08006", connection_failure, as pgjdbc does). Empty when there is
-// none (a pool timeout, a malformed answer).
+// (cancelled, statement_timeout), "23505" (unique violation), class "08"
+// except "08P01" (the shard cannot be reached: libpq reports that without a
+// code, so shardkit says "08006", connection_failure, as pgjdbc does; test
+// it with IsConnectionLost). Empty when there is none (a pool timeout, a
+// malformed answer).
 //
 //   catch (const shardkit::ShardError& e) {
 //     if (e.sqlstate() == "40001") retry();
-//     else if (e.sqlstate().starts_with("08")) report_unreachable(e.shard());
+//     else if (shardkit::IsConnectionLost(e.sqlstate())) report_unreachable(e.shard());
 //   }
 class ShardError : public Error {
  public:
@@ -117,6 +119,21 @@ class ShardError : public Error {
 
 // SQLSTATE of a shard that cannot be reached (connect failed, connection lost).
 inline constexpr const char* kSqlStateConnectionFailure = "08006";
+
+// Whether a SQLSTATE says the connection is gone: class 08, except 08P01
+// (protocol_violation), which the server sends for a statement it refuses
+// as sent (a wrong parameter count): the statement's error, not the link's,
+// so it is never retried.
+[[nodiscard]] constexpr bool IsConnectionLost(std::string_view sqlstate) noexcept {
+  return sqlstate.starts_with("08") && sqlstate != "08P01";
+}
+
+// Whether a SQLSTATE says the server is shutting down or starting (57P01
+// admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now), not
+// 57014 (a cancelled statement).
+[[nodiscard]] constexpr bool IsServerGoingAway(std::string_view sqlstate) noexcept {
+  return sqlstate.starts_with("57P");
+}
 
 // The shard index is not part of the cluster.
 class UnknownShard : public ShardError {

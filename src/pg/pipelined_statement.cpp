@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "pg/libpq_handle.hpp"
+#include "shardkit/errors.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -134,7 +135,7 @@ void PipelinedStatement::Take(PGresult* raw) {
       }
       if (step_ == presync_) {
         const char* state = PQresultErrorField(result.result, PG_DIAG_SQLSTATE);
-        if ((state != nullptr && std::string_view(state).starts_with("08")) || PQstatus(conn_) == CONNECTION_BAD) {
+        if ((state != nullptr && IsConnectionLost(state)) || PQstatus(conn_) == CONNECTION_BAD) {
           Fail(PQresultErrorMessage(result.result), state != nullptr ? state : "", true);
           broken_ = true;
           return;
@@ -157,7 +158,7 @@ void PipelinedStatement::Take(PGresult* raw) {
           const char* state = PQresultErrorField(result.result, PG_DIAG_SQLSTATE);
           std::string sqlstate = state != nullptr ? state : "";
           // No SQLSTATE and a closed connection: libpq's own report of the loss.
-          const bool lost = sqlstate.starts_with("08") || (sqlstate.empty() && PQstatus(conn_) == CONNECTION_BAD);
+          const bool lost = IsConnectionLost(sqlstate) || (sqlstate.empty() && PQstatus(conn_) == CONNECTION_BAD);
           Fail(PQresultErrorMessage(result.result), std::move(sqlstate), lost);
           break;
         }

@@ -452,10 +452,19 @@ ScatterResult ScatterGather::Impl::Execute(std::vector<std::pair<ShardId, std::s
   const std::size_t fanout = state->tasks.size();
   if (!result.failures.empty() && (!options.allow_partial || result.shards.empty())) {
     Record(nullptr, fanout, result.failures.size(), slowest_any, true);
+    // A statement the servers refused (a SQL error, not an unreachable or
+    // slow shard) is fixed in the statement: waiting or a partial answer
+    // does not help.
+    const bool statement_error =
+        std::all_of(result.failures.begin(), result.failures.end(), [](const ScatterError::Failure& f) {
+          return !f.sqlstate.empty() && !f.stale_directory && !IsConnectionLost(f.sqlstate) &&
+                 !IsServerGoingAway(f.sqlstate) && f.sqlstate != "57014" && f.sqlstate != "53300";
+        });
     const std::string advice =
-        options.allow_partial ? "No shard answered, so there is no partial result to return"
-                              : "Nothing was returned: fix or wait for those shards, give a later deadline, or set "
-                                "allow_partial to accept an answer without them";
+        statement_error         ? "Nothing was returned: the servers refused the statement; fix it"
+        : options.allow_partial ? "No shard answered, so there is no partial result to return"
+                                : "Nothing was returned: fix or wait for those shards, give a later deadline, or set "
+                                  "allow_partial to accept an answer without them";
     std::string message =
         fmt::format("scatter{} failed on {} of {} shards after {} ms: {}. {}", label, result.failures.size(), fanout,
                     Millis(now - start), JoinFailures(result.failures, resolver), advice);

@@ -117,8 +117,8 @@ bool ReplicaTrouble(const std::exception& error) {
     // Refused or not replayed (SK003, SK005), a conflict with its recovery
     // (40001), shut down or starting (57P0x), out of connections (53300),
     // unreachable (08...).
-    return state == kNotReadable || state == kSqlStateNotReplayed || state == "40001" || state.starts_with("57P") ||
-           state == "53300" || state.starts_with("08");
+    return state == kNotReadable || state == kSqlStateNotReplayed || state == "40001" || IsServerGoingAway(state) ||
+           state == "53300" || IsConnectionLost(state);
   }
   // A pool that could not give a connection (unreachable, exhausted).
   return dynamic_cast<const ShardError*>(&error) != nullptr;

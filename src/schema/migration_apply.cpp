@@ -10,6 +10,7 @@
 #include "pg/server_message.hpp"
 #include "schema/migrate_internal.hpp"
 #include "schema/migration_history.hpp"
+#include "shardkit/errors.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -22,7 +23,7 @@ bool ConnectionGone(pqxx::connection_base& c, const std::exception& e) {
   if (!c.is_open()) return true;
   if (const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e)) {
     const std::string& state = sql->sqlstate();
-    return state.starts_with("57P") || state.starts_with("08");
+    return IsServerGoingAway(state) || IsConnectionLost(state);
   }
   return false;
 }

@@ -143,6 +143,9 @@ inline std::string StatementName(const std::string& node_type) {
   return node_type;
 }
 
+// plan.parameter_count and its location: the highest $n anywhere in the tree.
+void CountParameters(const json& node, SqlPlan& plan);
+
 class Analyzer {
  public:
   Analyzer(const ParsedStatement& parsed, const SqlCatalog& catalog) : parsed_(parsed), catalog_(catalog) {}
@@ -237,6 +240,10 @@ class Analyzer {
   // top level, joined to each other on customer_id (co-located: joined rows
   // are on one shard), and no other sharded table is pinned.
   void RequireScatterable(const std::vector<const Entry*>& unpinned);
+  // An outer join over every shard must preserve partitioned rows only: a
+  // preserved side that is all reference tables (or subqueries, functions)
+  // is refused.
+  void RequirePartitionedPreservedSides(const FromItem& item);
 
   const ParsedStatement& parsed_;
   const SqlCatalog& catalog_;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <functional>
 
+#include "sql/sql_error_text.hpp"
+
 namespace shardkit::sql::detail {
 
 // ---- FROM items ----
@@ -81,11 +83,13 @@ Entry* Analyzer::AddTable(const json& range_var, Level& level, const CteScope* c
     }
     return e;
   }
-  Refuse(location, fmt::format("the table {}", display), "it is neither a sharded table nor a reference table",
-         fmt::format("register a sharded table (customer_id and bucket columns) on the shards with SELECT "
-                     "shardkit_shard_table('{0}') in a migration, or declare a reference table (a copy on every "
-                     "shard) in the configuration: [sql] reference_tables = [\"{0}\"]",
-                     display));
+  throw NotInCatalog(
+      Refusal(parsed_.text, location, fmt::format("the table {}", display),
+              "it is neither a sharded table nor a reference table",
+              fmt::format("register a sharded table (customer_id and bucket columns) on the shards with SELECT "
+                          "shardkit_shard_table('{0}') in a migration, or declare a reference table (a copy on every "
+                          "shard) in the configuration: [sql] reference_tables = [\"{0}\"]",
+                          display)));
 }
 
 std::unique_ptr<FromItem> Analyzer::AnalyzeFromItem(const json& node, Level& level, const CteScope* ctes) {

@@ -36,6 +36,7 @@ std::shared_ptr<const SqlPlan> Analyzer::Run() {
            "Cluster::Run");
   }
   CheckEverythingSeen(parsed_.tree);
+  CountParameters(parsed_.tree, plan_);
   Finish();
   if (plan_.kind == SqlPlanInfo::Kind::kScatter) {
     plan_.scatter = std::make_shared<const ScatterPlan>(PlanScatter(parsed_, catalog_));
@@ -253,11 +254,34 @@ void Analyzer::CheckFunction(const json& call) const {
            "its effect or value differs per shard (sequences and settings are each shard's own)",
            "use shardkit's ID generators for keys, and Cluster::Run for settings");
   }
+  if (!catalog_.IsKnownFunction(*name)) {
+    // Never taken for a plain function: it may be an aggregate, whose
+    // shards' values a scatter would return one per shard.
+    throw NotInCatalog(Refusal(parsed_.text, call.value("location", -1), fmt::format("the function {}", *name),
+                               "the shards have no function of that name",
+                               "create it on every shard with a migration (shardctl migrate), or check its name"));
+  }
   if (catalog_.IsUserFunction(*name)) {
     Refuse(call.value("location", -1), fmt::format("the function {}", *name),
            "it is not built in, so it may read sharded tables the router cannot see",
            "write its query into the statement, or call it inside Cluster::Run");
   }
+}
+
+void CountParameters(const json& node, SqlPlan& plan) {
+  if (node.is_array()) {
+    for (const json& element : node) CountParameters(element, plan);
+    return;
+  }
+  if (!node.is_object()) return;
+  if (const json* param = Field(node, "ParamRef"); param != nullptr) {
+    if (const int number = param->value("number", 0); number > plan.parameter_count) {
+      plan.parameter_count = number;
+      plan.last_parameter_location = param->value("location", -1);
+    }
+    return;
+  }
+  for (auto it = node.begin(); it != node.end(); ++it) CountParameters(it.value(), plan);
 }
 
 void Analyzer::CheckEverythingSeen(const json& node) const {
@@ -427,6 +451,7 @@ void Analyzer::RequireScatterable(const std::vector<const Entry*>& unpinned) {
                        pinned->display),
            fmt::format("pin {}.customer_id too, or join it on customer_id", unpinned.front()->name));
   }
+  for (const auto& item : top_level_->from) RequirePartitionedPreservedSides(*item);
   // Joined on customer_id: one class once equalities in either direction count.
   std::map<int, int> joined;
   const std::function<int(int)> root = [&](int n) {
@@ -450,6 +475,37 @@ void Analyzer::RequireScatterable(const std::vector<const Entry*>& unpinned) {
                          "customer_id"));
     }
   }
+}
+
+void Analyzer::RequirePartitionedPreservedSides(const FromItem& item) {
+  if (item.entry != nullptr) return;
+  RequirePartitionedPreservedSides(*item.left);
+  RequirePartitionedPreservedSides(*item.right);
+  const auto has_sharded = [](const FromItem& side) {
+    return std::any_of(side.entries.begin(), side.entries.end(),
+                       [](const Entry* e) { return e->kind == Entry::Kind::kSharded; });
+  };
+  const bool left = has_sharded(*item.left);
+  const bool right = has_sharded(*item.right);
+  const bool left_preserved = item.join_type == "JOIN_LEFT" || item.join_type == "JOIN_FULL";
+  const bool right_preserved = item.join_type == "JOIN_RIGHT" || item.join_type == "JOIN_FULL";
+  const FromItem* replicated = nullptr;
+  if (left_preserved && !left && right) replicated = item.left.get();
+  if (right_preserved && !right && left) replicated = item.right.get();
+  if (replicated == nullptr) return;
+  // Every shard holds the whole preserved side (a reference table, a
+  // subquery or function over them): each would add its own NULL-extended
+  // row for a row matched on another shard, or on none.
+  const Entry* first = replicated->entries.empty() ? nullptr : replicated->entries.front();
+  const std::string side = first == nullptr ? std::string("its preserved side") : first->display;
+  const std::string type = item.join_type == "JOIN_LEFT" ? "LEFT" : item.join_type == "JOIN_RIGHT" ? "RIGHT" : "FULL";
+  const int location = replicated->location >= 0 ? replicated->location : first != nullptr ? first->location : -1;
+  Refuse(location, fmt::format("the {} JOIN that preserves {}", type, side),
+         fmt::format("{} is on every shard while the joined sharded rows are spread over them, so each shard would "
+                     "add its own unmatched (NULL-extended) rows and the shards' answers cannot be combined exactly",
+                     side),
+         "pin customer_id to one customer, or preserve the sharded table's side (e.g. orders LEFT JOIN books), or "
+         "use an inner join");
 }
 
 }  // namespace shardkit::sql::detail

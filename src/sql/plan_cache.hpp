@@ -44,6 +44,12 @@ class PlanCache {
     }
   }
 
+  void Clear() {
+    const std::lock_guard lock(mutex_);
+    index_.clear();
+    order_.clear();
+  }
+
   [[nodiscard]] std::size_t Size() const {
     const std::lock_guard lock(mutex_);
     return order_.size();

@@ -195,6 +195,7 @@ std::shared_ptr<const SqlPlan> PlanArmByArm(const ParsedStatement& parsed, const
     }
   }
   plan.set_operation = std::move(set_operation);
+  detail::CountParameters(parsed.tree, plan);
   return std::make_shared<const SqlPlan>(std::move(plan));
 }
 
@@ -220,6 +221,19 @@ std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, cons
     if (e.kind() != SqlError::Kind::kRefused) throw;
   }
   return PlanArmByArm(parsed, catalog);
+}
+
+void RequireParameterCount(const SqlPlan& plan, const SqlParams& params) {
+  const auto given = static_cast<int>(params.size());
+  if (given == plan.parameter_count) return;
+  if (plan.parameter_count == 0) {
+    throw Refusal(plan.text, -1, fmt::format("{} parameter value{}", given, given == 1 ? "" : "s"),
+                  "the statement has no parameters ($1, $2, ...)", "pass no values, or write $n where each goes");
+  }
+  throw Refusal(plan.text, plan.last_parameter_location, fmt::format("${}", plan.parameter_count),
+                fmt::format("the statement's parameters go up to ${} and {} value{} {} given", plan.parameter_count,
+                            given, given == 1 ? "" : "s", given == 1 ? "was" : "were"),
+                fmt::format("pass exactly {} values, one per $n (NULL as std::nullopt)", plan.parameter_count));
 }
 
 BoundRoute BindRoute(const SqlPlan& plan, const SqlParams& params) {

@@ -93,6 +93,9 @@ struct SqlPlan {
   // kRouted set operation whose arms are pinned by different parameters:
   // its arm-by-arm plan, for when their values name different customers.
   std::shared_ptr<const SqlPlan> arm_by_arm;
+  // The highest $n the text uses (the values it must be given) and where.
+  int parameter_count = 0;
+  int last_parameter_location = -1;
   [[nodiscard]] bool AddsBucket() const noexcept { return columns_close_paren >= 0; }
 };
 
@@ -102,6 +105,11 @@ struct ParsedStatement;
 [[nodiscard]] std::shared_ptr<const SqlPlan> PlanStatement(const std::string& text, const SqlCatalog& catalog);
 // Analyses a parsed statement (parse.hpp).
 [[nodiscard]] std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, const SqlCatalog& catalog);
+
+// Exactly one value per $n of the text, as the server requires: a refusal
+// naming the highest $n otherwise (the server would end the statement with
+// 08P01, a protocol violation, after a round trip).
+void RequireParameterCount(const SqlPlan& plan, const SqlParams& params);
 
 // The customers a plan runs for, with these parameters.
 struct BoundRoute {

@@ -121,6 +121,13 @@ class ScatterPlanner {
   // merge engine's type and collation rules), then applies OFFSET and LIMIT.
   ScatterPlan PlanConcatenation() const;
 
+  // A select-list item that is * or t.*.
+  static bool IsStar(const json& value);
+  // The name of the table whose `column` a * or t.* of the select list
+  // outputs first, or nullopt (none does, or the FROM clause's columns are
+  // not all known).
+  [[nodiscard]] std::optional<std::string> StarColumnQualifier(const std::string& column) const;
+
   // An ORDER BY item's expression, without ASC/DESC and NULLS FIRST/LAST.
   [[nodiscard]] std::string SortItemText(const Range& item) const;
 

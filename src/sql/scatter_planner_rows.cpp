@@ -41,10 +41,7 @@ ScatterPlan ScatterPlanner::PlanConcatenation() const {
   if (offset != nullptr && plan.offset_param == 0) order.offset = LimitValue(*offset, "OFFSET").value_or(0);
   const json& targets = select_.at("targetList");
   bool star = false;
-  for (const json& t : targets) {
-    const json& value = t.at("ResTarget").at("val");
-    star = star || (value.contains("ColumnRef") && value.at("ColumnRef").at("fields").back().contains("A_Star"));
-  }
+  for (const json& t : targets) star = star || IsStar(t.at("ResTarget").at("val"));
   const std::vector<Range> items = Items(select_list_);
   std::string hidden;  // appended to the select list
   const auto add_hidden = [&](const std::string& expression) {
@@ -86,6 +83,23 @@ ScatterPlan ScatterPlanner::PlanConcatenation() const {
         }
       }
       std::string expression;
+      if (!item && star) {
+        // PostgreSQL resolves a bare ORDER BY name among the output columns
+        // first: an alias, else a column * outputs, written here as what
+        // it stands for (unqualified, it may mean another table's column,
+        // or be ambiguous, in the select list).
+        if (const std::optional<std::string> bare = BareName(node); bare) {
+          for (std::size_t i = 0; i < targets.size() && expression.empty(); ++i) {
+            const json& target = targets[i].at("ResTarget");
+            if (!IsStar(target.at("val")) && OutputName(target) == *bare) {
+              expression = ItemText(items[i], target.contains("name"));
+            }
+          }
+          if (const auto qualifier = StarColumnQualifier(*bare); expression.empty() && qualifier) {
+            expression = shardkit::detail::QuoteIdentifier(*qualifier) + "." + shardkit::detail::QuoteIdentifier(*bare);
+          }
+        }
+      }
       if (!item && distinct_across_shards) {
         Refuse(LocationOf(node), "this ORDER BY item of a SELECT DISTINCT over every shard",
                star ? "with * in the select list, its place among the columns is not known before the rows arrive"
@@ -96,7 +110,7 @@ ScatterPlan ScatterPlanner::PlanConcatenation() const {
         key.column = *item;
         expression = ItemText(items[*item], targets[*item].at("ResTarget").contains("name"));
       } else {
-        expression = SortItemText(sort_items.at(s));
+        if (expression.empty()) expression = SortItemText(sort_items.at(s));
         key.hidden = true;
         key.column = add_hidden(expression);
       }
@@ -125,6 +139,65 @@ ScatterPlan ScatterPlanner::PlanConcatenation() const {
   }
   plan.rows = order;
   return plan;
+}
+
+bool ScatterPlanner::IsStar(const json& value) {
+  return value.contains("ColumnRef") && value.at("ColumnRef").at("fields").back().contains("A_Star");
+}
+
+std::optional<std::string> ScatterPlanner::StarColumnQualifier(const std::string& column) const {
+  // The top-level FROM's tables in order, by the name their columns are
+  // qualified with; unknown when an item is not a table (its columns are
+  // not known here) or a join merges columns (USING, NATURAL) or hides its
+  // tables' names (an aliased join).
+  std::vector<std::pair<std::string, const SqlTable*>> tables;
+  bool complete = true;
+  const std::function<void(const json&)> add = [&](const json& node) {
+    if (const json* range = Field(node, "RangeVar"); range != nullptr) {
+      const json* schema = Field(*range, "schemaname");
+      const std::string relname = range->value("relname", "");
+      const std::optional<std::string> in =
+          schema ? std::optional<std::string>(schema->get<std::string>()) : std::nullopt;
+      const SqlTable* table = catalog_.FindSharded(in, relname);
+      if (table == nullptr) table = catalog_.FindReference(in, relname);
+      const json* alias = Field(*range, "alias");
+      const std::string name = alias != nullptr ? alias->value("aliasname", relname) : relname;
+      if (table == nullptr || table->columns.empty()) complete = false;
+      tables.emplace_back(name, table);
+    } else if (const json* join = Field(node, "JoinExpr"); join != nullptr && Field(*join, "usingClause") == nullptr &&
+                                                           !join->value("isNatural", false) &&
+                                                           Field(*join, "alias") == nullptr) {
+      add(join->at("larg"));
+      add(join->at("rarg"));
+    } else {
+      complete = false;
+    }
+  };
+  if (const json* from = Field(select_, "fromClause"); from != nullptr) {
+    for (const json& item : *from) add(item);
+  }
+  const auto has = [&](const std::pair<std::string, const SqlTable*>& t) {
+    return t.second != nullptr && t.second->HasColumn(column);
+  };
+  for (const json& target : select_.at("targetList")) {
+    const json& value = target.at("ResTarget").at("val");
+    if (!IsStar(value)) continue;
+    const json& fields = value.at("ColumnRef").at("fields");
+    if (fields.size() == 1) {
+      if (!complete) return std::nullopt;
+      for (const auto& t : tables) {
+        if (has(t)) return t.first;
+      }
+      continue;
+    }
+    const json* name = fields.size() == 2 ? Field(fields[0], "String") : nullptr;
+    const std::optional<std::string> qualifier =
+        name != nullptr ? std::optional<std::string>(name->value("sval", "")) : std::nullopt;
+    const auto t = std::find_if(tables.begin(), tables.end(), [&](const auto& x) { return qualifier == x.first; });
+    if (!qualifier || t == tables.end() || t->second == nullptr || t->second->columns.empty()) return std::nullopt;
+    if (has(*t)) return t->first;
+  }
+  return std::nullopt;
 }
 
 std::string ScatterPlanner::SortItemText(const Range& item) const {

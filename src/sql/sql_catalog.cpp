@@ -1,5 +1,7 @@
 #include "sql/sql_catalog.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <pqxx/pqxx>
@@ -58,6 +60,16 @@ const SqlTable* SqlCatalog::FindReference(const std::optional<std::string>& sche
   return Find(reference_, schema, name);
 }
 
+std::string ReadSchemaVersion(pqxx::transaction_base& tx) {
+  const pqxx::row row = tx.exec1(
+      "SELECT to_regclass('shardkit_migrations') IS NOT NULL, (SELECT count(*) FROM shardkit_sharded_tables), "
+      "(SELECT max(oid::int8) FROM pg_proc)");
+  // A schema set up without shardctl migrate has no history: the rest still counts.
+  const std::string migrated =
+      row[0].as<bool>() ? tx.exec1("SELECT coalesce(max(version), 0) FROM shardkit_migrations")[0].c_str() : "-";
+  return fmt::format("{}/{}/{}", migrated, row[1].c_str(), row[2].c_str());
+}
+
 SqlCatalog LoadSqlCatalog(pqxx::connection_base& connection, const std::vector<std::string>& reference_tables) {
   SqlCatalog catalog;
   pqxx::read_transaction tx{connection};
@@ -83,9 +95,11 @@ SqlCatalog LoadSqlCatalog(pqxx::connection_base& connection, const std::vector<s
        tx.exec("SELECT DISTINCT proname FROM pg_proc WHERE oid >= 16384 AND proname <> 'bucket_of'")) {
     catalog.AddUserFunction(row[0].c_str());
   }
-  for (const auto& row : tx.exec("SELECT DISTINCT proname FROM pg_proc WHERE prokind = 'a'")) {
-    catalog.AddAggregate(row[0].c_str());
+  for (const auto& row : tx.exec("SELECT DISTINCT proname, prokind = 'a' FROM pg_proc")) {
+    catalog.AddFunction(row[0].c_str());
+    if (row[1].as<bool>()) catalog.AddAggregate(row[0].c_str());
   }
+  catalog.SetSchemaVersion(ReadSchemaVersion(tx));
   tx.commit();
   return catalog;
 }

@@ -2,20 +2,25 @@
 // registered in shardkit_sharded_tables, sql/010: shard key customer_id,
 // bucket column bucket), the reference tables the configuration declares
 // ([sql] reference_tables) with their columns (names, type OIDs and NOT
-// NULL), and the names of functions
-// that are not built in (they may read tables the router cannot see), and
-// the names of the aggregates (looked up, not guessed: a scatter must never
-// return each shard's value of an aggregate it does not recognise).
+// NULL), the names of every function, of those that are not built in (they
+// may read tables the router cannot see) and of the aggregates (looked up,
+// not guessed: a scatter must never return each shard's value of an
+// aggregate it does not recognise, so a name the catalog does not list is
+// never taken for a plain function), and the schema version it was read at.
 #pragma once
 
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "shardkit/errors.hpp"
 
 namespace pqxx {
 class connection_base;
-}
+class transaction_base;
+}  // namespace pqxx
 
 namespace shardkit::sql {
 
@@ -54,6 +59,10 @@ class SqlCatalog {
   void AddReference(SqlTable table) { reference_.push_back(std::move(table)); }
   void AddUserFunction(std::string name) { user_functions_.insert(std::move(name)); }
   void AddAggregate(std::string name) { aggregates_.insert(std::move(name)); }
+  // Any function (aggregates too); once one is added, names not added are
+  // unknown (a catalog made by hand without functions knows every name).
+  void AddFunction(std::string name) { functions_.insert(std::move(name)); }
+  void SetSchemaVersion(std::string version) { schema_version_ = std::move(version); }
 
   // The table a FROM item names (schema-qualified or by search_path), or null.
   [[nodiscard]] const SqlTable* FindSharded(const std::optional<std::string>& schema, const std::string& name) const;
@@ -61,13 +70,34 @@ class SqlCatalog {
   [[nodiscard]] bool IsUserFunction(const std::string& name) const { return user_functions_.contains(name); }
   // An aggregate function of that name exists (pg_proc), whatever its arguments.
   [[nodiscard]] bool IsAggregate(const std::string& name) const { return aggregates_.contains(name); }
+  // A function of that name exists (pg_proc) when the catalog was read.
+  [[nodiscard]] bool IsKnownFunction(const std::string& name) const {
+    return functions_.empty() || functions_.contains(name) || aggregates_.contains(name);
+  }
+  // What ReadSchemaVersion said when the catalog was read.
+  [[nodiscard]] const std::string& SchemaVersion() const { return schema_version_; }
 
  private:
   std::vector<SqlTable> sharded_;
   std::vector<SqlTable> reference_;
   std::set<std::string> user_functions_;
   std::set<std::string> aggregates_;
+  std::set<std::string> functions_;
+  std::string schema_version_;
 };
+
+// A statement names a function or table the catalog does not list. The
+// engine reads the catalog again (the name may be newer than its copy) and
+// plans once more; a name still unknown is refused with this error.
+class NotInCatalog : public SqlError {
+ public:
+  explicit NotInCatalog(SqlError refusal) : SqlError(std::move(refusal)) {}
+};
+
+// What changes when the schema does: the highest migration applied, the
+// registered sharded tables, the newest function (CREATE FUNCTION or
+// AGGREGATE by hand too). One round trip.
+[[nodiscard]] std::string ReadSchemaVersion(pqxx::transaction_base& tx);
 
 // Reads the catalog from one shard. A declared reference table the shard
 // does not have is kept with its name only (no columns).

@@ -39,34 +39,92 @@ SqlEngine::SqlEngine(BucketShardResolver& resolver, RoutedTransactions& transact
       reference_tables_(std::move(reference_tables)),
       cache_(cache_capacity) {}
 
-std::shared_ptr<const SqlCatalog> SqlEngine::Catalog() {
-  const std::lock_guard lock(catalog_mutex_);
-  if (!catalog_) {
-    // Any reachable shard answers: they share one schema (shardctl migrate).
-    std::string failures;
-    for (ConnectionPool& pool : resolver_.AllShards()) {
-      try {
-        auto lease = pool.Acquire();
-        catalog_ = std::make_shared<const SqlCatalog>(LoadSqlCatalog(*lease, reference_tables_));
-        break;
-      } catch (const std::exception& e) {
-        failures += fmt::format("{}{}", failures.empty() ? "" : "; ", e.what());
-      }
-    }
-    if (!catalog_) throw Error("sql: the sharded tables could not be read from any shard: " + failures);
+std::shared_ptr<const SqlCatalog> SqlEngine::Catalog(bool load) {
+  std::shared_ptr<const SqlCatalog> seen;
+  {
+    const std::lock_guard lock(catalog_mutex_);
+    if (!catalog_ && !load) return nullptr;
+    const auto now = std::chrono::steady_clock::now();
+    if (catalog_ && now - catalog_checked_at_ < kSchemaCheckInterval) return catalog_;
+    catalog_checked_at_ = now;
+    seen = catalog_;
   }
+  if (seen) {
+    // One caller per interval asks a shard; the others go on with the copy.
+    const std::optional<std::string> version = CurrentSchemaVersion();
+    if (!version || *version == seen->SchemaVersion()) return seen;
+  }
+  return ReloadCatalog(seen);
+}
+
+std::optional<std::string> SqlEngine::CurrentSchemaVersion() {
+  // Only a connection that is idle now: the check never waits for a pool
+  // or a server that is not there (it is tried again next interval).
+  for (ConnectionPool& pool : resolver_.AllShards()) {
+    try {
+      auto lease = pool.TryAcquireIdle();
+      if (!lease) continue;
+      pqxx::read_transaction tx{**lease};
+      tx.exec0("SET LOCAL statement_timeout = 1000");
+      std::string version = ReadSchemaVersion(tx);
+      tx.commit();
+      return version;
+    } catch (const std::exception&) {
+      // The next shard; none reachable: the statement's own run says so.
+    }
+  }
+  return std::nullopt;
+}
+
+std::shared_ptr<const SqlCatalog> SqlEngine::ReloadCatalog(const std::shared_ptr<const SqlCatalog>& seen,
+                                                           std::chrono::milliseconds unless_newer_than) {
+  const std::lock_guard lock(catalog_mutex_);
+  if (catalog_ != seen) return catalog_;  // another caller read it meanwhile
+  if (catalog_ && std::chrono::steady_clock::now() - catalog_read_at_ < unless_newer_than) return catalog_;
+  // Any reachable shard answers: they share one schema (shardctl migrate).
+  std::string failures;
+  std::shared_ptr<const SqlCatalog> fresh;
+  for (ConnectionPool& pool : resolver_.AllShards()) {
+    try {
+      auto lease = pool.Acquire();
+      fresh = std::make_shared<const SqlCatalog>(LoadSqlCatalog(*lease, reference_tables_));
+      break;
+    } catch (const std::exception& e) {
+      failures += fmt::format("{}{}", failures.empty() ? "" : "; ", e.what());
+    }
+  }
+  if (!fresh) {
+    if (catalog_) return catalog_;
+    throw Error("sql: the sharded tables could not be read from any shard: " + failures);
+  }
+  if (catalog_ && fresh->SchemaVersion() != catalog_->SchemaVersion()) cache_.Clear();
+  catalog_ = fresh;
+  catalog_checked_at_ = catalog_read_at_ = std::chrono::steady_clock::now();
   return catalog_;
 }
 
 std::shared_ptr<const SqlPlan> SqlEngine::Plan(const std::string& sql, bool* cached) {
+  // A cached plan is only as new as the catalog it was made with (the
+  // check drops plans of an older schema).
+  std::shared_ptr<const SqlCatalog> catalog = Catalog(/*load=*/false);
   if (auto plan = cache_.Find(sql)) {
     if (cached != nullptr) *cached = true;
     return plan;
   }
   // Parsed first: a syntax error needs no shard.
   const ParsedStatement parsed = ParseStatement(sql);
-  const std::shared_ptr<const SqlCatalog> catalog = Catalog();
-  auto plan = PlanStatement(parsed, *catalog);
+  if (!catalog) catalog = Catalog();
+  std::shared_ptr<const SqlPlan> plan;
+  try {
+    plan = PlanStatement(parsed, *catalog);
+  } catch (const NotInCatalog&) {
+    // Created (or registered) after the catalog was read? Once more with a
+    // fresh one (at most one read per kMissReloadInterval, so a statement
+    // that is simply wrong costs no read each time); still unknown, the
+    // refusal goes out.
+    catalog = ReloadCatalog(catalog, kMissReloadInterval);
+    plan = PlanStatement(parsed, *catalog);
+  }
   cache_.Insert(sql, plan);
   if (cached != nullptr) *cached = false;
   return plan;
@@ -79,6 +137,7 @@ SqlEngine::Bound SqlEngine::Bind(const std::string& sql, const SqlParams& params
 }
 
 SqlEngine::Bound SqlEngine::Bind(std::shared_ptr<const SqlPlan> plan, bool cached, const SqlParams& params) {
+  RequireParameterCount(*plan, params);
   if (plan->arm_by_arm) {
     // A set operation pinned by several parameters: routed when they name
     // one customer, arm by arm when they do not.

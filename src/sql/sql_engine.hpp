@@ -4,6 +4,7 @@
 // (both follow the directory through bucket moves). Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -49,8 +50,12 @@ class SqlEngine {
 
   // The plan of a statement, from the cache or new (`cached` says which).
   [[nodiscard]] std::shared_ptr<const SqlPlan> Plan(const std::string& sql, bool* cached = nullptr);
-  // Read from a shard on the first call.
-  [[nodiscard]] std::shared_ptr<const SqlCatalog> Catalog();
+  // Read from a shard on the first call; read again when the schema
+  // version changed (checked at most every kSchemaCheckInterval) or a
+  // statement names a function it does not list.
+  // Without `load`, null until a first call with it.
+  [[nodiscard]] std::shared_ptr<const SqlCatalog> Catalog(bool load = true);
+  static constexpr std::chrono::seconds kSchemaCheckInterval{5};
 
  private:
   struct Bound {
@@ -81,6 +86,14 @@ class SqlEngine {
   // qualified pg_type name), looked up on a shard once.
   std::vector<std::string> CastTypeNames(const std::vector<unsigned>& oids);
 
+  // Reads the catalog from any reachable shard; plans made with an older
+  // schema version are dropped.
+  std::shared_ptr<const SqlCatalog> ReloadCatalog(const std::shared_ptr<const SqlCatalog>& seen,
+                                                  std::chrono::milliseconds unless_newer_than = {});
+  static constexpr std::chrono::milliseconds kMissReloadInterval{200};
+  // The schema version on any reachable shard, or nullopt.
+  std::optional<std::string> CurrentSchemaVersion();
+
   BucketShardResolver& resolver_;
   RoutedTransactions& transactions_;
   ScatterGather& scatter_;
@@ -88,6 +101,8 @@ class SqlEngine {
   PlanCache cache_;
   std::mutex catalog_mutex_;
   std::shared_ptr<const SqlCatalog> catalog_ SHARDKIT_GUARDED_BY(catalog_mutex_);
+  std::chrono::steady_clock::time_point catalog_checked_at_ SHARDKIT_GUARDED_BY(catalog_mutex_);
+  std::chrono::steady_clock::time_point catalog_read_at_ SHARDKIT_GUARDED_BY(catalog_mutex_);
   std::mutex type_names_mutex_;
   std::map<unsigned, std::string> type_names_ SHARDKIT_GUARDED_BY(type_names_mutex_);
 };

@@ -440,6 +440,19 @@ void RoutedTransactions::RunErased(CustomerId customer,
       finish(true, false);
       return;
     } catch (const pqxx::broken_connection& e) {
+      PGconn* handle = detail::LibpqHandle(lease.Connection());
+      if (!committing && read == nullptr && handle != nullptr && PQstatus(handle) == CONNECTION_OK) {
+        // libpqxx 6.4 throws broken_connection for every class 08 SQLSTATE;
+        // on a connection that is still up it is 08P01, a statement the
+        // server refused as sent (a wrong parameter count): the statement's
+        // error, never retried.
+        Rollback(lease);
+        finish(false, false);
+        throw ShardQueryError(shard,
+                              fmt::format("{} for customer {} (bucket {}) on shard {}: {}", label, customer, bucket,
+                                          shard, FirstLine(e.what())),
+                              "08P01");
+      }
       lease.Discard();
       if (committing) {
         finish(false, true);
@@ -511,7 +524,7 @@ void RoutedTransactions::RunErased(CustomerId customer,
       auto refusal = ParseFenceRefusal(e);
       if (on_replica && !refusal) {
         const std::string& state = e.sqlstate();
-        if (state.starts_with("08") || state.starts_with("57P") || state == "53300") {
+        if (IsConnectionLost(state) || IsServerGoingAway(state) || state == "53300") {
           // Shut down, starting up, out of connections: the replica's trouble.
           replicas_->ReportFailure(shard, at.server, FirstLine(e.what()));
           leave(FirstLine(e.what()));

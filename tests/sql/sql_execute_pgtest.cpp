@@ -19,6 +19,7 @@
 #include <fstream>
 #include <pqxx/pqxx>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -649,7 +650,7 @@ TEST_F(SqlExecutePg, LimitAndOffsetParametersAreBoundAtExecution) {
       {rows, {"-1", "0"}, "LIMIT $1", "must not be negative"},
       {rows, {"1", "-1"}, "OFFSET $2", "must not be negative"},
       {rows, {"1.5", "0"}, "LIMIT $1", "is not a bigint"},
-      {rows, {"1"}, "OFFSET $2", "it has no value"},
+      {rows, {"1"}, "$2", "go up to $2 and 1 value was given"},
       {rows, {"9223372036854775807", "1"}, "LIMIT + OFFSET", "more than a bigint holds"},
       {"SELECT order_id FROM orders WHERE order_id > $1 ORDER BY 1 LIMIT $1", {"5"}, "LIMIT $1", "used elsewhere"},
   };
@@ -764,6 +765,140 @@ TEST_F(SqlExecutePg, SetOperationsCombineTheirArmsExactly) {
       "SELECT order_id FROM orders WHERE customer_id = 42 UNION SELECT order_id FROM order_items WHERE customer_id = "
       "42");
   EXPECT_EQ(routed.plan.kind, SqlPlanInfo::Kind::kRouted);
+}
+
+// An outer join that preserves a reference table (or a function's rows)
+// over every shard would repeat each unmatched row once per shard, and keep
+// a NULL-extended row for one matched on another shard: refused. Preserving
+// the sharded side, or pinned to one customer's shard, it is exact.
+TEST_F(SqlExecutePg, OuterJoinsPreservingReplicatedRowsAreExactOrRefused) {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"SELECT b.book_id, oi.order_id FROM books b LEFT JOIN order_items oi ON oi.book_id = b.book_id AND "
+       "oi.quantity < 0 WHERE b.book_id = 1",
+       "the LEFT JOIN that preserves books"},
+      {"SELECT count(*) FROM books b LEFT JOIN order_items oi ON oi.book_id = b.book_id AND oi.quantity > 5 "
+       "WHERE b.book_id BETWEEN 1 AND 20",
+       "the LEFT JOIN that preserves books"},
+      {"SELECT b.book_id, count(oi.order_id) FROM books b LEFT JOIN order_items oi ON oi.book_id = b.book_id "
+       "WHERE b.book_id <= 5 GROUP BY b.book_id",
+       "the LEFT JOIN that preserves books"},
+      {"SELECT count(*) FROM order_items oi RIGHT JOIN books b ON oi.book_id = b.book_id",
+       "the RIGHT JOIN that preserves books"},
+      {"SELECT count(*) FROM books b FULL JOIN order_items oi ON oi.book_id = b.book_id",
+       "the FULL JOIN that preserves books"},
+      {"SELECT count(*) FROM generate_series(1, 5) g LEFT JOIN orders o ON o.order_id = g",
+       "the LEFT JOIN that preserves function"},
+      {"SELECT count(*) FROM orders o RIGHT JOIN (books b JOIN books b2 USING (book_id)) ON o.total = b.price",
+       "the RIGHT JOIN that preserves books"},
+  };
+  for (const auto& [sql, construct] : refused) {
+    ExpectRefused(sql, {}, construct, "on every shard");
+    // On the reference server they have an answer: not an error there.
+    EXPECT_NO_THROW((void)OnReference(sql, {}));
+  }
+  const std::vector<std::tuple<std::string, SqlParams, SqlPlanInfo::Kind>> exact = {
+      {"SELECT count(*), count(b.book_id) FROM order_items oi LEFT JOIN books b ON b.book_id = oi.book_id AND "
+       "b.price > 20",
+       {},
+       SqlPlanInfo::Kind::kScatter},
+      {"SELECT count(*), count(oi.order_id) FROM books b RIGHT JOIN order_items oi ON oi.book_id = b.book_id AND "
+       "b.price > 20",
+       {},
+       SqlPlanInfo::Kind::kScatter},
+      {"SELECT b.book_id, oi.order_id, oi.line_no FROM books b LEFT JOIN order_items oi ON oi.book_id = b.book_id "
+       "AND oi.customer_id = $1 ORDER BY 1, 2, 3",
+       {"42"},
+       SqlPlanInfo::Kind::kRouted},
+  };
+  for (const auto& [sql, params, kind] : exact) {
+    SCOPED_TRACE(sql);
+    const SqlResult got = cluster_->Execute(sql, params);
+    EXPECT_EQ(got.plan.kind, kind);
+    EXPECT_EQ(Sorted(got.rows), Sorted(OnReference(sql, params).rows));
+    EXPECT_FALSE(got.rows.empty());
+  }
+}
+
+// PostgreSQL resolves a bare ORDER BY name among the output columns first:
+// with * in the select list, a name two tables have is still the one column
+// the list outputs, and an alias is found beside *.
+TEST_F(SqlExecutePg, OrderByNamesResolveAsTheServerResolvesThem) {
+  const std::vector<std::string> statements = {
+      "SELECT u1.* FROM orders u1 JOIN orders u2 ON u1.customer_id = u2.customer_id AND u1.order_id = u2.order_id "
+      "ORDER BY customer_id, order_id",
+      "SELECT u1.* FROM orders u1 JOIN orders u2 ON u1.customer_id = u2.customer_id AND u1.order_id = u2.order_id "
+      "ORDER BY customer_id DESC, order_id LIMIT 7",
+      "SELECT i.*, c.name AS who FROM order_items i JOIN customers c ON c.customer_id = i.customer_id ORDER BY who, "
+      "order_id, line_no LIMIT 25",
+      "SELECT * FROM order_items i JOIN orders o ON o.customer_id = i.customer_id AND o.order_id = i.order_id "
+      "ORDER BY line_no, status, total, i.order_id LIMIT 20",
+      "SELECT o.*, i.line_no FROM orders o JOIN order_items i ON i.customer_id = o.customer_id AND "
+      "i.order_id = o.order_id ORDER BY bucket, order_id, line_no OFFSET 5 LIMIT 10",
+  };
+  for (const std::string& sql : statements) {
+    SCOPED_TRACE(sql);
+    const SqlResult got = cluster_->Execute(sql);
+    EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kScatter);
+    EXPECT_EQ(got.rows, OnReference(sql, {}).rows);
+    EXPECT_FALSE(got.rows.empty());
+  }
+}
+
+// A function the Cluster's copy of the catalog does not list is never taken
+// for a plain function (an aggregate's per-shard values would be
+// concatenated): the catalog is read again, and what is still unknown is
+// refused. A catalog read at another schema version drops the cached plans.
+TEST_F(SqlExecutePg, FunctionsUnknownAtStartAreLookedUpAgainAndNeverTakenForScalars) {
+  const std::string cached = "SELECT count(*) FROM orders WHERE total > 1";
+  (void)cluster_->Execute(cached);
+  EXPECT_TRUE(cluster_->Explain(cached).cached);
+  const std::string sql = "SELECT sk_test_total(total) FROM orders";
+  ExpectRefused(sql, {}, "the function sk_test_total", "no function of that name");
+  const auto on_every_shard = [](const std::string& ddl) {
+    for (int s = 0; s < scratch_->ShardCount(); ++s) {
+      pqxx::connection c{scratch_->ShardDsn(s).Reveal()};
+      pqxx::nontransaction{c}.exec(ddl);
+    }
+  };
+  // As a migration would create it, after the Cluster read its catalog.
+  on_every_shard("CREATE AGGREGATE sk_test_total(numeric) (sfunc = numeric_add, stype = numeric, initcond = '0')");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // past the reload-on-miss interval
+  ExpectRefused(sql, {}, "the function sk_test_total", "not built in");
+  ExpectRefused("SELECT status, sk_test_total(total) FROM orders GROUP BY status", {}, "the function sk_test_total",
+                "not built in");
+  EXPECT_FALSE(cluster_->Explain(cached).cached);
+  on_every_shard("DROP AGGREGATE sk_test_total(numeric)");
+}
+
+// A wrong number of parameter values is the caller's mistake, said at once:
+// no server is asked, nothing is retried. Through Cluster::Run, the
+// server's 08P01 (libpqxx calls it a broken connection) is a statement
+// error, not a lost connection: one attempt.
+TEST_F(SqlExecutePg, AWrongParameterCountIsRefusedAtOnceAndNeverRetried) {
+  ExpectRefused("SELECT count(*) FROM orders WHERE customer_id = $1 AND total > $2", {"42"}, "$2",
+                "go up to $2 and 1 value was given");
+  ExpectRefused("SELECT count(*) FROM orders WHERE total > $1 AND total < $2", {"1"}, "$2",
+                "go up to $2 and 1 value was given");
+  ExpectRefused("INSERT INTO customers (customer_id, name, email) VALUES ($1, $2, $3)", {"1", "x"}, "$3",
+                "go up to $3 and 2 values were given");
+  ExpectRefused("SELECT count(*) FROM orders WHERE customer_id = $1", {"1", "2"}, "$1", "2 values were given");
+  ExpectRefused("SELECT count(*) FROM orders", {"1"}, "1 parameter value", "no parameters");
+  EXPECT_EQ(
+      cluster_->Execute("SELECT count(*) FROM orders WHERE customer_id = $1 AND total > $2", {"42", "0"}).plan.kind,
+      SqlPlanInfo::Kind::kRouted);
+
+  RoutedOutcome outcome;
+  try {
+    cluster_->Run(
+        CustomerId{42},
+        [](pqxx::transaction_base& tx, const RoutedContext&) { (void)tx.exec_params("SELECT $1::int + $2::int", 1); },
+        RoutedOptions{}, &outcome);
+    ADD_FAILURE() << "ran";
+  } catch (const ShardQueryError& e) {
+    EXPECT_EQ(e.sqlstate(), "08P01") << e.what();
+    EXPECT_NE(std::string(e.what()).find("bind message supplies 1 parameters"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(outcome.attempts, 1);
 }
 
 TEST_F(SqlExecutePg, ScatterStatementsThatCannotBeMergedAreRefused) {

@@ -51,6 +51,7 @@
 #include <string>
 
 #include "shardkit/config.hpp"
+#include "shardkit/pg/server_error.hpp"
 #include "shardkit/queries/merge.hpp"
 #include "shardkit/queries/percentile.hpp"
 #include "shardkit/queries/scatter.hpp"
@@ -114,16 +115,22 @@ class Cluster {
 
   // fn(SqlTransaction&) in a transaction on the customer's shard: plain SQL
   // statements that stay on that customer's bucket, committed together when
-  // fn returns (sql_transaction.hpp); otherwise as Run().
+  // fn returns (sql_transaction.hpp); otherwise as Run(), except that a
+  // server's error comes out as shardkit's (pg/server_error.hpp: inside fn
+  // it is still libpqxx's).
   template <class Fn>
   auto Transact(CustomerId customer, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
-    return transactions_->Run(
-        customer,
-        [&](pqxx::transaction_base& tx, const RoutedContext& at) {
-          SqlTransaction sql_tx(*sql_, tx, at);
-          return fn(sql_tx);
-        },
-        options, outcome);
+    try {
+      return transactions_->Run(
+          customer,
+          [&](pqxx::transaction_base& tx, const RoutedContext& at) {
+            SqlTransaction sql_tx(*sql_, tx, at);
+            return fn(sql_tx);
+          },
+          options, outcome);
+    } catch (...) {
+      RethrowAsShardError(Route(customer).shard, "a transaction for customer " + std::to_string(ToInt(customer)));
+    }
   }
 
   // One statement on every (or the chosen) shard (scatter.hpp).

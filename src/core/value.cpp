@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <system_error>
 
 #include <pqxx/pqxx>
@@ -62,6 +63,7 @@ constexpr TypeOid kRealOid = 700;
 constexpr TypeOid kBpcharOid = 1042;
 constexpr TypeOid kDateOid = 1082;
 constexpr TypeOid kTimestampOid = 1114;
+constexpr TypeOid kTimestamptzOid = 1184;
 constexpr TypeOid kIntervalOid = 1186;
 constexpr TypeOid kJsonOid = 114;
 constexpr TypeOid kJsonbOid = 3802;
@@ -97,9 +99,9 @@ constexpr TypeRow kTypes[] = {
     {kDateOid, "date", Value::Kind::kText, true, true},
     {1083, "time without time zone", Value::Kind::kText, true, true},
     {kTimestampOid, "timestamp without time zone", Value::Kind::kText, true, true},
-    // One text per instant in the one TimeZone every shard runs with; the
-    // text's offsets do not order.
-    {1184, "timestamp with time zone", Value::Kind::kText, true, false},
+    // One text per instant in the one TimeZone every shard runs with;
+    // ordered by the instant (ComparisonForm applies the text's offset).
+    {kTimestamptzOid, "timestamp with time zone", Value::Kind::kText, true, true},
     {kIntervalOid, "interval", Value::Kind::kText, false, false},  // '1 mon' = '30 days'
     {1700, "numeric", Value::Kind::kDecimal, true, true},          // 1.5 = 1.50
     {2950, "uuid", Value::Kind::kText, true, true},
@@ -294,6 +296,94 @@ std::string GroupingAdvice(TypeOid oid) {
 
 bool HasComparisonForm(TypeOid oid) noexcept {
   return oid == kBpcharOid || oid == kDateOid || oid == kTimestampOid;
+}
+
+namespace {
+
+// Reads `digits` (at most max_digits, at least one) from the front of text.
+std::optional<std::int64_t> TakeNumber(std::string_view& text, std::size_t max_digits) {
+  std::size_t n = 0;
+  while (n < text.size() && n < max_digits && text[n] >= '0' && text[n] <= '9') ++n;
+  if (n == 0) return std::nullopt;
+  std::int64_t value = 0;
+  for (std::size_t i = 0; i < n; ++i) value = value * 10 + (text[i] - '0');
+  text.remove_prefix(n);
+  return value;
+}
+
+bool Take(std::string_view& text, char c) {
+  if (text.empty() || text.front() != c) return false;
+  text.remove_prefix(1);
+  return true;
+}
+
+// Days from 1970-01-01 of a proleptic Gregorian date (astronomical years:
+// 1 BC is 0), after H. Hinnant's days_from_civil.
+std::int64_t DaysFromCivil(std::int64_t y, std::int64_t m, std::int64_t d) {
+  y -= m <= 2 ? 1 : 0;
+  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const std::int64_t yoe = y - era * 400;
+  const std::int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const std::int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+// A timestamptz in DateStyle ISO ("2026-01-05 05:00:00.25+05:30", "... BC"):
+// microseconds since 2000-01-01 00:00 UTC, as the server stores it, so
+// that instants order whatever offset their text shows.
+std::optional<std::int64_t> TimestamptzMicros(std::string_view text) {
+  const bool bc = text.ends_with(" BC");
+  if (bc) text.remove_suffix(3);
+  const auto year = TakeNumber(text, 9);
+  if (!year || !Take(text, '-')) return std::nullopt;
+  const auto month = TakeNumber(text, 2);
+  if (!month || !Take(text, '-')) return std::nullopt;
+  const auto day = TakeNumber(text, 2);
+  if (!day || !Take(text, ' ')) return std::nullopt;
+  const auto hour = TakeNumber(text, 2);
+  if (!hour || !Take(text, ':')) return std::nullopt;
+  const auto minute = TakeNumber(text, 2);
+  if (!minute || !Take(text, ':')) return std::nullopt;
+  const auto second = TakeNumber(text, 2);
+  if (!second) return std::nullopt;
+  std::int64_t micros = 0;
+  if (Take(text, '.')) {
+    const std::size_t before = text.size();
+    const auto fraction = TakeNumber(text, 6);
+    if (!fraction) return std::nullopt;
+    micros = *fraction;
+    for (std::size_t n = before - text.size(); n < 6; ++n) micros *= 10;
+  }
+  if (text.empty() || (text.front() != '+' && text.front() != '-')) return std::nullopt;
+  const std::int64_t sign = text.front() == '-' ? -1 : 1;
+  text.remove_prefix(1);
+  std::int64_t offset = 0;
+  for (const std::int64_t unit : {3600, 60, 1}) {
+    if (unit != 3600 && !Take(text, ':')) break;
+    const auto part = TakeNumber(text, 2);
+    if (!part) return std::nullopt;
+    offset += *part * unit;
+  }
+  if (!text.empty() || *month < 1 || *month > 12 || *day < 1 || *day > 31) return std::nullopt;
+  const std::int64_t astronomical_year = bc ? 1 - *year : *year;
+  const std::int64_t days = DaysFromCivil(astronomical_year, *month, *day) - 10957;  // from 2000-01-01
+  const std::int64_t seconds = days * 86400 + *hour * 3600 + *minute * 60 + *second - sign * offset;
+  return seconds * 1'000'000 + micros;
+}
+
+}  // namespace
+
+Value OrderingForm(const Value& v, TypeOid oid) {
+  if (oid != kTimestamptzOid || v.kind() != Value::Kind::kText) return ComparisonForm(v, oid);
+  const std::string_view text = v.AsText();
+  if (text == "-infinity") return Value::Int(std::numeric_limits<std::int64_t>::min());
+  if (text == "infinity") return Value::Int(std::numeric_limits<std::int64_t>::max());
+  const std::optional<std::int64_t> micros = TimestamptzMicros(text);
+  if (!micros) {
+    throw Error("cannot order \"" + std::string(text.substr(0, 80)) +
+                "\" as the server does: not an ISO timestamp with time zone (DateStyle ISO)");
+  }
+  return Value::Int(*micros);
 }
 
 Value ComparisonForm(const Value& v, TypeOid oid) {

@@ -408,8 +408,8 @@ MergedResult MergeInputs(const MergePlan& plan, const Inputs& inputs) {
     comparison_form[c] = bound[c].typed && HasComparisonForm(bound[c].oid);
   // Three-way comparison as the server orders column c's values.
   auto compare = [&](std::size_t c, const Value& a, const Value& b) {
-    return comparison_form[c] ? CompareValues(ComparisonForm(a, bound[c].oid), ComparisonForm(b, bound[c].oid))
-                              : CompareValues(a, b);
+    return bound[c].typed ? CompareValues(OrderingForm(a, bound[c].oid), OrderingForm(b, bound[c].oid))
+                          : CompareValues(a, b);
   };
 
   MergedResult out;

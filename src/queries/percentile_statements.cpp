@@ -250,7 +250,7 @@ ResultSet OrderedResult(std::vector<std::string> names, const std::vector<TypeOi
                                  (key->nulls == NullsOrder::kDefault && key->direction == SortDirection::kDesc);
         return nulls_first ? an : bn;
       }
-      int cmp = CompareValues(ComparisonForm(a[c], types[c]), ComparisonForm(b[c], types[c]));
+      int cmp = CompareValues(OrderingForm(a[c], types[c]), OrderingForm(b[c], types[c]));
       if (key->direction == SortDirection::kDesc) cmp = -cmp;
       if (cmp != 0) return cmp < 0;
     }

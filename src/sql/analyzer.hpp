@@ -244,6 +244,8 @@ class Analyzer {
   // preserved side that is all reference tables (or subqueries, functions)
   // is refused.
   void RequirePartitionedPreservedSides(const FromItem& item);
+  // Where the statement's first FOR UPDATE/SHARE is (the parse tree keeps no location).
+  int LockingLocation() const;
 
   const ParsedStatement& parsed_;
   const SqlCatalog& catalog_;
@@ -257,6 +259,7 @@ class Analyzer {
   std::vector<std::pair<int, int>> directed_;
   std::vector<Entry*> sharded_;
   std::vector<std::pair<const Entry*, KeySet>> key_sets_;
+  bool locking_ = false;  // FOR UPDATE/SHARE at some level
 };
 
 }  // namespace shardkit::sql::detail

@@ -92,8 +92,18 @@ void Analyzer::AnalyzeSelect(const json& select, Level* column_parent, const Cte
     Refuse(LocationOf(select.at("intoClause")), "SELECT INTO", "it creates a table", "create tables with a migration");
   }
   if (const json* locking = Field(select, "lockingClause"); locking != nullptr) {
-    Refuse(locking->empty() ? -1 : LocationOf(locking->front()), "a locking clause (FOR UPDATE/SHARE)",
-           "locking reads are not supported yet", "lock rows inside Cluster::Run");
+    // Routed, a locking read takes its locks in a read-write transaction
+    // on the customer's primary; over several shards it is refused (Finish).
+    locking_ = true;
+    plan_.read_only = false;
+    // FOR UPDATE OF o: names of this level's FROM items, not tables.
+    for (const json& clause : *locking) {
+      const json* rels = Field(clause.at("LockingClause"), "lockedRels");
+      if (rels == nullptr) continue;
+      for (const json& rel : *rels) {
+        if (const json* range = Field(rel, "RangeVar"); range != nullptr) seen_.insert(range);
+      }
+    }
   }
   ctes = AnalyzeWith(Field(select, "withClause"), column_parent, ctes);
   if (select.value("op", "SETOP_NONE") != "SETOP_NONE") {
@@ -268,6 +278,16 @@ void Analyzer::CheckFunction(const json& call) const {
   }
 }
 
+int Analyzer::LockingLocation() const {
+  const auto& tokens = parsed_.tokens;
+  for (std::size_t i = 0; i + 1 < tokens.size(); ++i) {
+    if (shardkit::detail::Upper(parsed_.TokenText(tokens[i])) != "FOR") continue;
+    const std::string next = shardkit::detail::Upper(parsed_.TokenText(tokens[i + 1]));
+    if (next == "UPDATE" || next == "SHARE" || next == "NO" || next == "KEY") return tokens[i].start;
+  }
+  return -1;
+}
+
 void CountParameters(const json& node, SqlPlan& plan) {
   if (node.is_array()) {
     for (const json& element : node) CountParameters(element, plan);
@@ -390,6 +410,12 @@ void Analyzer::Finish() {
     for (const KeySource& k : pins) {
       if (std::find(plan_.keys.begin(), plan_.keys.end(), k) == plan_.keys.end()) plan_.keys.push_back(k);
     }
+  }
+  if (locking_ && (!unpinned.empty() || sharded_.empty())) {
+    Refuse(LockingLocation(), "a locking clause (FOR UPDATE/SHARE) over every shard",
+           sharded_.empty() ? "reference tables are copies on every shard: locking one copy locks none of the others"
+                            : "rows locked on several shards are not locked together in one transaction",
+           "pin customer_id to one customer to lock its rows (Cluster::Execute, or inside Cluster::Transact)");
   }
   if (!unpinned.empty()) {
     RequireScatterable(unpinned);

@@ -72,7 +72,7 @@ SqlResult MergeSortedRows(const ScatterResult& scattered, const RowOrder& order)
                         c + 1, collation.c_str()));
       }
       const Value v = ReadValue(row[c], type);
-      out.keys.push_back(HasComparisonForm(type) ? ComparisonForm(v, type) : v);
+      out.keys.push_back(OrderingForm(v, type));
     }
     sorted.push_back(std::move(out));
   }

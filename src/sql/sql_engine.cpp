@@ -12,6 +12,7 @@
 #include "core/sql_text.hpp"
 #include "queries/stale_directory_retry.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/pg/server_error.hpp"
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/queries/scatter_merge.hpp"
 #include "shardkit/queries/topk.hpp"
@@ -630,23 +631,29 @@ SqlResult SqlEngine::ExecuteBound(const Bound& bound, const SqlParams& params, c
     result.rows_received = rows.size();
     result.plan = Info(bound, shard);
   };
-  if (bound.plan->read_only) {
-    // A read: its whole transaction in one round trip.
+  try {
+    if (bound.plan->read_only) {
+      // A read: its whole transaction in one round trip.
+      RoutedOutcome outcome;
+      const pg::Rows rows = transactions_.Read(bound.customer, text, params, routed, &outcome);
+      fill(rows, outcome.shard);
+      result.from_replicas = outcome.on_replica ? 1 : 0;
+      return result;
+    }
     RoutedOutcome outcome;
-    const pg::Rows rows = transactions_.Read(bound.customer, text, params, routed, &outcome);
-    fill(rows, outcome.shard);
-    result.from_replicas = outcome.on_replica ? 1 : 0;
+    transactions_.Run(
+        bound.customer,
+        [&](pqxx::transaction_base& tx, const RoutedContext& at) {
+          fill(tx.exec_params(text, pqxx::prepare::make_dynamic_params(params)), at.shard);
+        },
+        routed, &outcome);
+    result.token = std::move(outcome.token);
     return result;
+  } catch (...) {
+    // The server's error about the statement, as shardkit's.
+    RethrowAsShardError(resolver_.Resolve(bound.customer).shard,
+                        fmt::format("{} for customer {}", bound.plan->statement, ToInt(bound.customer)));
   }
-  RoutedOutcome outcome;
-  transactions_.Run(
-      bound.customer,
-      [&](pqxx::transaction_base& tx, const RoutedContext& at) {
-        fill(tx.exec_params(text, pqxx::prepare::make_dynamic_params(params)), at.shard);
-      },
-      routed, &outcome);
-  result.token = std::move(outcome.token);
-  return result;
 }
 
 SqlResult SqlEngine::ExecuteIn(pqxx::transaction_base& tx, const RoutedContext& at, const std::string& sql,

@@ -692,6 +692,8 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data, c
       {"min(r)", Kind::kReal, true},
       {"max(r)", Kind::kReal, true},
       {"max(cat COLLATE \"C\")", Kind::kText, true},
+      {"min(ts)", Kind::kTimestamptz, true},  // ordered by the instant, whatever offset the text shows
+      {"max(ts)", Kind::kTimestamptz, true},
       {"avg(qty)", Kind::kNumeric, true},
       {"avg(grp)", Kind::kNumeric, true},
       {"avg(big)", Kind::kNumeric, true},
@@ -714,7 +716,7 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data, c
       "min(note)",
   };
   QueryShape q;
-  // Ordered shapes order by every key; shardkit cannot order timestamptz.
+  // Ordered shapes order by every key.
   const bool ordered = chance(0.75);
   // Group keys: none (scalar), one or two.
   const std::size_t key_count = chance(0.25) ? 0 : (chance(0.7) ? 1 : 2);
@@ -725,8 +727,7 @@ QueryShape RandomShape(std::mt19937_64& rng, const std::vector<DataRow>& data, c
   for (const std::size_t k : key_order) {
     if (keys.size() == key_count) break;
     const auto& spec = kKeys[k];
-    if (ordered && spec.kind == Kind::kTimestamptz) continue;
-    keys.push_back({spec.column, true, spec.column, spec.kind, spec.kind != Kind::kTimestamptz, false});
+    keys.push_back({spec.column, true, spec.column, spec.kind, true, false});
   }
   // Aggregates.
   std::vector<ColumnSpec> aggs;

@@ -62,7 +62,8 @@ TEST(ValueTest, ReadsByTypeOid) {
   EXPECT_THROW((void)ReadValue(std::string_view("NaN"), kNumeric), Error);
   EXPECT_THROW((void)ReadValue(std::string_view("12x"), kInt4), Error);
   EXPECT_EQ(TypeInfoFor(kFloat8).name, "double precision");
-  EXPECT_FALSE(TypeInfoFor(kTimestamptz).orderable);
+  EXPECT_TRUE(TypeInfoFor(kTimestamptz).orderable);
+  EXPECT_FALSE(TypeInfoFor(1266).orderable);  // time with time zone
   EXPECT_FALSE(TypeInfoFor(999999).known);
 }
 
@@ -428,12 +429,17 @@ TEST(MergeTest, RefusesRowsThatDoNotFitThePlan) {
   msg = ErrorOf([&] { (void)Merge(scalar, std::vector<PartialRows>{Shard(1, {"s"}, {kInt8}, {{"1"}, {"2"}})}); });
   EXPECT_NE(msg.find("without group keys"), std::string::npos) << msg;
 
-  MergePlan ordered;
-  ordered.Key("t").Max("t", "latest");
-  msg = ErrorOf([&] {
-    (void)Merge(ordered, std::vector<PartialRows>{Shard(0, {"t"}, {kTimestamptz}, {{"2024-01-01 00:00:00+00"}})});
-  });
-  EXPECT_NE(msg.find("cannot order timestamp with time zone"), std::string::npos) << msg;
+  // timestamptz orders by the instant, not by its text: 03:00+05 is
+  // 22:00 UTC the day before, earlier than 00:00+00.
+  MergePlan latest;
+  latest.Max("t", "latest").Min("t", "earliest");
+  const MergedResult instants =
+      Merge(latest, std::vector<PartialRows>{Shard(0, {"t"}, {kTimestamptz}, {{"2024-01-01 00:00:00+00"}}),
+                                             Shard(1, {"t"}, {kTimestamptz}, {{"2024-01-01 03:00:00.5+05"}}),
+                                             Shard(2, {"t"}, {kTimestamptz}, {{"0044-03-15 12:00:00+00 BC"}})});
+  ASSERT_EQ(instants.rows.size(), 1U);
+  EXPECT_EQ(instants.rows[0][0].AsText(), "2024-01-01 00:00:00+00");
+  EXPECT_EQ(instants.rows[0][1].AsText(), "0044-03-15 12:00:00+00 BC");
 
   MergePlan sum;
   sum.Sum("s");

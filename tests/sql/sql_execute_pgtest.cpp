@@ -834,6 +834,10 @@ TEST_F(SqlExecutePg, OrderByNamesResolveAsTheServerResolvesThem) {
       "ORDER BY line_no, status, total, i.order_id LIMIT 20",
       "SELECT o.*, i.line_no FROM orders o JOIN order_items i ON i.customer_id = o.customer_id AND "
       "i.order_id = o.order_id ORDER BY bucket, order_id, line_no OFFSET 5 LIMIT 10",
+      // timestamptz ordered by the instant (the text's offset applied), by ORDER BY, min and max.
+      "SELECT order_id, ordered_at FROM orders ORDER BY ordered_at DESC, order_id LIMIT 5",
+      "SELECT min(ordered_at), max(ordered_at) FROM orders",
+      "SELECT status, min(ordered_at), max(ordered_at) FROM orders GROUP BY status ORDER BY max(ordered_at) DESC, 1",
   };
   for (const std::string& sql : statements) {
     SCOPED_TRACE(sql);
@@ -901,10 +905,77 @@ TEST_F(SqlExecutePg, AWrongParameterCountIsRefusedAtOnceAndNeverRetried) {
   EXPECT_EQ(outcome.attempts, 1);
 }
 
+// A server's error about a statement comes out in shardkit's family, with
+// the SQLSTATE, the shard and the server's message: routed (Execute,
+// Transact) as ShardQueryError, over every shard as ScatterError whose
+// advice is to fix the statement (no partial answer helps).
+TEST_F(SqlExecutePg, ServerErrorsComeOutAsShardkitErrorsWithTheirSqlstate) {
+  const auto expect_query_error = [](const auto& run, const std::string& sqlstate, const std::string& text) {
+    try {
+      run();
+      ADD_FAILURE() << "ran";
+    } catch (const ShardQueryError& e) {
+      EXPECT_EQ(e.sqlstate(), sqlstate) << e.what();
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+      EXPECT_EQ(e.shard(), cluster_->Route(CustomerId{42}).shard) << e.what();
+    }
+  };
+  expect_query_error([] { (void)cluster_->Execute("SELECT no_such_column FROM orders WHERE customer_id = 42"); },
+                     "42703", "no_such_column");
+  expect_query_error(
+      [] { (void)cluster_->Execute("INSERT INTO customers (customer_id, name, email) VALUES (42, 'again', 'x')"); },
+      "23505", "duplicate key");
+  expect_query_error(
+      [] {
+        cluster_->Transact(CustomerId{42}, [](SqlTransaction& tx) {
+          (void)tx.Execute(
+              "INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES (42, 4299999, now(), -1)");
+        });
+      },
+      "23514", "check constraint");
+  try {
+    (void)cluster_->Execute("SELECT count(*) FROM orders WHERE 1 / (total - total) > 0");
+    ADD_FAILURE() << "ran";
+  } catch (const ScatterError& e) {
+    ASSERT_FALSE(e.failures().empty());
+    EXPECT_EQ(e.failures().front().sqlstate, "22012") << e.what();
+    EXPECT_EQ(std::string(e.what()).find("allow_partial"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fix it"), std::string::npos) << e.what();
+  }
+}
+
+// FOR UPDATE / FOR SHARE pinned to one customer: run on its primary in a
+// read-write transaction (alone, or inside Transact where the locks last);
+// over several shards, or on reference tables alone, refused with where.
+TEST_F(SqlExecutePg, LockingReadsRunPinnedAndAreRefusedOverSeveralShards) {
+  const std::string locking = "SELECT order_id, total FROM orders WHERE customer_id = $1 ORDER BY order_id FOR UPDATE";
+  const SqlResult alone = cluster_->Execute(locking, {"42"});
+  EXPECT_EQ(alone.plan.kind, SqlPlanInfo::Kind::kRouted);
+  EXPECT_FALSE(alone.plan.read_only);
+  EXPECT_EQ(alone.rows, OnReference(locking, {"42"}).rows);
+  const std::size_t locked = cluster_->Transact(CustomerId{42}, [&](SqlTransaction& tx) {
+    const SqlResult rows = tx.Execute(
+        "SELECT o.order_id FROM orders o JOIN customers c USING (customer_id) WHERE customer_id = 42 "
+        "FOR NO KEY UPDATE OF o SKIP LOCKED");
+    return rows.rows.size();
+  });
+  EXPECT_EQ(locked, alone.rows.size());
+  for (const std::string& sql : {std::string("SELECT order_id FROM orders WHERE total > 10 FOR UPDATE"),
+                                 std::string("SELECT * FROM books WHERE book_id = 1 FOR SHARE")}) {
+    SCOPED_TRACE(sql);
+    try {
+      (void)cluster_->Execute(sql);
+      ADD_FAILURE() << "ran";
+    } catch (const SqlError& e) {
+      EXPECT_EQ(e.construct(), "a locking clause (FOR UPDATE/SHARE) over every shard") << e.what();
+      EXPECT_GT(e.column(), 0) << e.what();
+    }
+  }
+}
+
 TEST_F(SqlExecutePg, ScatterStatementsThatCannotBeMergedAreRefused) {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"SELECT status, 100.0 * count(*) / (SELECT count(*) FROM books) FROM orders GROUP BY status", "subquery"},
-      {"SELECT order_id FROM orders ORDER BY ordered_at LIMIT 5", "timestamp with time zone"},
       {"SELECT DISTINCT ON (status) status FROM orders ORDER BY status", "rows of one group"},
       {"SELECT status, string_agg(order_id::text, ',') FROM orders GROUP BY status", ""},
       // Answered exactly alone (sql_percentile_pgtest), not beside other aggregates.
@@ -916,8 +987,6 @@ TEST_F(SqlExecutePg, ScatterStatementsThatCannotBeMergedAreRefused) {
       {"SELECT count(*) FROM orders WHERE ordered_at > now()", ""},
       {"SELECT status, count(*) FROM orders GROUP BY status ORDER BY status LIMIT $1 + 1", "known"},
       {"SELECT bool_and(total > 0) FROM orders", ""},
-      // timestamptz prints in the session's TimeZone: grouped by its text, but not ordered by the merge.
-      {"SELECT min(ordered_at) FROM orders", "timestamp with time zone"},
       // A subquery inside a merged part, even over a reference table: refused by the aggregate planner.
       {"SELECT count(*) FROM order_items WHERE book_id IN (SELECT book_id FROM books WHERE category = 'science')",
        "subquery"},

@@ -667,7 +667,8 @@ TEST(SqlRouter, OtherStatementsAndUnknownTablesAreRefused) {
   RefusalOf("SELECT * FROM other.orders WHERE customer_id = 1");
   RefusalOf("SELECT * FROM orders TABLESAMPLE SYSTEM (10) WHERE customer_id = 1");
   RefusalOf("SELECT * INTO copy FROM orders WHERE customer_id = 1");
-  RefusalOf("SELECT * FROM orders WHERE customer_id = 1 FOR UPDATE");
+  EXPECT_EQ(RefusalOf("SELECT * FROM orders WHERE total > 1 FOR UPDATE").construct(),
+            "a locking clause (FOR UPDATE/SHARE) over every shard");
   EXPECT_EQ(RefusalOf("SELECT discount_for(total) FROM orders WHERE customer_id = 1").construct(),
             "the function discount_for");
   EXPECT_EQ(RefusalOf("SELECT nextval('s')").construct(), "the function nextval");

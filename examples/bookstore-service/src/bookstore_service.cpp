@@ -12,6 +12,7 @@
 #include <pqxx/pqxx>
 #include <set>
 #include <shardkit/errors.hpp>
+#include <shardkit/pg/server_error.hpp>
 #include <shardkit/queries/merge.hpp>
 #include <shardkit/queries/scatter_merge.hpp>
 #include <shardkit/routing/read_token.hpp>
@@ -105,46 +106,23 @@ std::string IsoTimestamp(std::chrono::system_clock::time_point t) {
                      utc.tm_hour, utc.tm_min, utc.tm_sec, ms % 1000);
 }
 
-std::string FirstLine(std::string text) {
-  for (const char* prefix : {"ERROR:  ", "FATAL:  "}) {
-    if (text.starts_with(prefix)) text.erase(0, std::char_traits<char>::length(prefix));
-  }
-  if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
-  return text;
-}
-
 std::string ArrayLiteral(const std::vector<std::int64_t>& values) {
   std::string text = "{";
   for (std::size_t i = 0; i < values.size(); ++i) text += (i > 0 ? "," : "") + std::to_string(values[i]);
   return text + "}";
 }
 
-// Runs `work` on one shard, turning libpqxx's exceptions into shardkit's,
-// with the SQLSTATE as a field, so that AnswerFor() maps them to a status.
-// `shard` and `name` are read when an error is caught: work may change them
-// (a routed transaction that followed its bucket to another shard).
+// Runs `work` on one shard, turning libpqxx's exceptions into shardkit's
+// (shardkit/pg/server_error.hpp), with the SQLSTATE as a field, so that
+// AnswerFor() maps them to a status. `shard` and `name` are read when an
+// error is caught: work may change them (a routed transaction that
+// followed its bucket to another shard).
 template <class Work>
 auto OnShard(const ShardId& shard, const std::string& name, Work&& work) -> decltype(work()) {
   try {
     return work();
-  } catch (const pqxx::in_doubt_error& e) {
-    throw shardkit::ShardUnavailable(
-        shard,
-        fmt::format("shard {} ({}): the connection was lost during COMMIT, so whether the transaction committed is "
-                    "unknown ({}); look before retrying",
-                    shard, name, FirstLine(shardkit::RedactDsn(e.what()))),
-        "08007");  // transaction_resolution_unknown
-  } catch (const pqxx::broken_connection& e) {
-    throw shardkit::ShardUnavailable(
-        shard, fmt::format("shard {} ({}) is unreachable: {}", shard, name, FirstLine(shardkit::RedactDsn(e.what()))));
-  } catch (const pqxx::sql_error& e) {
-    throw shardkit::ShardQueryError(shard,
-                                    fmt::format("shard {} ({}): {} (SQLSTATE {})", shard, name,
-                                                FirstLine(shardkit::RedactDsn(e.what())), e.sqlstate()),
-                                    e.sqlstate());
-  } catch (const pqxx::failure& e) {
-    throw shardkit::ShardQueryError(
-        shard, fmt::format("shard {} ({}): {}", shard, name, FirstLine(shardkit::RedactDsn(e.what()))));
+  } catch (...) {
+    shardkit::RethrowAsShardError(shard, name);
   }
 }
 

@@ -126,6 +126,10 @@ struct PgTypeInfo {
 // timestamps as text that orders BC years and years past 9999 correctly.
 // Other types: `v` itself. Keep the original for output.
 [[nodiscard]] Value ComparisonForm(const Value& v, TypeOid oid);
+// The form whose order is the server's: ComparisonForm, except that a
+// timestamptz (one text per instant for grouping) orders by its instant,
+// its text's offset applied. Throws Error for a timestamptz not in ISO.
+[[nodiscard]] Value OrderingForm(const Value& v, TypeOid oid);
 
 // SQL ordering of two non-NULL values: integers, decimals and doubles compare
 // by number across kinds (a double against an exact number compares as

@@ -169,8 +169,11 @@ class Cluster {
   // alone (expressions over aggregates, HAVING of any shape, DISTINCT
   // without the shard key) is evaluated by PostgreSQL over the merged rows
   // on one shard; UNION / INTERSECT / EXCEPT run arm by arm and are
-  // combined the same way. Plans are cached by the exact text; the shards'
-  // registered sharded tables are read once.
+  // combined the same way. A server's error comes out as ShardQueryError
+  // (its SQLSTATE) or ShardUnavailable (pg/server_error.hpp). Plans are
+  // cached by the exact text; the shards' catalog (sharded tables,
+  // functions) is read again when its schema version changes (checked
+  // every 5 s, cached plans dropped) or a statement names what it lacks.
   [[nodiscard]] SqlResult Execute(const std::string& sql, const SqlParams& params = {}, const SqlOptions& options = {});
   // Where Execute would run the statement with these parameters (Describe():
   // in words), without running it.

@@ -126,7 +126,12 @@ std::shared_ptr<const SqlPlan> SqlEngine::Plan(const std::string& sql, bool* cac
     catalog = ReloadCatalog(catalog, kMissReloadInterval);
     plan = PlanStatement(parsed, *catalog);
   }
-  cache_.Insert(sql, plan);
+  {
+    // Not a plan of a catalog that a reload replaced (and whose plans it
+    // dropped) meanwhile.
+    const std::lock_guard lock(catalog_mutex_);
+    if (catalog_ == catalog) cache_.Insert(sql, plan);
+  }
   if (cached != nullptr) *cached = false;
   return plan;
 }

@@ -202,8 +202,10 @@ TEST_F(BookstoreServiceTest, PostOrderStoresTheOrderAndItsItemsOnTheOwningShard)
       0);
   bookstore_->MirrorToReference(customer, order_id);
 
-  // And the customer's orders show it first.
-  const json orders = Body(client.Get("/customers/" + std::to_string(customer) + "/orders?limit=1"));
+  // And the customer's orders show it first, read with the order's token
+  // (without it a replica may serve the read before it replays the order).
+  const json orders = Body(client.Request("GET", "/customers/" + std::to_string(customer) + "/orders?limit=1", "",
+                                          "application/json", {{"Shardkit-Token", reply.Header("shardkit-token")}}));
   ASSERT_EQ(orders["orders"].size(), 1U);
   EXPECT_EQ(orders["orders"][0]["order_id"], body["order_id"]);
   EXPECT_EQ(orders["orders"][0]["items"].size(), 2U);

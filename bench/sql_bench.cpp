@@ -4,7 +4,8 @@
 // scatter aggregate vs the same AggregateQuery through Cluster::Merge, the
 // best sellers of the lab's last 30 days through Execute by exact top-k vs
 // the merge of every partial, and planning a statement from the plan cache
-// vs parsing a new one. Needs the local cluster (lab/cluster start).
+// vs parsing a new one; a one-statement write through Execute vs the same
+// INSERT on the shard's connection. Needs the local cluster (lab/cluster start).
 //
 //   SQL_BENCH_LAB_SCALE=0.1 build/bench/sql_bench   # the lab data's scale (default 0.1)
 #include <benchmark/benchmark.h>
@@ -98,6 +99,60 @@ void BM_MyOrdersExecute(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_MyOrdersExecute)->UseRealTime();
+
+// One-statement writes: an INSERT of a new order for the customer, through
+// Execute (its whole transaction, COMMIT and read token in one round trip)
+// against the same INSERT on the customer's pooled connection without the
+// routing layer: autocommit (one round trip, the least any write costs) and
+// in an explicit transaction (BEGIN, INSERT, COMMIT: three).
+std::int64_t NextOrderId() {
+  static std::int64_t next = 1'000'000;
+  return ++next;
+}
+
+constexpr const char* kInsertOrder =
+    "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, bucket_of($1), $2, now(), 1)";
+
+void BM_WriteRawAutocommit(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  auto lease = cluster.Route(kCustomer).pool.Acquire();
+  for (auto _ : state) {
+    pqxx::nontransaction tx{*lease};
+    if (tx.exec_params(kInsertOrder, kCustomer, NextOrderId()).affected_rows() != 1) state.SkipWithError("no row");
+  }
+}
+BENCHMARK(BM_WriteRawAutocommit)->UseRealTime();
+
+void BM_WriteRawTransaction(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  auto lease = cluster.Route(kCustomer).pool.Acquire();
+  for (auto _ : state) {
+    pqxx::work tx{*lease};
+    if (tx.exec_params(kInsertOrder, kCustomer, NextOrderId()).affected_rows() != 1) state.SkipWithError("no row");
+    tx.commit();
+  }
+}
+BENCHMARK(BM_WriteRawTransaction)->UseRealTime();
+
+void BM_WriteExecute(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  const std::string customer = std::to_string(shardkit::ToInt(kCustomer));
+  for (auto _ : state) {
+    const auto result = cluster.Execute(kInsertOrder, {customer, std::to_string(NextOrderId())});
+    if (result.affected != 1) state.SkipWithError("no row");
+  }
+}
+BENCHMARK(BM_WriteExecute)->UseRealTime();
+
+void BM_WriteClusterRun(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  for (auto _ : state) {
+    cluster.Run(kCustomer, [&](pqxx::transaction_base& tx, const shardkit::RoutedContext&) {
+      if (tx.exec_params(kInsertOrder, kCustomer, NextOrderId()).affected_rows() != 1) state.SkipWithError("no row");
+    });
+  }
+}
+BENCHMARK(BM_WriteClusterRun)->UseRealTime();
 
 void BM_BestSellersMerge(benchmark::State& state) {
   shardkit::Cluster& cluster = *Shared().cluster;

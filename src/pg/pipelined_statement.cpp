@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "pg/libpq_handle.hpp"
+#include "pg/server_message.hpp"
 #include "shardkit/errors.hpp"
 
 namespace shardkit::detail {
@@ -74,7 +75,14 @@ PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const 
       steps_.push_back(&sql);
     }
   }
-  if (transaction) steps_.push_back(&kCommit);
+  if (transaction) {
+    commit_ = static_cast<int>(steps_.size());
+    steps_.push_back(&kCommit);
+    if (request.after_commit != nullptr) {
+      after_commit_ = static_cast<int>(steps_.size());
+      steps_.push_back(request.after_commit);
+    }
+  }
   count_ = static_cast<int>(steps_.size());
 }
 
@@ -87,6 +95,7 @@ void PipelinedStatement::Send() {
   for (int i = 0; i < count_; ++i) {
     const auto* values = i == main_ ? request.values : nullptr;
     const int n = values == nullptr ? 0 : static_cast<int>(values->size());
+    if (i == commit_) commit_queued_ = true;
     if (PQsendQueryParams(conn_, steps_[i]->c_str(), n, nullptr, n == 0 ? nullptr : values->data(), nullptr, nullptr,
                           0) != 1) {
       throw pqxx::broken_connection(ConnectionMessage(conn_));
@@ -109,6 +118,9 @@ void PipelinedStatement::Send() {
 }
 
 void PipelinedStatement::Fail(std::string message, std::string sqlstate, bool connection_lost) {
+  // Once the COMMIT's result is in, the transaction committed: what fails
+  // after it (the after_commit step, the Sync) is not the call's failure.
+  if (commit_ >= 0 && step_ > commit_) return;
   if (!failure_) failure_ = Failure{std::move(message), std::move(sqlstate), step_, connection_lost};
 }
 
@@ -129,6 +141,20 @@ void PipelinedStatement::Take(PGresult* raw) {
         if (PQresultStatus(result.result) == PGRES_TUPLES_OK && PQntuples(result.result) > 0 &&
             PQnfields(result.result) > 0 && PQgetisnull(result.result, 0, 0) == 0) {
           presync_value_ = PQgetvalue(result.result, 0, 0);
+        }
+        expect_ = Expect::kEndOfStep;
+        return;
+      }
+      if (step_ == after_commit_) {
+        // After the COMMIT's result: the transaction committed, whatever
+        // becomes of this step.
+        if (PQresultStatus(result.result) == PGRES_TUPLES_OK && PQntuples(result.result) > 0 &&
+            PQnfields(result.result) > 0 && PQgetisnull(result.result, 0, 0) == 0) {
+          after_commit_value_ = PQgetvalue(result.result, 0, 0);
+        }
+        if (PQstatus(conn_) == CONNECTION_BAD) {
+          broken_ = true;
+          return;
         }
         expect_ = Expect::kEndOfStep;
         return;
@@ -287,6 +313,14 @@ pg::Rows PipelinedStatement::Finish(bool& reusable, bool* rollback_pending) {
             "connection lost after the statement and its COMMIT were sent: whether this shard committed is unknown");
       }
       throw pqxx::broken_connection(failure_->message);
+    }
+    if (failure_->step == commit_ && IsServerGoingAway(failure_->sqlstate)) {
+      // Terminated at COMMIT (a shutdown while it waited for a standby):
+      // it may have committed locally first.
+      throw pqxx::broken_connection(
+          fmt::format("the server ended the session during COMMIT ({}): whether this shard "
+                      "committed is unknown",
+                      FirstLine(failure_->message)));
     }
     throw pqxx::sql_error(failure_->message, *steps_[failure_->step],
                           failure_->sqlstate.empty() ? nullptr : failure_->sqlstate.c_str());

@@ -63,6 +63,11 @@ struct PipelineRequest {
   // DECLARE ... CURSOR with the parameters, then the first FETCH). null or
   // empty: none.
   const std::vector<std::string>* then = nullptr;
+  // kTransaction only: a statement without parameters right after the
+  // COMMIT, in the same round trip (a write's WAL position: its read
+  // token). Its failure is not the call's: the transaction committed, and
+  // AfterCommitValue() is empty. null: none.
+  const std::string* after_commit = nullptr;
 };
 
 // Failures are thrown as libpqxx throws them for the same steps sent one
@@ -127,6 +132,13 @@ class PipelinedStatement {
   // The presync statement's first value (nullopt if it failed or returned
   // no row or NULL).
   [[nodiscard]] const std::optional<std::string>& PresyncValue() const noexcept { return presync_value_; }
+  // The after_commit statement's first value (nullopt if it failed, was
+  // skipped or returned no row or NULL).
+  [[nodiscard]] const std::optional<std::string>& AfterCommitValue() const noexcept { return after_commit_value_; }
+  // Whether the COMMIT of a kTransaction call may have reached the server:
+  // true from the moment Send() hands it to libpq, even if Send() then
+  // throws. A call lost before that committed nothing.
+  [[nodiscard]] bool CommitQueued() const noexcept { return commit_queued_; }
 
  private:
   // Takes one PQgetResult() outcome (null included) in pipeline order.
@@ -148,15 +160,19 @@ class PipelinedStatement {
   std::string timeout_;
   std::vector<const std::string*> steps_;
   int count_ = 0;
-  int presync_ = -1;  // the presync statement's step (followed by a Sync), or -1
-  int main_ = 0;      // the statement's step (it takes the parameters)
-  int returned_ = 0;  // the step whose rows are returned: main_, or the last of `then`
+  int presync_ = -1;       // the presync statement's step (followed by a Sync), or -1
+  int commit_ = -1;        // the COMMIT's step, or -1
+  int after_commit_ = -1;  // the after_commit statement's step, or -1
+  int main_ = 0;           // the statement's step (it takes the parameters)
+  int returned_ = 0;       // the step whose rows are returned: main_, or the last of `then`
   int step_ = 0;
   Expect expect_ = Expect::kResult;
   bool broken_ = false;
   bool wants_write_ = false;
   std::optional<pg::Rows> rows_;
   std::optional<std::string> presync_value_;
+  std::optional<std::string> after_commit_value_;
+  bool commit_queued_ = false;
   std::size_t bytes_ = 0;
   std::optional<Failure> failure_;
   std::chrono::steady_clock::time_point sent_at_{};

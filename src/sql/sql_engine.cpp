@@ -645,13 +645,10 @@ SqlResult SqlEngine::ExecuteBound(const Bound& bound, const SqlParams& params, c
       result.from_replicas = outcome.on_replica ? 1 : 0;
       return result;
     }
+    // A write: its transaction, COMMIT and read token in one round trip.
     RoutedOutcome outcome;
-    transactions_.Run(
-        bound.customer,
-        [&](pqxx::transaction_base& tx, const RoutedContext& at) {
-          fill(tx.exec_params(text, pqxx::prepare::make_dynamic_params(params)), at.shard);
-        },
-        routed, &outcome);
+    const pg::Rows rows = transactions_.Write(bound.customer, text, params, routed, &outcome);
+    fill(rows, outcome.shard);
     result.token = std::move(outcome.token);
     return result;
   } catch (...) {

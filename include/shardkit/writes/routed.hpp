@@ -74,6 +74,9 @@ namespace shardkit {
 class BucketShardResolver;
 class DirectoryWatcher;
 class ReplicaMonitor;
+namespace detail {
+struct RoutedWork;
+}
 
 enum class Isolation { kReadCommitted, kRepeatableRead, kSerializable };
 
@@ -173,6 +176,15 @@ class RoutedTransactions {
   // statement is one statement (extended protocol); params are $1..$n.
   [[nodiscard]] pg::Rows Read(CustomerId customer, const std::string& sql, const SqlParams& params,
                               const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr);
+  // One writing statement the same way: BEGIN, the fence, the statement,
+  // COMMIT and the read token's WAL position in one round trip. Its rows
+  // are the statement's (RETURNING), affected_rows() its count. As every
+  // step is sent at once, a connection lost after sending is OutcomeUnknown
+  // (Run retries one lost before its COMMIT was sent); a statement's error
+  // (the fence's refusal, a constraint) stops it before the COMMIT, and is
+  // retried or thrown as Run does.
+  pg::Rows Write(CustomerId customer, const std::string& sql, const SqlParams& params,
+                 const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr);
 
   [[nodiscard]] RoutedStats Stats() const;
   [[nodiscard]] BucketShardResolver& Resolver() const noexcept { return resolver_; }
@@ -181,10 +193,10 @@ class RoutedTransactions {
   void ReadReplicas(ReplicaMonitor* monitor) noexcept { replicas_ = monitor; }
 
  private:
-  struct ReadRequest;
-  // fn's transaction, or (read != null) the pipelined read.
   void RunErased(CustomerId customer, const std::function<void(pqxx::transaction_base&, const RoutedContext&)>& fn,
-                 const RoutedOptions& options, RoutedOutcome* outcome, ReadRequest* read = nullptr);
+                 const RoutedOptions& options, RoutedOutcome* outcome);
+  void RunWork(CustomerId customer, detail::RoutedWork& work, const RoutedOptions& options, RoutedOutcome* outcome);
+  void Count(const RoutedOutcome& outcome, bool committed, bool unknown);
 
   BucketShardResolver& resolver_;
   DirectoryWatcher* watcher_;

@@ -124,11 +124,6 @@ const char* BeginSql(Isolation isolation) {
 
 using detail::FirstLine;
 
-// Thrown inside an attempt: the connection died before COMMIT was sent.
-struct LostBeforeCommit {
-  std::string what;
-};
-
 void Rollback(ConnectionPool::Lease& lease) noexcept {
   try {
     pqxx::nontransaction tx{*lease};

@@ -62,9 +62,9 @@
 #include <string_view>
 #include <vector>
 
+#include "shardkit/core/bucket_directory.hpp"
 #include "shardkit/core/dsn.hpp"
 #include "shardkit/pool/pool.hpp"
-#include "shardkit/routing/directory.hpp"
 
 namespace shardkit {
 

@@ -10,10 +10,7 @@
 #include <optional>
 #include <system_error>
 
-#include <pqxx/pqxx>
-
 #include "shardkit/errors.hpp"
-#include "shardkit/pg/rows.hpp"
 
 namespace shardkit {
 namespace {
@@ -450,16 +447,6 @@ int CompareValues(const Value& a, const Value& b) {
   return static_cast<int>(a.AsBool()) - static_cast<int>(b.AsBool());
 }
 
-Value ReadValue(const pg::Field& field, TypeOid type) {
-  if (field.is_null()) return Value::Null();
-  return ReadValue(field.view(), type);
-}
-
-Value ReadValue(const pqxx::field& field, TypeOid type) {
-  if (field.is_null()) return Value::Null();
-  return ReadValue(std::string_view(field.c_str(), field.size()), type);
-}
-
 Value ReadValue(std::optional<std::string_view> maybe_text, TypeOid type) {
   if (!maybe_text) return Value::Null();
   const std::string_view text = *maybe_text;
@@ -525,41 +512,6 @@ std::string ResultSet::Format(std::size_t max_rows) const {
   }
   if (rows.size() > max_rows) out += "... (" + std::to_string(rows.size()) + " rows)\n";
   return out;
-}
-
-namespace {
-
-// pg::Rows or pqxx::result (the same spellings).
-template <class Result>
-ResultSet ReadResults(const Result& result) {
-  ResultSet set;
-  const auto columns = result.columns();
-  std::vector<TypeOid> types;
-  for (pqxx::row_size_type c = 0; c < columns; ++c) {
-    set.column_names.emplace_back(result.column_name(c));
-    types.push_back(result.column_type(c));
-    set.column_types.push_back(TypeInfoFor(types.back()).name);
-  }
-  set.rows.reserve(result.size());
-  for (const auto& row : result) {
-    std::vector<Value> values;
-    values.reserve(columns);
-    for (pqxx::row_size_type c = 0; c < columns; ++c) {
-      values.push_back(ReadValue(row[c], types[c]));
-    }
-    set.rows.push_back(std::move(values));
-  }
-  return set;
-}
-
-}  // namespace
-
-ResultSet ReadResultSet(const pg::Rows& result) {
-  return ReadResults(result);
-}
-
-ResultSet ReadResultSet(const pqxx::result& result) {
-  return ReadResults(result);
 }
 
 }  // namespace shardkit

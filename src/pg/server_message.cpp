@@ -4,7 +4,7 @@
 #include <exception>
 #include <string>
 
-#include "shardkit/config.hpp"
+#include "shardkit/core/dsn.hpp"
 
 namespace shardkit::detail {
 

@@ -9,7 +9,6 @@
 #include <regex>
 #include <sstream>
 
-#include "core/sha256.hpp"
 #include "schema/migration_statements.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/schema/migrate.hpp"

@@ -8,6 +8,7 @@
 
 #include "shardkit/core/value.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/pg/result_values.hpp"
 #include "shardkit/queries/scatter_merge.hpp"
 
 namespace shardkit::sql {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "shardkit/errors.hpp"
+#include "shardkit/pg/result_values.hpp"
 #include "shardkit/pg/session.hpp"
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/queries/aggregate_query.hpp"

@@ -44,6 +44,7 @@
 #include "shardkit/core/bucket.hpp"
 #include "shardkit/core/decimal.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/pg/result_values.hpp"
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/queries/aggregate_query.hpp"
 #include "shardkit/queries/merge.hpp"

@@ -1,9 +1,7 @@
 // The subcommands of shardctl, one file each; main.cpp wires them up.
 #pragma once
 
-#include <memory>
-#include <optional>
-#include <string>
+#include "cli_context.hpp"
 
 namespace CLI {
 class App;
@@ -11,23 +9,7 @@ class App;
 
 namespace shardkit {
 struct SqlResult;
-class BucketShardResolver;
-class MigrationSet;
-struct ClusterConfig;
 }  // namespace shardkit
-
-// Options shared by every subcommand.
-struct CliContext {
-  std::optional<std::string> config_path;  // --config, else $SHARDKIT_CONFIG, else ./shardkit.toml
-  bool json = false;                       // --json: machine-readable output
-  std::optional<std::string> sql_dir;      // --sql-dir: the migration files
-
-  [[nodiscard]] shardkit::ClusterConfig LoadConfig() const;
-  [[nodiscard]] std::unique_ptr<shardkit::BucketShardResolver> MakeResolver() const;
-  // The migration files of --sql-dir, else the installed ones, else ./sql;
-  // `where` says which directory and why.
-  [[nodiscard]] shardkit::MigrationSet LoadMigrations(std::string& where) const;
-};
 
 void AddRouteCommands(CLI::App& app, CliContext& context);           // route, my-orders
 void AddShardsCommand(CLI::App& app, CliContext& context);           // shards

@@ -12,31 +12,14 @@
 //   shardctl workers
 //
 // Exit codes: 0 success, 1 a shardkit error (message on stderr), 2 bad usage.
-#include <fmt/format.h>
-
+// This file only wires the subcommands (commands.hpp) to their options
+// (cli_context.hpp) and maps errors to exit codes.
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "cli_context.hpp"
 #include "commands.hpp"
-#include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
-#include "shardkit/routing/resolver.hpp"
-#include "shardkit/schema/migrate.hpp"
-
-shardkit::ClusterConfig CliContext::LoadConfig() const {
-  return shardkit::LoadConfig(shardkit::ResolveConfigPath(config_path));
-}
-
-std::unique_ptr<shardkit::BucketShardResolver> CliContext::MakeResolver() const {
-  return shardkit::BucketShardResolver::FromConfig(LoadConfig());
-}
-
-shardkit::MigrationSet CliContext::LoadMigrations(std::string& where) const {
-  const shardkit::SqlDirectory dir = shardkit::FindSqlDirectory(sql_dir);
-  auto set = shardkit::MigrationSet::Load(dir.path);
-  where = fmt::format("{} ({})", set.Directory().string(), dir.why);
-  return set;
-}
 
 int main(int argc, char** argv) {
   CLI::App app{

@@ -7,9 +7,10 @@
 // the types shardkit only carries along: date, timestamp, uuid...). The type
 // comes from the column's type OID, never from guessing at the text.
 //
-//   shardkit::ResultSet rows = shardkit::ReadResultSet(shard.rows);   // pg::Rows or pqxx::result
-//   rows.column_types[2];             // "numeric"
-//   rows.rows[0][2].AsDecimal();      // exact, as the server printed it
+//   shardkit::Value v = shardkit::ReadValue(std::string_view("1.50"), 1700);  // numeric's OID
+//   v.AsDecimal();                    // exact, as the server printed it
+//
+// A server's rows are read as Values by ReadResultSet (pg/result_values.hpp).
 //
 // Ordering (CompareValues) is PostgreSQL's for the supported types, with text
 // compared bytewise: that is the C collation, which every shardkit server must
@@ -28,16 +29,6 @@
 #include <vector>
 
 #include "shardkit/core/decimal.hpp"
-
-namespace pqxx {
-class field;
-class result;
-}  // namespace pqxx
-
-namespace shardkit::pg {
-class Field;
-class Rows;
-}  // namespace shardkit::pg
 
 namespace shardkit {
 
@@ -138,11 +129,9 @@ struct PgTypeInfo {
 // Throws shardkit::Error for NULLs or kinds that do not compare (text vs int).
 [[nodiscard]] int CompareValues(const Value& a, const Value& b);
 
-// A field's value as its column's type says (see TypeInfoFor). Throws
-// shardkit::Error for text that does not parse or for non-finite numerics.
-[[nodiscard]] Value ReadValue(const pg::Field& field, TypeOid type);
-[[nodiscard]] Value ReadValue(const pqxx::field& field, TypeOid type);
-// The same from PostgreSQL's text form; nullopt is NULL.
+// A value from PostgreSQL's text form, as its column's type says (see
+// TypeInfoFor); nullopt is NULL. Throws shardkit::Error for text that does
+// not parse or for non-finite numerics. From a field: pg/result_values.hpp.
 [[nodiscard]] Value ReadValue(std::optional<std::string_view> text, TypeOid type);
 
 // Rows with named, typed columns: a server's answer or shardkit's merge.
@@ -156,8 +145,5 @@ struct ResultSet {
   // A readable table (for test failures and tools): header, then one line per row.
   [[nodiscard]] std::string Format(std::size_t max_rows = 50) const;
 };
-
-[[nodiscard]] ResultSet ReadResultSet(const pg::Rows& result);
-[[nodiscard]] ResultSet ReadResultSet(const pqxx::result& result);
 
 }  // namespace shardkit

@@ -1,7 +1,8 @@
 // route <customer_id>... [--config FILE] — print each customer's bucket and
 // shard, from the cluster's directory or, without a configuration, the even
 // split over two shards. A consumer of the installed package: it includes
-// <shardkit/...> and links shardkit::shardkit, nothing else.
+// <shardkit/...> and links shardkit::shardkit (or shardkit::shardkit_shared),
+// nothing else.
 #include <charconv>
 #include <cstdint>
 #include <iostream>

@@ -45,7 +45,9 @@ const char* BeginSql(Isolation isolation) {
   return "BEGIN";
 }
 
-bool IsSerializationFailure(const std::string& sqlstate) { return sqlstate == "40001" || sqlstate == "40P01"; }
+bool IsSerializationFailure(const std::string& sqlstate) {
+  return sqlstate == "40001" || sqlstate == "40P01";
+}
 
 void Rollback(ConnectionPool::Lease& lease) noexcept {
   try {
@@ -204,8 +206,8 @@ milliseconds RoutedCall::TimeLeft(ShardId shard) const {
   if (left.count() > 0) return left;
   // The deadline passed during the back-off: still the refusal.
   if (last_refusal_) ThrowStillRefused(outcome_.attempts - 1);
-  throw PoolTimeout(shard, fmt::format("{}: the deadline passed after {} attempt(s){}", Describe(),
-                                           outcome_.attempts, last_failure_.empty() ? "" : "; last: " + last_failure_));
+  throw PoolTimeout(shard, fmt::format("{}: the deadline passed after {} attempt(s){}", Describe(), outcome_.attempts,
+                                       last_failure_.empty() ? "" : "; last: " + last_failure_));
 }
 
 void RoutedCall::Attempt(const Target& target, ConnectionPool::Lease& lease, milliseconds left) {
@@ -389,8 +391,8 @@ RoutedCall::Next RoutedCall::OnConnectionLost(const Target& target, ConnectionPo
     // refused as sent (a wrong parameter count): the statement's error,
     // never retried.
     Rollback(lease);
-    throw ShardQueryError(target.shard, fmt::format("{} on shard {}: {}", Describe(), target.shard, FirstLine(e.what())),
-                          "08P01");
+    throw ShardQueryError(target.shard,
+                          fmt::format("{} on shard {}: {}", Describe(), target.shard, FirstLine(e.what())), "08P01");
   }
   lease.Discard();
   if (committing_) {
@@ -417,8 +419,8 @@ RoutedCall::Next RoutedCall::OnServerError(const Target& target, ConnectionPool:
     // lost connection): the transaction went with it, as with a lost
     // connection.
     lease.Discard();
-    last_failure_ = fmt::format("shard {}'s server {} ended the session: {}", target.shard, target.at.server,
-                                FirstLine(e.what()));
+    last_failure_ =
+        fmt::format("shard {}'s server {} ended the session: {}", target.shard, target.at.server, FirstLine(e.what()));
     ++outcome_.retried_other;
     Refresh();
     return Next::kPauseFirst;
@@ -452,9 +454,10 @@ RoutedCall::Next RoutedCall::OnServerError(const Target& target, ConnectionPool:
   if (!target.on_replica && !options_.read_only && sqlstate == kSqlStateReadOnlyTransaction) {
     // A primary that takes no writes: a failover fenced it. The catalog
     // names the new primary; the refresh switches to it.
-    last_failure_ = fmt::format("shard {}'s server {} takes no writes (a failover fenced it?): {}; check the shard's "
-                                "primary (shardctl shards)",
-                                target.shard, target.at.server, FirstLine(e.what()));
+    last_failure_ = fmt::format(
+        "shard {}'s server {} takes no writes (a failover fenced it?): {}; check the shard's "
+        "primary (shardctl shards)",
+        target.shard, target.at.server, FirstLine(e.what()));
     ++outcome_.retried_other;
     Refresh();
     if (parts_.resolver.Servers(target.shard).primary.pool != target.pool && ++immediate_ < 3) return Next::kRetryNow;

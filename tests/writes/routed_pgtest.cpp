@@ -30,7 +30,8 @@ constexpr CustomerId kCustomer{4242};
 constexpr int kHome = 1;
 
 const std::string kInsert =
-    "INSERT INTO customers (customer_id, bucket, name, email) VALUES ($1::int, bucket_of($1::int), $2::text, $2::text || '@example.com') "
+    "INSERT INTO customers (customer_id, bucket, name, email) VALUES ($1::int, bucket_of($1::int), $2::text, $2::text "
+    "|| '@example.com') "
     "RETURNING customer_id";
 
 class RoutedWrites : public ::testing::Test {
@@ -49,7 +50,9 @@ class RoutedWrites : public ::testing::Test {
     return r.empty() ? std::string() : r[0][0].as<std::string>();
   }
 
-  void Insert(const std::string& name) { (void)routed_->Write(kCustomer, kInsert, {std::to_string(ToInt(kCustomer)), name}); }
+  void Insert(const std::string& name) {
+    (void)routed_->Write(kCustomer, kInsert, {std::to_string(ToInt(kCustomer)), name});
+  }
 
   std::unique_ptr<test::ScratchCluster> cluster_;
   std::unique_ptr<BucketShardResolver> resolver_;
@@ -58,8 +61,7 @@ class RoutedWrites : public ::testing::Test {
 
 TEST_F(RoutedWrites, AWriteCommitsWithItsRowsCountAndReadToken) {
   RoutedOutcome outcome;
-  const pg::Rows rows =
-      routed_->Write(kCustomer, kInsert, {std::to_string(ToInt(kCustomer)), "ada"}, {}, &outcome);
+  const pg::Rows rows = routed_->Write(kCustomer, kInsert, {std::to_string(ToInt(kCustomer)), "ada"}, {}, &outcome);
   ASSERT_EQ(rows.size(), 1U);
   EXPECT_EQ(std::string(rows[0][0].c_str()), "4242");
   EXPECT_EQ(rows.affected_rows(), 1U);

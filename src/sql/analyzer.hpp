@@ -135,6 +135,17 @@ inline std::optional<std::int64_t> ParseInteger(std::string_view digits, bool ne
   return negative ? -static_cast<std::int64_t>(value) : static_cast<std::int64_t>(value);
 }
 
+// An integer's text as the server's int4in/int8in read it (PostgreSQL 15):
+// white space around it, one sign, decimal digits (' 1259', '+1259').
+inline std::optional<std::int64_t> ParseIntegerText(std::string_view text) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+  while (!text.empty() && space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && space(text.back())) text.remove_suffix(1);
+  const bool negative = !text.empty() && text.front() == '-';
+  if (!text.empty() && (text.front() == '-' || text.front() == '+')) text.remove_prefix(1);
+  return ParseInteger(text, negative);
+}
+
 inline std::string StatementName(const std::string& node_type) {
   if (node_type == "SelectStmt") return "SELECT";
   if (node_type == "InsertStmt") return "INSERT";

@@ -80,8 +80,7 @@ std::optional<KeySource> Analyzer::KeyConstant(const json& node) const {
     const json& arg = cast->at("arg");
     if (const json* constant = Field(arg, "A_Const"); constant != nullptr && Field(*constant, "sval") != nullptr) {
       const std::string text = constant->at("sval").value("sval", "");
-      const bool negative = !text.empty() && text[0] == '-';
-      const std::optional<std::int64_t> value = ParseInteger(std::string_view(text).substr(negative ? 1 : 0), negative);
+      const std::optional<std::int64_t> value = ParseIntegerText(text);
       if (!value) return std::nullopt;
       return KeySource{value, 0, constant->value("location", -1)};
     }

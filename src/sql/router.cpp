@@ -28,9 +28,7 @@ std::int32_t KeyValue(const SqlPlan& plan, const KeySource& key, const SqlParams
     }
     const std::optional<std::string>& text = params[static_cast<std::size_t>(key.param - 1)];
     if (!text) refuse(construct, "it is NULL, so the statement names no customer");
-    const bool negative = !text->empty() && (*text)[0] == '-';
-    const std::optional<std::int64_t> parsed =
-        detail::ParseInteger(std::string_view(*text).substr(negative ? 1 : 0), negative);
+    const std::optional<std::int64_t> parsed = detail::ParseIntegerText(*text);
     if (!parsed) refuse(construct, fmt::format("\"{}\" is not an integer customer_id", *text));
     value = *parsed;
   }
@@ -143,9 +141,7 @@ std::optional<std::vector<std::optional<std::int64_t>>> ParseIntegerArray(std::s
           (token[2] == 'L' || token[2] == 'l') && (token[3] == 'L' || token[3] == 'l')) {
         out.emplace_back(std::nullopt);
       } else {
-        const bool negative = token[0] == '-';
-        const bool sign = negative || token[0] == '+';
-        const std::optional<std::int64_t> value = detail::ParseInteger(token.substr(sign ? 1 : 0), negative);
+        const std::optional<std::int64_t> value = detail::ParseIntegerText(token);
         if (!value) return std::nullopt;
         out.emplace_back(*value);
       }

@@ -252,10 +252,7 @@ std::optional<std::int64_t> LimitArgument(const SqlPlan& plan, int param, const 
   }
   const std::optional<std::string>& text = params[static_cast<std::size_t>(param - 1)];
   if (!text) return std::nullopt;
-  std::string_view digits = *text;
-  const bool negative = !digits.empty() && digits.front() == '-';
-  if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) digits.remove_prefix(1);
-  const std::optional<std::int64_t> value = detail::ParseInteger(digits, negative);
+  const std::optional<std::int64_t> value = detail::ParseIntegerText(*text);
   if (!value) refuse(fmt::format("\"{}\" is not a bigint", *text));
   if (*value < 0) refuse(fmt::format("it is {}, and it must not be negative", *value));
   return value;

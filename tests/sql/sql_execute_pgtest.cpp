@@ -164,6 +164,16 @@ TEST_F(SqlExecutePg, RoutedStatementsAnswerAsTheReferenceServer) {
   EXPECT_GE(statements, 60);
   EXPECT_GE(nonempty, statements / 2);
 
+  // A key parameter is read as the server reads an integer: spaces, a sign.
+  const std::string by_key = "SELECT order_id, total FROM orders WHERE customer_id = $1 ORDER BY order_id";
+  for (const char* text : {" 42", "+42", "42\t", " +42 "}) {
+    const SqlResult got = cluster_->Execute(by_key, {text});
+    ASSERT_TRUE(got.plan.customer) << text;
+    EXPECT_EQ(ToInt(*got.plan.customer), 42) << text;
+    EXPECT_EQ(got.rows, OnReference(by_key, {text}).rows) << text;
+    EXPECT_FALSE(got.rows.empty());
+  }
+
   // Reference tables alone: any shard.
   const std::string books = "SELECT category, count(*), min(price), max(title) FROM books GROUP BY 1 ORDER BY 1";
   const SqlResult got = cluster_->Execute(books);
@@ -612,15 +622,11 @@ TEST_F(SqlExecutePg, LimitAndOffsetParametersAreBoundAtExecution) {
       "SELECT customer_id, order_id FROM orders WHERE total > $3 ORDER BY 1, 2 LIMIT $1 "
       "OFFSET $2";
   const std::vector<SqlParams> values = {
-      {"5", "0"},
-      {"3", "4"},
-      {"0", "2"},
-      {std::nullopt, "590"},
-      {"4", std::nullopt},
-      {std::nullopt, std::nullopt},
-      {"1000000", "3"},
-      {"+2", "007"},
-      {"9223372036854775807", "0"},
+      {"5", "0"},          {"3", "4"},
+      {"0", "2"},          {std::nullopt, "590"},
+      {"4", std::nullopt}, {std::nullopt, std::nullopt},
+      {"1000000", "3"},    {"+2", "007"},
+      {" 3 ", "+1\n"},     {"9223372036854775807", "0"},
   };
   for (const SqlParams& p : values) {
     for (const std::string& sql : {rows, groups, plain}) {

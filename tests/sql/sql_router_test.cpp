@@ -536,6 +536,16 @@ TEST(SqlRouter, KeyParametersMustBeIntegers) {
   RefusalOf(sql, {"99999999999"});
   RefusalOf(sql, {});
   EXPECT_EQ(RoutesTo(sql, {"-12"}), -12);
+  // Read as the server's int4in reads them: spaces around, one sign.
+  EXPECT_EQ(RoutesTo(sql, {" 1259"}), 1259);
+  EXPECT_EQ(RoutesTo(sql, {"+1259"}), 1259);
+  EXPECT_EQ(RoutesTo(sql, {"\t-7 \n"}), -7);
+  EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE customer_id = ' +12 '::int"), 12);
+  EXPECT_EQ(KeyCustomers("SELECT * FROM orders WHERE customer_id = ANY($1)", {"{ +3 , -4 }"}),
+            (std::vector<std::int32_t>{-4, 3}));
+  for (const char* bad : {"", " ", "+", "-", "+-1", "- 1", "1 2", "0x10", "1_000", "١٢"}) {
+    EXPECT_EQ(RefusalOf(sql, {bad}).construct(), "the parameter $1") << bad;
+  }
 }
 
 TEST(SqlRouter, ReferenceTablesAloneRunOnAnyShard) {

@@ -131,11 +131,13 @@ ServerCounts CountsOf(const ScannedServer& s) {
 
 }  // namespace
 
-VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& options) {
+VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& given) {
   const auto started = Clock::now();
+  VerifyOptions options = given;
+  if (!options.reference_tables) options.reference_tables = config.reference_tables;
   VerifyReport report;
   report.shard_count = static_cast<int>(config.shards.size());
-  report.reference_tables = options.reference_tables;
+  report.reference_tables = *options.reference_tables;
 
   // Migration versions, while the servers are scanned.
   std::optional<MigrationStatus> migration_status;

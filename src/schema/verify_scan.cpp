@@ -151,7 +151,7 @@ std::vector<ScannedServer> ScanServers(const ClusterConfig& config, const Verify
   std::vector<std::thread> threads;
   for (auto& s : servers) {
     threads.emplace_back(
-        [&s, &options] { ScanServer(s, options.reference_tables, options.mirrored_tables, options.connect_timeout); });
+        [&s, &options] { ScanServer(s, *options.reference_tables, options.mirrored_tables, options.connect_timeout); });
   }
   for (auto& t : threads) t.join();
   return servers;

@@ -73,7 +73,7 @@ void CheckShardedTablesPresent(VerifyRun& run) {
 
 void CheckTableDefinitions(VerifyRun& run) {
   std::set<std::string> tables(run.report.sharded_tables.begin(), run.report.sharded_tables.end());
-  tables.insert(run.options.reference_tables.begin(), run.options.reference_tables.end());
+  tables.insert(run.report.reference_tables.begin(), run.report.reference_tables.end());
   for (const auto& table : tables) {
     const ScannedServer* baseline = nullptr;
     for (const auto& candidate : run.servers) {
@@ -99,7 +99,7 @@ void CheckTableDefinitions(VerifyRun& run) {
 }
 
 void CheckReferenceTables(VerifyRun& run) {
-  for (const auto& table : run.options.reference_tables) {
+  for (const auto& table : run.report.reference_tables) {
     const ScannedServer* baseline = nullptr;
     if (run.config.reference_dsn && run.servers.back().connection && run.servers.back().reference_sums[table].present) {
       baseline = &run.servers.back();

@@ -236,5 +236,26 @@ TEST_F(VerifyPg, AServerThatDoesNotAnswerIsAFindingWithoutItsPassword) {
   EXPECT_TRUE(Of(report, FindingKind::kCountDiffers).empty()) << All(report);
 }
 
+// The reference tables are the configuration's ([sql] reference_tables)
+// unless the options name them: a schema without books verifies clean.
+TEST_F(VerifyPg, ReferenceTablesComeFromTheConfiguration) {
+  ClusterConfig config = cluster_->Config();
+  config.reference_tables = {};
+  const VerifyReport none = VerifyCluster(config, options_);
+  EXPECT_TRUE(none.reference_tables.empty());
+  EXPECT_TRUE(none.Ok()) << All(none);
+
+  config.reference_tables = {"books", "price_list"};
+  const VerifyReport two = VerifyCluster(config, options_);
+  EXPECT_EQ(two.reference_tables, (std::vector<std::string>{"books", "price_list"}));
+  const auto missing = Of(two, FindingKind::kMissingTable);
+  ASSERT_FALSE(missing.empty()) << All(two);
+  for (const auto* f : missing) EXPECT_EQ(f->table, "price_list") << f->detail;
+
+  VerifyOptions named = options_;
+  named.reference_tables = std::vector<std::string>{"books"};
+  EXPECT_TRUE(VerifyCluster(config, named).Ok());
+}
+
 }  // namespace
 }  // namespace shardkit

@@ -97,12 +97,13 @@ void AddVerifyCommand(CLI::App& app, CliContext& context) {
   auto reference_tables = std::make_shared<std::vector<std::string>>();
   auto no_migrations = std::make_shared<bool>(false);
   verify->add_option("--reference-table", *reference_tables,
-                     "a table that must be identical on every shard (repeatable; default: books)");
+                     "a table that must be identical on every shard (repeatable; default: the configuration's [sql] "
+                     "reference_tables)");
   auto mirrored_tables = std::make_shared<std::vector<std::string>>();
   auto no_counts = std::make_shared<bool>(false);
   verify->add_option("--mirrored-table", *mirrored_tables,
                      "a sharded table the [reference] server holds in full, compared per bucket (repeatable; "
-                     "default: customers, orders, order_items)");
+                     "default: customers, orders, order_items; read only with a [reference] server)");
   verify->add_flag("--no-reference-counts", *no_counts, "do not compare bucket counts with the [reference] server");
   verify->add_flag("--skip-migrations", *no_migrations, "do not compare migration versions (no sql/ at hand)");
   verify->final_callback([&context, reference_tables, mirrored_tables, no_counts, no_migrations] {

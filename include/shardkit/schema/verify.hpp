@@ -13,7 +13,7 @@
 //    and whether a mover runs it, and what to run (resume, abort, or wait);
 //    its rows on the move's two shards are neither orphans nor misplaced
 //    (either copy may be the only one of some writes), nor counted;
-//  - reference tables (books) are identical on every shard: a count and a
+//  - reference tables ([sql] reference_tables) are identical on every shard: a count and a
 //    hash aggregate of the rows per table, then the differing keys;
 //  - every table has one definition (columns, types, NOT NULL) everywhere;
 //  - every server is at the same migration version (when given the set);
@@ -46,12 +46,13 @@ struct ClusterConfig;
 class MigrationSet;
 
 struct VerifyOptions {
-  // Tables that must be identical on every shard (and the reference server).
-  // The Bookstore has one; set your own.
-  std::vector<std::string> reference_tables{"books"};
-  // Sharded tables that the [reference] server (if configured) holds in
-  // full, the lab's ground truth: each bucket's row count on its owner must
-  // equal the reference server's. Empty: no comparison.
+  // Tables that must be identical on every shard (and the reference
+  // server). Unset: the configuration's [sql] reference_tables.
+  std::optional<std::vector<std::string>> reference_tables;
+  // Sharded tables that the [reference] server (if configured: the lab's
+  // ground truth) holds in full: each bucket's row count on its owner must
+  // equal the reference server's. Empty: no comparison. Without a
+  // [reference] server this list is not read.
   std::vector<std::string> mirrored_tables{"customers", "orders", "order_items"};
   // If set, every server must be at the set's latest version, with nothing
   // failed or changed.

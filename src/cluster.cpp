@@ -123,13 +123,21 @@ SqlPlanInfo Cluster::Explain(const std::string& sql, const SqlParams& params) {
 
 ClusterStats Cluster::Stats() const {
   ClusterStats stats;
-  stats.directory_version = resolver_->Directory()->Version();
-  for (const ConnectionPool& pool : resolver_->AllShards()) stats.pools.push_back(pool.Stats());
+  const auto directory = resolver_->Directory();
+  stats.directory_version = directory->Version();
+  for (const ShardId shard : FirstShards(resolver_->ShardCount())) {
+    stats.shards.push_back(ShardStats{shard, resolver_->ShardName(shard), directory->BucketsOf(shard).size(),
+                                      resolver_->Pool(shard).Stats()});
+  }
   stats.scatters = scatter_->Stats();
   stats.transactions = transactions_->Stats();
   if (watcher_) stats.watcher = watcher_->Stats();
   if (replicas_) stats.replicas = replicas_->Status();
   return stats;
+}
+
+void Cluster::CloseIdleConnections() {
+  for (ConnectionPool& pool : resolver_->AllShards()) pool.CloseIdle();
 }
 
 }  // namespace shardkit

@@ -98,11 +98,27 @@ TEST_F(ClusterPg, AnswersLikeTheReferenceServer) {
   EXPECT_LE(larger_outside, 4);
 
   const ClusterStats stats = cluster->Stats();
-  EXPECT_EQ(stats.pools.size(), 3U);
+  ASSERT_EQ(stats.shards.size(), 3U);
+  std::size_t buckets = 0;
+  std::size_t idle = 0;
+  for (const ShardId shard : FirstShards(3)) {
+    const ShardStats& one = stats.shards[static_cast<std::size_t>(ToInt(shard))];
+    EXPECT_EQ(one.shard, shard);
+    EXPECT_EQ(one.name, cluster->Resolver().ShardName(shard));
+    EXPECT_EQ(one.buckets, scratch_->Directory().BucketsOf(shard).size());
+    EXPECT_GT(one.pool.max_size, 0);
+    buckets += one.buckets;
+    idle += static_cast<std::size_t>(one.pool.idle);
+  }
+  EXPECT_EQ(buckets, static_cast<std::size_t>(kBucketCount));
+  EXPECT_GT(idle, 0U);  // the scatters above left their connections idle
   EXPECT_GE(stats.scatters.scatters, 2U);
   EXPECT_EQ(stats.transactions.committed, 1U);
   ASSERT_TRUE(stats.watcher.has_value());
   EXPECT_EQ(stats.directory_version, scratch_->Directory().Version());
+
+  cluster->CloseIdleConnections();
+  for (const ShardStats& one : cluster->Stats().shards) EXPECT_EQ(one.pool.idle, 0) << one.name;
 }
 
 // Merges and top-k in a loop while a bucket moves to the empty shard: every

@@ -82,10 +82,18 @@ struct ClusterOptions {
   std::optional<ReplicaMonitorOptions> replicas;
 };
 
+// One shard as Stats() found it.
+struct ShardStats {
+  ShardId shard{};
+  std::string name;         // the configuration's name of the shard
+  std::size_t buckets = 0;  // the buckets the current directory gives it
+  PoolStats pool;           // its primary's pool
+};
+
 // Everything the cluster counts, read at one moment.
 struct ClusterStats {
   std::int64_t directory_version = 0;
-  std::vector<PoolStats> pools;  // by shard
+  std::vector<ShardStats> shards;  // by shard
   ScatterStats scatters;
   RoutedStats transactions;
   std::optional<DirectoryWatcherStats> watcher;  // with a catalog
@@ -180,6 +188,9 @@ class Cluster {
   [[nodiscard]] SqlPlanInfo Explain(const std::string& sql, const SqlParams& params = {});
 
   [[nodiscard]] ClusterStats Stats() const;
+  // Closes every pool's idle connections (a service draining before it
+  // exits); connections in use close when their call returns them.
+  void CloseIdleConnections();
 
   [[nodiscard]] const ClusterConfig& Config() const noexcept { return config_; }
   [[nodiscard]] int ShardCount() const noexcept { return resolver_->ShardCount(); }

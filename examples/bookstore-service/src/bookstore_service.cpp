@@ -14,7 +14,6 @@
 #include <shardkit/errors.hpp>
 #include <shardkit/pg/server_error.hpp>
 #include <shardkit/queries/merge.hpp>
-#include <shardkit/queries/scatter_merge.hpp>
 #include <shardkit/routing/read_token.hpp>
 #include <shardkit/sql/sql_options.hpp>
 #include <shardkit/sql/sql_result.hpp>
@@ -193,6 +192,7 @@ BookstoreService::BookstoreService(shardkit::ClusterConfig config, ServiceOption
     config_.reference_tables.emplace_back("books");
   }
   cluster_ = shardkit::Cluster::Open(config_);
+  for (const shardkit::ShardStats& shard : cluster_->Stats().shards) shard_names_.push_back(shard.name);
   ids_ = std::make_unique<OrderIds>(LeaseDatabaseDsn(config_), options_.lease_owner);
 }
 
@@ -205,11 +205,8 @@ void BookstoreService::SetConnectionSource(std::function<HttpConnectionCounts()>
 }
 
 std::string BookstoreService::ShardName(ShardId shard) const {
-  try {
-    return cluster_->Resolver().ShardName(shard);
-  } catch (const std::exception&) {
-    return fmt::format("shard{}", shard);
-  }
+  const auto index = static_cast<std::size_t>(ToInt(shard));
+  return index < shard_names_.size() ? shard_names_[index] : fmt::format("shard{}", shard);
 }
 
 std::string BookstoreService::Shutdown() {
@@ -219,13 +216,12 @@ std::string BookstoreService::Shutdown() {
   // No request runs any more: every lease is back, so closing the idle
   // connections closes them all.
   std::string pools;
-  for (ShardId shard : shardkit::FirstShards(cluster_->Resolver().ShardCount())) {
-    auto& pool = cluster_->Resolver().Pool(shard);
-    const auto before = pool.Stats();
-    pool.CloseIdle();
-    pools += fmt::format("{}{} closed {} connection{}{}", pools.empty() ? "" : ", ", ShardName(shard), before.idle,
-                         before.idle == 1 ? "" : "s",
-                         before.in_use > 0 ? fmt::format(" ({} still in use)", before.in_use) : "");
+  const shardkit::ClusterStats before = cluster_->Stats();
+  cluster_->CloseIdleConnections();
+  for (const shardkit::ShardStats& shard : before.shards) {
+    pools += fmt::format("{}{} closed {} connection{}{}", pools.empty() ? "" : ", ", shard.name, shard.pool.idle,
+                         shard.pool.idle == 1 ? "" : "s",
+                         shard.pool.in_use > 0 ? fmt::format(" ({} still in use)", shard.pool.in_use) : "");
   }
   return fmt::format("worker id {} released; pools drained: {}", worker, pools);
 }
@@ -436,7 +432,7 @@ HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Targe
   // between two attempts sends it to the new owner (the fence refused the
   // earlier attempt before it wrote anything).
   shardkit::RoutedContext at{};
-  at.shard = cluster_->Resolver().ShardFor(customer);
+  at.shard = cluster_->Route(customer).shard;
   std::string shard_name = ShardName(at.shard);
   json lines = json::array();
   std::string ordered_at;
@@ -448,7 +444,7 @@ HttpResponse BookstoreService::PostOrder(const HttpRequest& request, const Targe
   shardkit::ReadToken token = RequestToken(request);
   shardkit::RoutedOutcome outcome;
   OnShard(at.shard, shard_name, [&] {
-    cluster_->Transactions().Run(
+    cluster_->Run(
         customer,
         [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& attempt) {
           at = attempt;
@@ -625,7 +621,7 @@ HttpResponse BookstoreService::CategoryAvg(const Target& target) {
   shardkit::ScatterOptions options;
   options.deadline = deadline;
   options.label = "category-avg";
-  const shardkit::MergedResult merged = shardkit::ScatterMerge(cluster_->Scatters(), plan, {since}, options);
+  const shardkit::MergedResult merged = cluster_->Merge(plan, {since}, options);
   const auto category = *merged.ColumnIndex("category");
   const auto orders = *merged.ColumnIndex("orders");
   const auto avg = *merged.ColumnIndex("avg_amount");
@@ -650,7 +646,7 @@ HttpResponse BookstoreService::Health(const Target& target) {
   std::vector<shardkit::ScatterError::Failure> failures;
   std::map<ShardId, double> answered_ms;
   try {
-    const auto result = cluster_->Scatters().Run("SELECT 1", {}, options);
+    const auto result = cluster_->Scatter("SELECT 1", {}, options);
     failures = result.failures;
     for (const auto& s : result.shards) answered_ms[s.shard] = static_cast<double>(s.elapsed.count()) / 1000.0;
   } catch (const shardkit::ScatterError& e) {
@@ -658,12 +654,13 @@ HttpResponse BookstoreService::Health(const Target& target) {
   }
   json shards = json::array();
   std::string unreachable;
-  for (ShardId shard : shardkit::FirstShards(cluster_->Resolver().ShardCount())) {
-    const auto stats = cluster_->Resolver().Pool(shard).Stats();
+  const shardkit::ClusterStats stats = cluster_->Stats();
+  for (const shardkit::ShardStats& at : stats.shards) {
+    const ShardId shard = at.shard;
     json one = {{"shard", ToInt(shard)},
-                {"name", ShardName(shard)},
-                {"buckets", cluster_->Resolver().Directory()->BucketsOf(shard).size()},
-                {"pool", {{"in_use", stats.in_use}, {"idle", stats.idle}, {"max_size", stats.max_size}}}};
+                {"name", at.name},
+                {"buckets", at.buckets},
+                {"pool", {{"in_use", at.pool.in_use}, {"idle", at.pool.idle}, {"max_size", at.pool.max_size}}}};
     if (const auto it = answered_ms.find(shard); it != answered_ms.end()) {
       one["reachable"] = true;
       one["elapsed_ms"] = it->second;
@@ -680,7 +677,7 @@ HttpResponse BookstoreService::Health(const Target& target) {
   }
   const bool ids_ok = ids_->Valid();
   json body = {{"status", unreachable.empty() && ids_ok ? "ok" : "unavailable"},
-               {"directory_version", cluster_->Resolver().Directory()->Version()},
+               {"directory_version", stats.directory_version},
                {"shards", std::move(shards)},
                {"order_ids",
                 {{"worker_id", ids_->WorkerId()}, {"lease_valid", ids_ok}, {"lease_database", ids_->RedactedDsn()}}}};
@@ -697,15 +694,16 @@ HttpResponse BookstoreService::Health(const Target& target) {
 HttpResponse BookstoreService::Metrics(const Target& target) {
   target.AllowOnly({});
   PrometheusText out;
-  const auto directory = cluster_->Resolver().Directory();
-  const int shard_count = cluster_->Resolver().ShardCount();
+  // One reading of every counter, so the families agree with each other.
+  const shardkit::ClusterStats stats = cluster_->Stats();
+  const int shard_count = static_cast<int>(stats.shards.size());
   auto labels = [this](ShardId s, Labels more = {}) {
     Labels l{{"shard", std::to_string(ToInt(s))}, {"name", ShardName(s)}};
     l.insert(l.end(), more.begin(), more.end());
     return l;
   };
   std::vector<shardkit::PoolStats> pools;
-  for (ShardId s : shardkit::FirstShards(shard_count)) pools.push_back(cluster_->Resolver().Pool(s).Stats());
+  for (const shardkit::ShardStats& shard : stats.shards) pools.push_back(shard.pool);
   const auto pool_counter = [&](const char* name, const char* help, auto field) {
     out.Family(name, "counter", help);
     for (ShardId s : shardkit::FirstShards(shard_count)) {
@@ -749,7 +747,7 @@ HttpResponse BookstoreService::Metrics(const Target& target) {
                static_cast<double>(p.acquire_wait_max.count()) / 1e6);
   }
 
-  const auto scatter = cluster_->Scatters().Stats();
+  const shardkit::ScatterStats& scatter = stats.scatters;
   const auto scatter_counter = [&](const char* name, const char* help, std::uint64_t value) {
     out.Family(name, "counter", help);
     out.Sample(name, static_cast<double>(value));
@@ -772,10 +770,10 @@ HttpResponse BookstoreService::Metrics(const Target& target) {
   out.Sample("shardkit_scatter_max_fanout", static_cast<double>(scatter.max_fanout));
 
   out.Family("shardkit_directory_version", "gauge", "Version of the bucket directory in use.");
-  out.Sample("shardkit_directory_version", static_cast<double>(directory->Version()));
+  out.Sample("shardkit_directory_version", static_cast<double>(stats.directory_version));
   out.Family("shardkit_directory_buckets", "gauge", "Buckets each shard holds.");
-  for (ShardId s : shardkit::FirstShards(shard_count)) {
-    out.Sample("shardkit_directory_buckets", labels(s), static_cast<double>(directory->BucketsOf(s).size()));
+  for (const shardkit::ShardStats& shard : stats.shards) {
+    out.Sample("shardkit_directory_buckets", labels(shard.shard), static_cast<double>(shard.buckets));
   }
 
   out.Family("bookstore_order_ids_worker_id", "gauge", "Snowflake worker id leased for order ids.");

@@ -79,6 +79,7 @@ class BookstoreService {
   // writes refused by a shard's fence go to the new owner, reports refused
   // for a stale directory run again), routed transactions and scatters.
   std::unique_ptr<shardkit::Cluster> cluster_;
+  std::vector<std::string> shard_names_;  // by shard, from the configuration
   std::unique_ptr<OrderIds> ids_;
   HttpMetrics http_metrics_;
   std::function<HttpConnectionCounts()> connections_;

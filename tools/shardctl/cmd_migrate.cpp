@@ -293,17 +293,20 @@ void AddMigrateCommands(CLI::App& app, CliContext& context) {
                  servers == 1 ? "" : "s", static_cast<double>(report.elapsed.count()) / 1e6,
                  report.AppliedCount() == 0 && report.Ok() ? " (every server was up to date)" : "");
     }
-    if (!report.Ok()) {
-      std::string why;
-      for (const auto& left : report.left_behind) why += "\n  " + left;
-      for (const auto& step : report.applied) {
-        if (!step.ok)
-          why += fmt::format("\n  {}: {} failed: {}", step.server, set.Find(step.version)->file_name, step.error);
-      }
-      throw shardkit::MigrationError(fmt::format(
-          "not every server was migrated{}{}\nrun shardctl migrate again once resolved; "
-          "shardctl migrate status shows where each server is",
-          why, report.stopped ? "\n  (stopped after the failed version: no server started a later one)" : ""));
-    }
+    RequireMigrated(report, set);
   });
+}
+
+void RequireMigrated(const shardkit::MigrationReport& report, const shardkit::MigrationSet& set) {
+  if (report.Ok()) return;
+  std::string why;
+  for (const auto& left : report.left_behind) why += "\n  " + left;
+  for (const auto& step : report.applied) {
+    if (!step.ok)
+      why += fmt::format("\n  {}: {} failed: {}", step.server, set.Find(step.version)->file_name, step.error);
+  }
+  throw shardkit::MigrationError(
+      fmt::format("not every server was migrated{}{}\nrun shardctl migrate again once resolved; "
+                  "shardctl migrate status shows where each server is",
+                  why, report.stopped ? "\n  (stopped after the failed version: no server started a later one)" : ""));
 }

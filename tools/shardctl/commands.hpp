@@ -9,11 +9,14 @@ class App;
 
 namespace shardkit {
 struct SqlResult;
+struct MigrationReport;
+class MigrationSet;
 }  // namespace shardkit
 
 void AddRouteCommands(CLI::App& app, CliContext& context);           // route, my-orders
 void AddShardsCommand(CLI::App& app, CliContext& context);           // shards
 void AddIdCommands(CLI::App& app);                                   // id uuidv7|snowflake|decode
+void AddInitCommand(CLI::App& app, CliContext& context);             // init
 void AddMigrateCommands(CLI::App& app, CliContext& context);         // migrate, migrate status
 void AddVerifyCommand(CLI::App& app, CliContext& context);           // verify
 void AddMoveCommands(CLI::App& app, CliContext& context);            // move, move resume|abort|show, moves, rebalance
@@ -27,3 +30,5 @@ void AddFailoverCommand(CLI::App& app, CliContext& context);         // failover
 
 // Rows as psql aligns them (numbers right-aligned), with the row count.
 void PrintAligned(const shardkit::SqlResult& result);
+// Throws MigrationError naming every server left behind and failed step.
+void RequireMigrated(const shardkit::MigrationReport& report, const shardkit::MigrationSet& set);

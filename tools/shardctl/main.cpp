@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   AddRouteCommands(app, context);
   AddShardsCommand(app, context);
   AddIdCommands(app);
+  AddInitCommand(app, context);
   AddMigrateCommands(app, context);
   AddVerifyCommand(app, context);
   AddMoveCommands(app, context);

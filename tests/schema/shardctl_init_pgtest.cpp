@@ -49,7 +49,8 @@ nlohmann::json Json(const Ran& r) {
 class ShardctlInit : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_ = std::make_unique<test::ScratchCluster>("shardctl_init_pgtest", test::ScratchOptions().Shards(3).Unmigrated());
+    cluster_ =
+        std::make_unique<test::ScratchCluster>("shardctl_init_pgtest", test::ScratchOptions().Shards(3).Unmigrated());
     config_ = WriteConfig("", 3, true);
   }
   void TearDown() override {
@@ -59,8 +60,8 @@ class ShardctlInit : public ::testing::Test {
   // A configuration file of the scratch databases: the first `shards`
   // shards, with or without the catalog.
   std::filesystem::path WriteConfig(const std::string& suffix, int shards, bool catalog) {
-    const auto path = std::filesystem::temp_directory_path() /
-                      fmt::format("shardctl_init_pgtest_{}{}.toml", ::getpid(), suffix);
+    const auto path =
+        std::filesystem::temp_directory_path() / fmt::format("shardctl_init_pgtest_{}{}.toml", ::getpid(), suffix);
     std::ofstream f{path};
     const ClusterConfig& c = cluster_->Config();
     f << (catalog ? "[directory]\nsource = \"catalog\"\n\n" : "");

@@ -25,7 +25,8 @@ void AddInitCommand(CLI::App& app, CliContext& context) {
     if (!config.catalog_dsn) {
       throw shardkit::ConfigError(
           "catalog.dsn",
-          fmt::format("{} has no [catalog] dsn: init stores the directory there; add a [catalog] section", config.origin));
+          fmt::format("{} has no [catalog] dsn: init stores the directory there; add a [catalog] section",
+                      config.origin));
     }
     const bool json = context.json;
 
@@ -59,8 +60,8 @@ void AddInitCommand(CLI::App& app, CliContext& context) {
       }
     }();
     if (!json) {
-      fmt::print("directory: {} version {} over {} shards\n",
-                 stored ? "stored the even split," : "kept the catalog's,", directory.Version(), shard_count);
+      fmt::print("directory: {} version {} over {} shards\n", stored ? "stored the even split," : "kept the catalog's,",
+                 directory.Version(), shard_count);
     }
 
     // 3. Every shard owns and fences its buckets, registered in the catalog.

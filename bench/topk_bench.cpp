@@ -233,7 +233,7 @@ class Cluster {
       pqxx::connection c{dsns[target]->Reveal()};
       {
         pqxx::work tx{c};
-        // The Bookstore schema's columns and indexes (sql/002) that matter here.
+        // The Bookstore schema's columns and indexes (examples/bookstore-service/sql/002) that matter here.
         tx.exec(fmt::format(
             "CREATE TABLE {0} (customer_id integer NOT NULL, bucket smallint NOT NULL, order_id bigint NOT NULL, "
             "ordered_at timestamptz NOT NULL, status text NOT NULL DEFAULT 'placed', PRIMARY KEY (customer_id, "

@@ -27,7 +27,7 @@ std::int64_t RowsChecked(const shardkit::VerifyReport& report) {
 void BM_VerifyCluster(benchmark::State& state) {
   const auto config = shardkit::test::LoadTestConfig();
   shardkit::VerifyOptions options;
-  options.migrations = &shardkit::test::ProjectMigrations();
+  options.migrations = shardkit::test::ClusterMigrations();
   std::int64_t rows = 0;
   std::size_t findings = 0;
   for (auto _ : state) {

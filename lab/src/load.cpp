@@ -217,7 +217,7 @@ class Counter {
 };
 
 // COPY through shardkit::CopyWriter: fields formatted straight into the
-// COPY buffer, in the table's column order (sql/002_bookstore_schema.sql).
+// COPY buffer, in the table's column order (examples/bookstore-service/sql/002_bookstore_schema.sql).
 // The generated text (titles) needs no escaping, but goes through the
 // escaping Field() like any text.
 void CopyBooks(pqxx::transaction_base& tx, const Dataset& data, Counter& counter) {
@@ -346,7 +346,7 @@ ServerLoad LoadServer(pqxx::connection_base& connection, const Dataset& data, co
   {
     pqxx::nontransaction tx{connection};
     // VACUUM too: it sets the visibility map, so the reports' probes of
-    // order_items (sql/030) are index-only scans from the start.
+    // order_items (examples/bookstore-service/sql/030) are index-only scans from the start.
     tx.exec0("VACUUM (ANALYZE) books, customers, orders, order_items");
   }
   result.analyze_time = Micros(Clock::now() - analyze_start);

@@ -140,7 +140,7 @@ MigrationStatus Migrator::Status() const {
       ServerMigrationStatus& status = statuses[i];
       try {
         auto connection = Connect(servers_[i], options_.connect_timeout, "shardkit migrate status");
-        ReadServer(*connection, status);
+        ReadServer(*connection, set_.Name(), status);
         status.reachable = true;
       } catch (const std::exception& e) {
         status.reachable = false;
@@ -178,9 +178,9 @@ void Migrator::RequireUpToDate(const std::string& server_name) const {
   if (problems.empty()) return;
   std::string list;
   for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;
-  throw MigrationError(fmt::format("{} does not have the current schema (version {}): {}. Run shardctl migrate "
-                                   "first",
-                                   s.server.name, VersionText(set_.LatestVersion()), list),
+  throw MigrationError(fmt::format("{} does not have the current schema (version {} of {}): {}. Run shardctl "
+                                   "migrate first",
+                                   s.server.name, VersionText(set_.LatestVersion()), set_.Origin(), list),
                        s.server.name);
 }
 
@@ -243,8 +243,8 @@ std::vector<Session> ConnectAll(const std::vector<MigrationServer>& servers, con
 // Locks in one fixed order (the servers' order), so two migrators queue up
 // instead of deadlocking; then reads each history under its lock. A dry run
 // takes no lock.
-void LockAndRead(std::vector<Session>& sessions, std::chrono::milliseconds lock_timeout, bool dry_run,
-                 MigrationReport& report, EventSink& emit) {
+void LockAndRead(std::vector<Session>& sessions, std::string_view set, std::chrono::milliseconds lock_timeout,
+                 bool dry_run, MigrationReport& report, EventSink& emit) {
   std::map<int, std::string> locked_by_pid;
   for (Session& s : sessions) {
     if (!s.connection) continue;
@@ -254,7 +254,7 @@ void LockAndRead(std::vector<Session>& sessions, std::chrono::milliseconds lock_
         locked_by_pid[s.connection->backendpid()] = s.server->name;
         emit(MigrationEvent::Kind::kLocked, s.server->name, 0, {}, "");
       }
-      ReadServer(*s.connection, s.status);
+      ReadServer(*s.connection, set, s.status);
       s.status.reachable = true;
       s.active = true;
     } catch (const pqxx::broken_connection& e) {
@@ -301,32 +301,30 @@ std::map<int, std::vector<std::size_t>> Plan(const MigrationSet& set, const Migr
   return by_version;
 }
 
-// The history table, where work is to be done.
+// The history table on every server of the run: created, or given its set
+// column (a history from before the sets).
 void CreateHistoryTables(std::vector<Session>& sessions, MigrationReport& report) {
-  for (const auto& [server, versions] : report.plan) {
-    if (versions.empty()) continue;
-    for (Session& s : sessions) {
-      if (s.server->name != server || s.status.has_history) continue;
-      try {
-        CreateHistoryTable(*s.connection);
-      } catch (const pqxx::broken_connection& e) {
-        s.active = false;
-        s.connection.reset();
-        report.left_behind.push_back(fmt::format("{}: connection lost ({})", server, ErrorText(e)));
-      }
+  for (Session& s : sessions) {
+    if (!s.active) continue;
+    try {
+      CreateHistoryTable(*s.connection);
+    } catch (const pqxx::broken_connection& e) {
+      s.active = false;
+      s.connection.reset();
+      report.left_behind.push_back(fmt::format("{}: connection lost ({})", s.server->name, ErrorText(e)));
     }
   }
 }
 
 // One version on one server (a thread of its own); the outcome goes into
 // the report under `report_mutex`.
-void ApplyOn(Session& session, const Migration& m, const std::string& applied_by, std::mutex& report_mutex,
-             MigrationReport& report, EventSink& emit) {
+void ApplyOn(Session& session, std::string_view set, const Migration& m, const std::string& applied_by,
+             std::mutex& report_mutex, MigrationReport& report, EventSink& emit) {
   const auto step_start = Clock::now();
   emit(MigrationEvent::Kind::kStarted, session.server->name, m.version, {}, m.file_name);
-  const StepOutcome outcome = m.transactional
-                                  ? ApplyInTransaction(*session.connection, m, applied_by)
-                                  : ApplyStepByStep(*session.connection, m, session.status.Find(m.version), applied_by);
+  const StepOutcome outcome =
+      m.transactional ? ApplyInTransaction(*session.connection, set, m, applied_by)
+                      : ApplyStepByStep(*session.connection, set, m, session.status.Find(m.version), applied_by);
   const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - step_start);
   {
     std::lock_guard lock(report_mutex);
@@ -360,7 +358,7 @@ void ApplyVersions(const MigrationSet& set, const std::map<int, std::vector<std:
     for (const std::size_t i : servers) {
       Session& s = sessions[i];
       if (!s.active) continue;
-      threads.emplace_back([&, i] { ApplyOn(sessions[i], m, applied_by, report_mutex, report, emit); });
+      threads.emplace_back([&, i] { ApplyOn(sessions[i], set.Name(), m, applied_by, report_mutex, report, emit); });
     }
     for (auto& t : threads) t.join();
     if (report.stopped) break;
@@ -375,13 +373,12 @@ MigrationReport Migrator::Apply(std::optional<int> to_version, bool dry_run) {
   report.dry_run = dry_run;
   const int target = to_version.value_or(set_.LatestVersion());
   if (to_version && (*to_version < 0 || *to_version > set_.LatestVersion())) {
-    throw MigrationError(fmt::format("--to {}: the migrations in {} go from {} to {}", *to_version,
-                                     set_.Directory().string(), set_.All().empty() ? 0 : set_.All().front().version,
-                                     set_.LatestVersion()));
+    throw MigrationError(fmt::format("--to {}: the migrations of {} go from {} to {}", *to_version, set_.Origin(),
+                                     set_.All().empty() ? 0 : set_.All().front().version, set_.LatestVersion()));
   }
   EventSink emit{options_.on_event};
   std::vector<Session> sessions = ConnectAll(servers_, options_, report, emit);
-  LockAndRead(sessions, options_.lock_timeout, dry_run, report, emit);
+  LockAndRead(sessions, set_.Name(), options_.lock_timeout, dry_run, report, emit);
   const MigrationStatus status = StatusOrRefuse(set_, sessions);
   const auto by_version = Plan(set_, status, sessions, target, report);
   if (dry_run) {

@@ -1,4 +1,4 @@
-// The migration files: names, headers, the set of a directory and where the installed one is (migrate.hpp).
+// The migration files: names, headers, the library's compiled-in set and an application's directory (migrate.hpp).
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -9,13 +9,10 @@
 #include <regex>
 #include <sstream>
 
+#include "schema/library_migrations.hpp"
 #include "schema/migration_statements.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/schema/migrate.hpp"
-
-#ifndef SHARDKIT_INSTALL_SQL_DIR
-#define SHARDKIT_INSTALL_SQL_DIR ""
-#endif
 
 namespace shardkit {
 namespace {
@@ -234,8 +231,8 @@ MigrationSet MigrationSet::Load(const std::filesystem::path& directory) {
   std::error_code error;
   if (!std::filesystem::is_directory(directory, error)) {
     throw MigrationError(
-        fmt::format("{} is not a directory of migration files (NNN_name.sql); give the right one "
-                    "with --sql-dir",
+        fmt::format("{} is not a directory of migration files (NNN_name.sql); give your application's with "
+                    "--sql-dir",
                     directory.string()));
   }
   std::vector<Migration> migrations;
@@ -246,7 +243,36 @@ MigrationSet MigrationSet::Load(const std::filesystem::path& directory) {
   if (migrations.empty()) {
     throw MigrationError(fmt::format("{} holds no migration files (NNN_name.sql)", directory.string()));
   }
+  // A copy of the library's schema among the application's would apply it
+  // twice (the library's set is applied first, on its own).
+  for (const Migration& m : migrations) {
+    for (const Migration& own : Library().All()) {
+      if (own.checksum != m.checksum) continue;
+      throw MigrationError(fmt::format(
+          "{}/{} is shardkit's own migration {} ({}): shardkit applies its schema itself, before yours; remove "
+          "the library's files from {} and keep only your application's",
+          directory.string(), m.file_name, own.file_name, Library().Origin(), directory.string()));
+    }
+  }
   return FromMigrations(std::move(migrations), std::filesystem::absolute(directory));
+}
+
+const MigrationSet& MigrationSet::Library() {
+  static const MigrationSet library = [] {
+    std::vector<Migration> migrations;
+    for (const detail::EmbeddedMigration& file : detail::LibraryMigrationFiles()) {
+      migrations.push_back(ParseMigration(std::string(file.file_name), std::string(file.text)));
+    }
+    MigrationSet set = FromMigrations(std::move(migrations));
+    set.name_ = kLibraryMigrations;
+    return set;
+  }();
+  return library;
+}
+
+std::string MigrationSet::Origin() const {
+  if (name_ == kLibraryMigrations) return "compiled into shardkit";
+  return directory_.empty() ? std::string("the application's") : directory_.string();
 }
 
 const Migration* MigrationSet::Find(int version) const noexcept {
@@ -255,22 +281,10 @@ const Migration* MigrationSet::Find(int version) const noexcept {
   return it != migrations_.end() && it->version == version ? &*it : nullptr;
 }
 
-SqlDirectory FindSqlDirectory(const std::optional<std::string>& explicit_directory) {
-  if (explicit_directory && !explicit_directory->empty()) return {*explicit_directory, "--sql-dir"};
-  std::error_code error;
-  // <prefix>/bin/program -> <prefix>/share/shardkit/sql
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (!error) {
-    const auto installed = exe.parent_path().parent_path() / "share" / "shardkit" / "sql";
-    if (std::filesystem::is_directory(installed, error)) {
-      return {installed, "installed next to " + exe.parent_path().string()};
-    }
-  }
-  const std::filesystem::path configured = SHARDKIT_INSTALL_SQL_DIR;
-  if (!configured.empty() && std::filesystem::is_directory(configured, error)) {
-    return {configured, "installed"};
-  }
-  return {"sql", "./sql: no installed share/shardkit/sql found"};
+std::vector<MigrationSet> ClusterMigrations(const std::optional<std::filesystem::path>& application_directory) {
+  std::vector<MigrationSet> sets{MigrationSet::Library()};
+  if (application_directory) sets.push_back(MigrationSet::Load(*application_directory));
+  return sets;
 }
 
 }  // namespace shardkit

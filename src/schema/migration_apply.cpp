@@ -28,10 +28,10 @@ bool ConnectionGone(pqxx::connection_base& c, const std::exception& e) {
   return false;
 }
 
-void RecordFailure(pqxx::connection_base& c, const Migration& m, bool transactional, int steps_done, double duration_ms,
-                   const std::string& applied_by, const std::string& error) {
+void RecordFailure(pqxx::connection_base& c, std::string_view set, const Migration& m, bool transactional,
+                   int steps_done, double duration_ms, const std::string& applied_by, const std::string& error) {
   pqxx::work tx{c, "record failed migration"};
-  WriteHistory(tx, m, transactional, false, steps_done, static_cast<int>(m.steps.size()), duration_ms, applied_by,
+  WriteHistory(tx, set, m, transactional, false, steps_done, static_cast<int>(m.steps.size()), duration_ms, applied_by,
                error);
   tx.commit();
 }
@@ -42,13 +42,14 @@ double MsSince(Clock::time_point start) {
 
 }  // namespace
 
-StepOutcome ApplyInTransaction(pqxx::connection_base& c, const Migration& m, const std::string& applied_by) {
+StepOutcome ApplyInTransaction(pqxx::connection_base& c, std::string_view set, const Migration& m,
+                               const std::string& applied_by) {
   const auto start = Clock::now();
   StepOutcome out;
   try {
     pqxx::work tx{c, "migration"};
     tx.exec(m.sql);
-    WriteHistory(tx, m, true, true, 1, 1, MsSince(start), applied_by, std::string());
+    WriteHistory(tx, set, m, true, true, 1, 1, MsSince(start), applied_by, std::string());
     tx.commit();
     out.ok = true;
     return out;
@@ -69,7 +70,7 @@ StepOutcome ApplyInTransaction(pqxx::connection_base& c, const Migration& m, con
     }
   }
   try {
-    RecordFailure(c, m, true, 0, MsSince(start), applied_by, out.error);
+    RecordFailure(c, set, m, true, 0, MsSince(start), applied_by, out.error);
   } catch (const pqxx::broken_connection& e) {
     out.lost = true;
     out.error += "; then the connection was lost: " + ErrorText(e);
@@ -79,8 +80,8 @@ StepOutcome ApplyInTransaction(pqxx::connection_base& c, const Migration& m, con
   return out;
 }
 
-StepOutcome ApplyStepByStep(pqxx::connection_base& c, const Migration& m, const AppliedMigration* previous,
-                            const std::string& applied_by) {
+StepOutcome ApplyStepByStep(pqxx::connection_base& c, std::string_view set, const Migration& m,
+                            const AppliedMigration* previous, const std::string& applied_by) {
   const auto start = Clock::now();
   StepOutcome out;
   const int total = static_cast<int>(m.steps.size());
@@ -91,7 +92,7 @@ StepOutcome ApplyStepByStep(pqxx::connection_base& c, const Migration& m, const 
   try {
     {
       pqxx::nontransaction tx{c, "migration start"};
-      WriteHistory(tx, m, false, false, done, total, 0.0, applied_by, std::string("running"));
+      WriteHistory(tx, set, m, false, false, done, total, 0.0, applied_by, std::string("running"));
     }
     for (; done < total; ++done) {
       try {
@@ -106,18 +107,18 @@ StepOutcome ApplyStepByStep(pqxx::connection_base& c, const Migration& m, const 
           return out;
         }
         ServerMigrationStatus state;
-        ReadServer(c, state);
+        ReadServer(c, set, state);
         for (const auto& index : state.invalid_indexes) {
           if (!index.being_built) out.error += fmt::format("; INVALID index {} left behind", DescribeIndex(index));
         }
-        RecordFailure(c, m, false, done, MsSince(start), applied_by, out.error);
+        RecordFailure(c, set, m, false, done, MsSince(start), applied_by, out.error);
         return out;
       }
       pqxx::nontransaction tx{c, "migration progress"};
-      WriteStepsDone(tx, m.version, done + 1);
+      WriteStepsDone(tx, set, m.version, done + 1);
     }
     pqxx::nontransaction tx{c, "migration done"};
-    WriteHistory(tx, m, false, true, total, total, MsSince(start), applied_by, std::string());
+    WriteHistory(tx, set, m, false, true, total, total, MsSince(start), applied_by, std::string());
     out.ok = true;
   } catch (const pqxx::broken_connection& e) {
     out.lost = true;

@@ -160,7 +160,7 @@ std::vector<std::string> MigrationStatus::Blockers() const {
       out.push_back(
           fmt::format("{}: version {} ({}) is applied there but no file in {} describes it: migrate with "
                       "the migration files of the release that applied it",
-                      server.server.name, VersionText(version), a->name, set_.Directory().string()));
+                      server.server.name, VersionText(version), a->name, set_.Origin()));
     }
     for (const auto& index : server.invalid_indexes) {
       if (index.being_built) continue;

@@ -112,10 +112,13 @@ void CheckMigrationVersions(VerifyRun& run, const MigrationStatus& migration_sta
     }
     if (detail.empty()) continue;
     const auto version = migration_status.VersionOf(i);
-    run.Add(FindingKind::kSchemaVersion, name, "", std::nullopt, 0, "",
-            fmt::format("{}: schema version {} of {}: {}", name, version ? fmt::format("{:03}", *version) : "?",
-                        fmt::format("{:03}", run.options.migrations->LatestVersion()), detail));
+    const MigrationSet& set = migration_status.Set();
+    run.Add(
+        FindingKind::kSchemaVersion, name, "", std::nullopt, 0, "",
+        fmt::format("{}: {} schema version {} of {}: {}", name, set.Name(),
+                    version ? fmt::format("{:03}", *version) : "?", fmt::format("{:03}", set.LatestVersion()), detail));
   }
+  // The last set's (the application's, after shardkit's own).
   if (migration_status.AtOneVersion()) run.report.schema_version = migration_status.VersionOf(0);
 }
 
@@ -140,14 +143,16 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& giv
   report.reference_tables = *options.reference_tables;
 
   // Migration versions, while the servers are scanned.
-  std::optional<MigrationStatus> migration_status;
+  std::vector<MigrationStatus> migration_statuses;
   std::thread migration_thread;
-  if (options.migrations != nullptr) {
+  if (!options.migrations.empty()) {
     migration_thread = std::thread([&] {
       MigratorOptions migrator_options;
       migrator_options.connect_timeout = options.connect_timeout;
-      const Migrator migrator(*options.migrations, MigrationServers(config), migrator_options);
-      migration_status.emplace(migrator.Status());
+      for (const MigrationSet& set : options.migrations) {
+        const Migrator migrator(set, MigrationServers(config), migrator_options);
+        migration_statuses.push_back(migrator.Status());
+      }
     });
   }
 
@@ -163,7 +168,7 @@ VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& giv
   CheckCountsAgainstReference(run, in_motion);
   CheckReferenceTables(run);
   if (migration_thread.joinable()) migration_thread.join();
-  if (migration_status) CheckMigrationVersions(run, *migration_status, unreachable);
+  for (const MigrationStatus& status : migration_statuses) CheckMigrationVersions(run, status, unreachable);
 
   for (const auto& s : servers) report.servers.push_back(CountsOf(s));
   report.elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started);

@@ -64,9 +64,11 @@ std::string ReadSchemaVersion(pqxx::transaction_base& tx) {
   const pqxx::row row = tx.exec1(
       "SELECT to_regclass('shardkit_migrations') IS NOT NULL, (SELECT count(*) FROM shardkit_sharded_tables), "
       "(SELECT max(oid::int8) FROM pg_proc)");
-  // A schema set up without shardctl migrate has no history: the rest still counts.
+  // A schema set up without shardctl migrate has no history: the rest still
+  // counts. The successful rows, not the highest version: the application's
+  // set numbers its files below shardkit's own.
   const std::string migrated =
-      row[0].as<bool>() ? tx.exec1("SELECT coalesce(max(version), 0) FROM shardkit_migrations")[0].c_str() : "-";
+      row[0].as<bool>() ? tx.exec1("SELECT count(*) FILTER (WHERE success) FROM shardkit_migrations")[0].c_str() : "-";
   return fmt::format("{}/{}/{}", migrated, row[1].c_str(), row[2].c_str());
 }
 

@@ -533,8 +533,10 @@ TEST_F(Move, TheTargetGoingDownMidCopyAbortsCleanly) {
   // Shard 3 of its own server, stopped in the middle of the copy.
   test::TemporaryServer server;
   {
-    Migrator migrator{test::ProjectMigrations(), {MigrationServer{"shard3", server.Dsn(), {ServerRole::kShard}}}};
-    ASSERT_TRUE(migrator.Apply().Ok());
+    for (const MigrationSet& set : test::ClusterMigrations()) {
+      Migrator migrator{set, {MigrationServer{"shard3", server.Dsn(), {ServerRole::kShard}}}};
+      ASSERT_TRUE(migrator.Apply().Ok());
+    }
     pqxx::connection c{server.Dsn().Reveal()};
     EnrollShard(c, ShardId{3}, BucketSet{}, Directory().Version());
   }

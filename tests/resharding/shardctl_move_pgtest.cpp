@@ -179,7 +179,7 @@ TEST_F(ShardctlMove, ARebalanceAppliedAfterAKilledOneResumesItsMoves) {
   const auto left = live_moves();
   ASSERT_FALSE(left.empty()) << "the killed rebalance left no live move";
 
-  const std::string sql_dir = fmt::format("--sql-dir '{}/sql'", SHARDKIT_SOURCE_DIR);
+  const std::string sql_dir = fmt::format("--sql-dir '{}/examples/bookstore-service/sql'", SHARDKIT_SOURCE_DIR);
   const Ran verify = Shardctl("verify " + sql_dir);
   EXPECT_EQ(verify.status, 1) << verify.out;
   for (const MoveRecord& m : left) {

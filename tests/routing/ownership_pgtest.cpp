@@ -73,7 +73,7 @@ TEST_F(Fence, EnrolledShardsKnowThemselvesAndTheirBuckets) {
     ASSERT_TRUE(own.enrolled_as);
     EXPECT_EQ(*own.enrolled_as, ShardId{s});
     EXPECT_EQ(own.InState(OwnershipState::kOwned), BucketSet::Of(cluster_->Directory(), ShardId{s}));
-    // The Bookstore's tables (registered by sql/011) and the outbox tables
+    // The Bookstore's tables (registered by the Bookstore's 011) and the outbox tables
     // of sql/020-022 (found by their customer_id and bucket when enrolled).
     EXPECT_EQ(ShardedTables(c), (std::vector<std::string>{"customers", "notification_log", "order_items",
                                                           "order_tracking", "orders", "shardkit_jobs"}));

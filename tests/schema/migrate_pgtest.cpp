@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "shardkit/errors.hpp"
+#include "sql/sql_catalog.hpp"
 #include "support/temporary_server.hpp"
 #include "support/test_cluster.hpp"
 
@@ -449,8 +450,9 @@ TEST(MigratePg, ScratchClustersAreMigratedAndCanHaveMoreShardsThanServers) {
   const auto base = test::LoadTestConfig();
   ScratchCluster cluster{"migrate_scratch_pgtest", ScratchOptions().Shards(4).Directory(test::UnevenSplit(4))};
   ASSERT_EQ(cluster.ShardCount(), 4);
-  Migrator migrator(test::ProjectMigrations(), cluster.MigrationServers());
-  EXPECT_TRUE(migrator.Status().UpToDate());
+  for (const MigrationSet& set : test::ClusterMigrations()) {
+    EXPECT_TRUE(Migrator(set, cluster.MigrationServers()).Status().UpToDate()) << set.Name();
+  }
   // Shard i on shard server i % servers, each in its own database.
   const auto servers = static_cast<int>(base.shards.size());
   for (int i = 0; i < 4; ++i) {
@@ -466,23 +468,101 @@ TEST(MigratePg, ScratchClustersAreMigratedAndCanHaveMoreShardsThanServers) {
   ScratchCluster bare{"migrate_bare_pgtest", ScratchOptions().Shards(1).Unmigrated()};
   std::vector<MigrationServer> with_new = cluster.MigrationServers();
   with_new.push_back({"shard4", bare.ShardDsn(0), {ServerRole::kShard}});
-  Migrator grown(test::ProjectMigrations(), with_new);
-  try {
-    grown.RequireUpToDate("shard4");
-    FAIL() << "an empty shard passed";
-  } catch (const MigrationError& e) {
-    EXPECT_EQ(e.server(), "shard4");
-    EXPECT_TRUE(Contains(e.what(), "shardctl migrate")) << e.what();
+  for (const MigrationSet& set : test::ClusterMigrations()) {
+    Migrator grown(set, with_new);
+    try {
+      grown.RequireUpToDate("shard4");
+      FAIL() << "an empty shard passed " << set.Name();
+    } catch (const MigrationError& e) {
+      EXPECT_EQ(e.server(), "shard4");
+      EXPECT_TRUE(Contains(e.what(), "shardctl migrate")) << e.what();
+    }
+    const auto report = grown.Apply();
+    ASSERT_TRUE(report.Ok());
+    // Every migration of the set that targets shards, on the new shard only.
+    const auto& all = set.All();
+    const auto shard_files = std::count_if(all.begin(), all.end(), [](const Migration& m) {
+      return std::find(m.targets.begin(), m.targets.end(), ServerRole::kShard) != m.targets.end();
+    });
+    EXPECT_EQ(report.AppliedCount(), static_cast<int>(shard_files)) << set.Name();
+    EXPECT_NO_THROW(grown.RequireUpToDate("shard4"));
   }
-  const auto report = grown.Apply();
-  ASSERT_TRUE(report.Ok());
-  // Every project migration that targets shards (001, 002, ...), on the new shard only.
-  const auto& all = test::ProjectMigrations().All();
-  const auto shard_files = std::count_if(all.begin(), all.end(), [](const Migration& m) {
-    return std::find(m.targets.begin(), m.targets.end(), ServerRole::kShard) != m.targets.end();
-  });
-  EXPECT_EQ(report.AppliedCount(), static_cast<int>(shard_files));
-  EXPECT_NO_THROW(grown.RequireUpToDate("shard4"));
+}
+
+// An application's folder holds only its own files: shardkit's set goes
+// first (bucket_of, shardkit_shard_table), each set with its own history.
+TEST(MigratePg, AnApplicationsOwnFilesMigrateAfterTheLibrarys) {
+  ScratchCluster cluster{"migrate_app_pgtest", ScratchOptions().Shards(2).Unmigrated()};
+  MigrationFiles files;
+  files.Write("001_invoices.sql",
+              "-- shardkit-migration: targets = shard, reference\n"
+              "CREATE TABLE invoices (customer_id integer NOT NULL, invoice_id bigint NOT NULL,\n"
+              "  bucket smallint NOT NULL CHECK (bucket = bucket_of(customer_id)),\n"
+              "  PRIMARY KEY (customer_id, invoice_id));\n"
+              "SELECT shardkit_shard_table('invoices');\n");
+  const MigrationSet app = files.Load();
+  // Alone, the application's files fail on the library's functions.
+  {
+    Migrator alone(app, cluster.MigrationServers());
+    const auto report = alone.Apply();
+    EXPECT_FALSE(report.Ok());
+    ASSERT_FALSE(report.applied.empty());
+    EXPECT_TRUE(Contains(report.applied.front().error, "bucket_of")) << report.applied.front().error;
+  }
+  const auto sets = ClusterMigrations(app.Directory());
+  ASSERT_EQ(sets.size(), 2U);
+  pqxx::connection shard{cluster.ShardDsn(0).Reveal()};
+  const auto schema_version = [&shard] {
+    pqxx::read_transaction tx{shard};
+    return sql::ReadSchemaVersion(tx);
+  };
+  for (const MigrationSet& set : sets) {
+    Migrator migrator(set, cluster.MigrationServers());
+    const auto report = migrator.Apply();
+    ASSERT_TRUE(report.Ok()) << set.Name();
+    EXPECT_TRUE(migrator.Status().UpToDate()) << set.Name();
+  }
+  const std::string after_first_file = schema_version();
+  // A later file of the application's (numbered below shardkit's highest
+  // version, adding no table and no function) still changes the schema
+  // version the SQL layer's cached plans are checked by.
+  files.Write("002_invoice_notes.sql",
+              "-- shardkit-migration: targets = shard, reference\nALTER TABLE invoices ADD COLUMN note text;\n");
+  ASSERT_TRUE(Migrator(files.Load(), cluster.MigrationServers()).Apply().Ok());
+  EXPECT_NE(schema_version(), after_first_file);
+  pqxx::read_transaction tx{shard};
+  EXPECT_EQ(tx.exec1("SELECT count(*) FROM shardkit_migrations WHERE migration_set = 'app'")[0].as<int>(), 2);
+  EXPECT_EQ(tx.exec1("SELECT count(*) FROM shardkit_migrations WHERE migration_set = 'shardkit'")[0].as<int>(),
+            std::count_if(MigrationSet::Library().All().begin(), MigrationSet::Library().All().end(),
+                          [](const Migration& m) { return m.Targets(ServerRole::kShard); }));
+  EXPECT_EQ(
+      tx.exec1("SELECT count(*) FROM shardkit_sharded_tables WHERE table_name = 'invoices'::regclass")[0].as<int>(), 1);
+}
+
+// A history written before the sets (one sequence, no set column) is read
+// as the two sets and upgraded by the next run without applying anything.
+TEST(MigratePg, AHistoryFromBeforeTheSetsIsUpgradedInPlace) {
+  ScratchCluster cluster{"migrate_old_history_pgtest", ScratchOptions().Shards(1)};
+  const std::string old_layout =
+      "ALTER TABLE shardkit_migrations DROP COLUMN migration_set; "
+      "ALTER TABLE shardkit_migrations ADD PRIMARY KEY (version)";
+  cluster.ExecEverywhere(old_layout);
+  cluster.ExecOnCatalog(old_layout);
+  for (const MigrationSet& set : test::ClusterMigrations()) {
+    Migrator migrator(set, cluster.MigrationServers());
+    EXPECT_TRUE(migrator.Status().UpToDate()) << set.Name();
+    const auto report = migrator.Apply();
+    ASSERT_TRUE(report.Ok()) << set.Name();
+    EXPECT_EQ(report.AppliedCount(), 0) << set.Name();
+    EXPECT_TRUE(migrator.Status().UpToDate()) << set.Name();
+  }
+  pqxx::connection shard{cluster.ShardDsn(0).Reveal()};
+  pqxx::read_transaction tx{shard};
+  EXPECT_EQ(
+      tx.exec1("SELECT migration_set FROM shardkit_migrations WHERE name = 'bookstore_schema'")[0].as<std::string>(),
+      "app");
+  EXPECT_EQ(tx.exec1("SELECT migration_set FROM shardkit_migrations WHERE name = 'bucket_of'")[0].as<std::string>(),
+            "shardkit");
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
@@ -149,19 +151,53 @@ TEST(MigrationSet, LoadsInVersionOrderAndRefusesDuplicates) {
   EXPECT_THROW((void)MigrationSet::Load(dir), MigrationError);
 }
 
-TEST(MigrationSet, TheProjectFilesParse) {
-  const auto set = MigrationSet::Load(SHARDKIT_SOURCE_DIR "/sql");
-  ASSERT_GE(set.All().size(), 4U);
-  EXPECT_EQ(set.Find(1)->TargetList(), "shard, reference");
-  EXPECT_EQ(set.Find(2)->TargetList(), "shard, reference");
-  EXPECT_EQ(set.Find(3)->TargetList(), "catalog");  // shard_directory
-  EXPECT_EQ(set.Find(4)->TargetList(), "catalog");  // worker-id leases
+TEST(MigrationSet, TheLibrarysOwnSetIsCompiledIn) {
+  const MigrationSet& library = MigrationSet::Library();
+  EXPECT_EQ(library.Name(), kLibraryMigrations);
+  ASSERT_GE(library.All().size(), 4U);
+  EXPECT_EQ(library.Find(1)->TargetList(), "shard, reference");  // bucket_of
+  EXPECT_EQ(library.Find(3)->TargetList(), "catalog");           // shard_directory
+  EXPECT_EQ(library.Find(4)->TargetList(), "catalog");           // worker-id leases
+  // Byte for byte the repository's sql/ files, and nothing of the Bookstore.
+  std::size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(SHARDKIT_SOURCE_DIR "/sql")) {
+    if (entry.path().extension() != ".sql") continue;
+    ++files;
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const Migration* m = library.Find(ParseMigration(entry.path().filename().string(), text).version);
+    ASSERT_NE(m, nullptr) << entry.path();
+    EXPECT_EQ(m->checksum, Sha256Hex(text)) << entry.path();
+  }
+  EXPECT_EQ(library.All().size(), files);
+  for (const Migration& m : library.All())
+    EXPECT_FALSE(Contains(m.sql, "CREATE TABLE IF NOT EXISTS books")) << m.file_name;
 }
 
-TEST(FindSqlDirectory, ExplicitWinsElseSaysWhichOne) {
-  EXPECT_EQ(FindSqlDirectory(std::string("/x/sql")).path, "/x/sql");
-  const auto found = FindSqlDirectory(std::nullopt);
-  EXPECT_FALSE(found.why.empty());
+TEST(MigrationSet, AnApplicationSetIsItsFolderAfterTheLibrarys) {
+  const auto bookstore = MigrationSet::Load(SHARDKIT_SOURCE_DIR "/examples/bookstore-service/sql");
+  EXPECT_EQ(bookstore.Name(), kApplicationMigrations);
+  EXPECT_EQ(bookstore.Find(2)->TargetList(), "shard, reference");  // the Bookstore's tables
+  const auto sets = ClusterMigrations(std::filesystem::path(SHARDKIT_SOURCE_DIR "/examples/bookstore-service/sql"));
+  ASSERT_EQ(sets.size(), 2U);
+  EXPECT_EQ(sets[0].Name(), kLibraryMigrations);
+  EXPECT_EQ(sets[1].LatestVersion(), bookstore.LatestVersion());
+  EXPECT_EQ(ClusterMigrations(std::nullopt).size(), 1U);
+}
+
+TEST(MigrationSet, ACopyOfTheLibrarysFilesIsRefused) {
+  const auto dir = std::filesystem::temp_directory_path() / ("shardkit_copied_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(SHARDKIT_SOURCE_DIR "/sql/001_bucket_of.sql", dir / "001_bucket_of.sql",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "100_invoices.sql") << "-- shardkit-migration: targets = shard\nSELECT 1;\n";
+  try {
+    (void)MigrationSet::Load(dir);
+    ADD_FAILURE() << "a copy of 001_bucket_of.sql was taken as the application's";
+  } catch (const MigrationError& e) {
+    EXPECT_TRUE(Contains(e.what(), "001_bucket_of.sql") && Contains(e.what(), "shardkit's own")) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(MigrationServers, OneServerPerDatabaseWithItsRoles) {

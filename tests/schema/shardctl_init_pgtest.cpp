@@ -28,8 +28,8 @@ struct Ran {
 };
 
 Ran Shardctl(const std::filesystem::path& config, const std::string& args) {
-  const std::string command = fmt::format("'{}' --config '{}' --sql-dir '{}/sql' {} 2>&1", SHARDCTL_PATH,
-                                          config.string(), SHARDKIT_SOURCE_DIR, args);
+  const std::string command = fmt::format("'{}' --config '{}' --sql-dir '{}/examples/bookstore-service/sql' {} 2>&1",
+                                          SHARDCTL_PATH, config.string(), SHARDKIT_SOURCE_DIR, args);
   Ran r;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return r;

@@ -63,7 +63,7 @@ class VerifyPg : public ::testing::Test {
     cluster_->ExecOnReference(DataSql(all));
     cluster_->ExecEverywhere(kBooks);
     for (const ShardId s : FirstShards(3)) cluster_->ExecOnShard(ToInt(s), DataSql(directory.BucketsOf(s)));
-    options_.migrations = &test::ProjectMigrations();
+    options_.migrations = test::ClusterMigrations();
   }
 
   // The first customer (1..kCustomers) whose bucket `shard` owns, other than `except`.
@@ -104,7 +104,7 @@ TEST_F(VerifyPg, ACleanClusterPassesAndIsCountedPerShardAndBucket) {
   EXPECT_EQ(report.directory_source, "catalog");
   EXPECT_EQ(report.sharded_tables, (std::vector<std::string>{"customers", "notification_log", "order_items",
                                                              "order_tracking", "orders", "shardkit_jobs"}));
-  EXPECT_EQ(report.schema_version, test::ProjectMigrations().LatestVersion());
+  EXPECT_EQ(report.schema_version, test::BookstoreMigrations().LatestVersion());
   ASSERT_EQ(report.servers.size(), 4U);  // three shards and the reference
   std::int64_t customers = 0;
   for (int s = 0; s < 3; ++s) {

@@ -66,9 +66,14 @@ Dsn WithDatabase(const Dsn& dsn, const std::string& database) {
   return Dsn(text + " dbname=" + database);
 }
 
-const MigrationSet& ProjectMigrations() {
-  static const MigrationSet set = MigrationSet::Load(SHARDKIT_SOURCE_DIR "/sql");
+const MigrationSet& BookstoreMigrations() {
+  static const MigrationSet set = MigrationSet::Load(SHARDKIT_SOURCE_DIR "/examples/bookstore-service/sql");
   return set;
+}
+
+const std::vector<MigrationSet>& ClusterMigrations() {
+  static const std::vector<MigrationSet> sets{MigrationSet::Library(), BookstoreMigrations()};
+  return sets;
 }
 
 BucketDirectory TwoOfThree() {
@@ -161,13 +166,14 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
     }
     config_.directory_source = DirectorySource::kConfig;
     if (options.migrate) {
-      Migrator migrator(ProjectMigrations(), shardkit::MigrationServers(config_));
-      const MigrationReport report = migrator.Apply();
-      if (!report.Ok()) {
+      for (const MigrationSet& set : ClusterMigrations()) {
+        Migrator migrator(set, shardkit::MigrationServers(config_));
+        const MigrationReport report = migrator.Apply();
+        if (report.Ok()) continue;
         std::string why;
         for (const auto& left : report.left_behind) why += "; " + left;
         for (const auto& step : report.applied) {
-          if (!step.ok) why += fmt::format("; {} version {}: {}", step.server, step.version, step.error);
+          if (!step.ok) why += fmt::format("; {} {} version {}: {}", step.server, set.Name(), step.version, step.error);
         }
         throw std::runtime_error("scratch cluster " + database_ + ": migrating failed" + why);
       }

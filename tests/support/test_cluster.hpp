@@ -41,8 +41,13 @@ inline constexpr const char* kNoReplicas =
 // The same connection string pointing at another database.
 [[nodiscard]] Dsn WithDatabase(const Dsn& dsn, const std::string& database);
 
-// The project's migration files (<source dir>/sql).
-[[nodiscard]] const MigrationSet& ProjectMigrations();
+// The Bookstore's migrations (examples/bookstore-service/sql), the
+// application set of the lab and the tests.
+[[nodiscard]] const MigrationSet& BookstoreMigrations();
+
+// What a test cluster is migrated with: shardkit's own set, then the
+// Bookstore's.
+[[nodiscard]] const std::vector<MigrationSet>& ClusterMigrations();
 
 // A directory whose shards own different numbers of buckets: shard i gets
 // a share proportional to i + 1 (3 shards: 11, 21, 32 buckets), in

@@ -1,8 +1,6 @@
 // CliContext (cli_context.hpp).
 #include "cli_context.hpp"
 
-#include <fmt/format.h>
-
 #include "shardkit/config.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/schema/migrate.hpp"
@@ -15,9 +13,8 @@ std::unique_ptr<shardkit::BucketShardResolver> CliContext::MakeResolver() const 
   return shardkit::BucketShardResolver::FromConfig(LoadConfig());
 }
 
-shardkit::MigrationSet CliContext::LoadMigrations(std::string& where) const {
-  const shardkit::SqlDirectory dir = shardkit::FindSqlDirectory(sql_dir);
-  auto set = shardkit::MigrationSet::Load(dir.path);
-  where = fmt::format("{} ({})", set.Directory().string(), dir.why);
-  return set;
+std::vector<shardkit::MigrationSet> CliContext::LoadMigrations() const {
+  std::optional<std::filesystem::path> application;
+  if (sql_dir && !sql_dir->empty()) application = *sql_dir;
+  return shardkit::ClusterMigrations(application);
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace shardkit {
 class BucketShardResolver;
@@ -15,11 +16,11 @@ struct ClusterConfig;
 struct CliContext {
   std::optional<std::string> config_path;  // --config, else $SHARDKIT_CONFIG, else ./shardkit.toml
   bool json = false;                       // --json: machine-readable output
-  std::optional<std::string> sql_dir;      // --sql-dir: the migration files
+  std::optional<std::string> sql_dir;      // --sql-dir: the application's migration files
 
   [[nodiscard]] shardkit::ClusterConfig LoadConfig() const;
   [[nodiscard]] std::unique_ptr<shardkit::BucketShardResolver> MakeResolver() const;
-  // The migration files of --sql-dir, else the installed ones, else ./sql;
-  // `where` says which directory and why.
-  [[nodiscard]] shardkit::MigrationSet LoadMigrations(std::string& where) const;
+  // The library's own migrations, then the application's of --sql-dir when
+  // given (shardkit::ClusterMigrations).
+  [[nodiscard]] std::vector<shardkit::MigrationSet> LoadMigrations() const;
 };

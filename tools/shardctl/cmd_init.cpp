@@ -30,15 +30,20 @@ void AddInitCommand(CLI::App& app, CliContext& context) {
     }
     const bool json = context.json;
 
-    // 1. Every server at the latest version (the catalog gets shard_directory).
-    std::string where;
-    const shardkit::MigrationSet set = context.LoadMigrations(where);
-    shardkit::Migrator migrator{set, shardkit::MigrationServers(config)};
-    const shardkit::MigrationReport migrated = migrator.Apply();
-    RequireMigrated(migrated, set);
-    if (!json) {
-      fmt::print("migrations {}: {} applied, every server at version {:03}\n", where, migrated.AppliedCount(),
-                 set.LatestVersion());
+    // 1. Every server at the latest version of shardkit's migrations (the
+    // catalog gets shard_directory), then of the application's.
+    int applied = 0;
+    nlohmann::json versions = nlohmann::json::object();
+    for (const shardkit::MigrationSet& set : context.LoadMigrations()) {
+      shardkit::Migrator migrator{set, shardkit::MigrationServers(config)};
+      const shardkit::MigrationReport migrated = migrator.Apply();
+      RequireMigrated(migrated, set);
+      applied += migrated.AppliedCount();
+      versions[std::string(set.Name())] = set.LatestVersion();
+      if (!json) {
+        fmt::print("migrations {} ({}): {} applied, every server at version {:03}\n", set.Name(), set.Origin(),
+                   migrated.AppliedCount(), set.LatestVersion());
+      }
     }
 
     // 2. The directory: the even split, unless the catalog has one (then it
@@ -74,9 +79,8 @@ void AddInitCommand(CLI::App& app, CliContext& context) {
       }
     }
     if (json) {
-      fmt::print("{}\n", nlohmann::json{{"sql_dir", where},
-                                        {"applied", migrated.AppliedCount()},
-                                        {"schema_version", set.LatestVersion()},
+      fmt::print("{}\n", nlohmann::json{{"applied", applied},
+                                        {"schema_versions", versions},
                                         {"directory_version", directory.Version()},
                                         {"directory_stored", stored},
                                         {"shards", shards}}

@@ -1,5 +1,7 @@
-// shardctl migrate [--to V] [--dry-run]   apply what is missing on every server
-// shardctl migrate status [--json]         the server x version matrix; exit 1 unless all at one version
+// shardctl migrate [--to V] [--dry-run]   apply what is missing on every server: shardkit's own
+//                                          migrations, then the application's (--sql-dir)
+// shardctl migrate status [--json]         the server x version matrix of each set; exit 1 unless
+//                                          every server is at one version of each
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -47,7 +49,7 @@ nlohmann::json RolesJson(const shardkit::MigrationServer& server) {
   return roles;
 }
 
-nlohmann::json StatusJson(const shardkit::MigrationStatus& status, const std::string& where) {
+nlohmann::json StatusJson(const shardkit::MigrationStatus& status) {
   const auto& set = status.Set();
   nlohmann::json migrations = nlohmann::json::array();
   for (const auto& m : set.All()) {
@@ -98,7 +100,8 @@ nlohmann::json StatusJson(const shardkit::MigrationStatus& status, const std::st
                        {"unknown_versions", status.UnknownVersions(s)},
                        {"invalid_indexes", invalid}});
   }
-  return {{"sql_dir", where},
+  return {{"set", std::string(set.Name())},
+          {"origin", set.Origin()},
           {"latest_version", set.LatestVersion()},
           {"at_one_version", status.AtOneVersion()},
           {"up_to_date", status.UpToDate()},
@@ -107,10 +110,11 @@ nlohmann::json StatusJson(const shardkit::MigrationStatus& status, const std::st
           {"problems", status.Problems()}};
 }
 
-void PrintStatus(const shardkit::MigrationStatus& status, const std::string& where) {
+void PrintStatus(const shardkit::MigrationStatus& status) {
   const auto& set = status.Set();
   const auto& servers = status.Servers();
-  fmt::print("migrations {}: {} files, latest version {}\n", where, set.All().size(), Version(set.LatestVersion()));
+  fmt::print("migrations {} ({}): {} files, latest version {}\n", set.Name(), set.Origin(), set.All().size(),
+             Version(set.LatestVersion()));
   std::string roles;
   for (const auto& s : servers)
     roles += fmt::format("{}{} ({})", roles.empty() ? "" : ", ", s.server.name, s.server.RoleList());
@@ -163,16 +167,17 @@ void PrintStatus(const shardkit::MigrationStatus& status, const std::string& whe
   }
   fmt::print("\n");
   if (status.UpToDate()) {
-    fmt::print("every server ({}) is at version {}, the latest\n", servers.size(), Version(set.LatestVersion()));
+    fmt::print("{}: every server ({}) is at version {}, the latest\n", set.Name(), servers.size(),
+               Version(set.LatestVersion()));
   } else if (status.AtOneVersion()) {
-    fmt::print("every server ({}) is at version {}; newer migrations wait (shardctl migrate)\n", servers.size(),
-               Version(*status.VersionOf(0)));
+    fmt::print("{}: every server ({}) is at version {}; newer migrations wait (shardctl migrate)\n", set.Name(),
+               servers.size(), Version(*status.VersionOf(0)));
   } else {
-    fmt::print("the servers are NOT at one version\n");
+    fmt::print("{}: the servers are NOT at one version\n", set.Name());
   }
 }
 
-nlohmann::json ReportJson(const shardkit::MigrationReport& report, const std::string& where) {
+nlohmann::json ReportJson(const shardkit::MigrationReport& report, const shardkit::MigrationSet& set) {
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : report.applied) {
     steps.push_back({{"server", s.server},
@@ -183,10 +188,15 @@ nlohmann::json ReportJson(const shardkit::MigrationReport& report, const std::st
   }
   nlohmann::json plan = nlohmann::json::object();
   for (const auto& [server, versions] : report.plan) plan[server] = versions;
-  return {{"sql_dir", where},          {"dry_run", report.dry_run},
-          {"ok", report.Ok()},         {"plan", plan},
-          {"applied", steps},          {"left_behind", report.left_behind},
-          {"stopped", report.stopped}, {"elapsed_ms", static_cast<double>(report.elapsed.count()) / 1000.0}};
+  return {{"set", std::string(set.Name())},
+          {"origin", set.Origin()},
+          {"dry_run", report.dry_run},
+          {"ok", report.Ok()},
+          {"plan", plan},
+          {"applied", steps},
+          {"left_behind", report.left_behind},
+          {"stopped", report.stopped},
+          {"elapsed_ms", static_cast<double>(report.elapsed.count()) / 1000.0}};
 }
 
 // Servers of the configuration; says on stderr which files no server takes
@@ -214,8 +224,8 @@ std::vector<shardkit::MigrationServer> Servers(const CliContext& context, const 
 void AddMigrateCommands(CLI::App& app, CliContext& context) {
   auto* migrate = app.add_subcommand(
       "migrate",
-      "apply the missing schema migrations (sql/NNN_name.sql) to every shard, the reference server and the "
-      "catalog; `migrate status` shows the server x version matrix");
+      "apply the missing schema migrations to every shard, the reference server and the catalog: shardkit's "
+      "own, then your application's (--sql-dir DIR); `migrate status` shows the server x version matrices");
   migrate->require_subcommand(0, 1);
   auto to = std::make_shared<std::optional<int>>();
   auto dry_run = std::make_shared<bool>(false);
@@ -232,28 +242,30 @@ void AddMigrateCommands(CLI::App& app, CliContext& context) {
       "unless every server is at one version");
 
   status_cmd->final_callback([&context] {
-    std::string where;
-    const auto set = context.LoadMigrations(where);
-    const shardkit::Migrator migrator(set, Servers(context, set));
-    const auto status = migrator.Status();
-    if (context.json) {
-      fmt::print("{}\n", StatusJson(status, where).dump(2));
-    } else {
-      PrintStatus(status, where);
+    bool at_one_version = true;
+    nlohmann::json sets = nlohmann::json::array();
+    for (const auto& set : context.LoadMigrations()) {
+      const shardkit::Migrator migrator(set, Servers(context, set));
+      const auto status = migrator.Status();
+      at_one_version = at_one_version && status.AtOneVersion();
+      if (context.json) {
+        sets.push_back(StatusJson(status));
+      } else {
+        PrintStatus(status);
+      }
     }
-    if (!status.AtOneVersion()) throw shardkit::Error("the servers are not at one version (see above)");
+    if (context.json) fmt::print("{}\n", nlohmann::json{{"sets", sets}, {"at_one_version", at_one_version}}.dump(2));
+    if (!at_one_version) throw shardkit::Error("the servers are not at one version (see above)");
   });
 
   migrate->final_callback([&context, migrate, status_cmd, to, dry_run, lock_timeout_s] {
     if (status_cmd->parsed()) return;
     (void)migrate;
-    std::string where;
-    const auto set = context.LoadMigrations(where);
+    const auto sets = context.LoadMigrations();
     shardkit::MigratorOptions options;
     options.lock_timeout = std::chrono::milliseconds(static_cast<long long>(*lock_timeout_s * 1000.0));
     const bool json = context.json;
     if (!json) {
-      fmt::print("migrations {}: {} files, latest version {}\n", where, set.All().size(), Version(set.LatestVersion()));
       options.on_event = [](const shardkit::MigrationEvent& e) {
         using Kind = shardkit::MigrationEvent::Kind;
         const double ms = static_cast<double>(e.elapsed.count()) / 1000.0;
@@ -274,26 +286,42 @@ void AddMigrateCommands(CLI::App& app, CliContext& context) {
         std::fflush(stdout);
       };
     }
-    shardkit::Migrator migrator(set, Servers(context, set), options);
-    const auto report = migrator.Apply(*to, *dry_run);
-    if (json) {
-      fmt::print("{}\n", ReportJson(report, where).dump(2));
-    } else if (report.dry_run) {
-      for (const auto& [server, versions] : report.plan) {
-        std::string list;
-        for (const int v : versions) list += (list.empty() ? "" : ", ") + set.Find(v)->file_name;
-        fmt::print("  {:<10} {}\n", server, versions.empty() ? std::string("nothing to apply") : "would apply " + list);
+    // shardkit's own set first: the application's files build on it. --to
+    // limits the last set (the application's when there is one).
+    nlohmann::json reports = nlohmann::json::array();
+    for (std::size_t i = 0; i < sets.size(); ++i) {
+      const auto& set = sets[i];
+      if (!json) {
+        fmt::print("migrations {} ({}): {} files, latest version {}\n", set.Name(), set.Origin(), set.All().size(),
+                   Version(set.LatestVersion()));
       }
-      for (const auto& left : report.left_behind) fmt::print("  {}\n", left);
-      fmt::print("dry run: nothing was changed\n");
-    } else {
-      std::size_t servers = 0;
-      for (const auto& [server, versions] : report.plan) servers += versions.empty() ? 0 : 1;
-      fmt::print("migrate: {} applied on {} server{} in {:.2f} s{}\n", report.AppliedCount(), servers,
-                 servers == 1 ? "" : "s", static_cast<double>(report.elapsed.count()) / 1e6,
-                 report.AppliedCount() == 0 && report.Ok() ? " (every server was up to date)" : "");
+      shardkit::Migrator migrator(set, Servers(context, set), options);
+      const auto report = migrator.Apply(i + 1 == sets.size() ? *to : std::nullopt, *dry_run);
+      if (json) {
+        reports.push_back(ReportJson(report, set));
+      } else if (report.dry_run) {
+        for (const auto& [server, versions] : report.plan) {
+          std::string list;
+          for (const int v : versions) list += (list.empty() ? "" : ", ") + set.Find(v)->file_name;
+          fmt::print("  {:<10} {}\n", server,
+                     versions.empty() ? std::string("nothing to apply") : "would apply " + list);
+        }
+        for (const auto& left : report.left_behind) fmt::print("  {}\n", left);
+      } else {
+        std::size_t servers = 0;
+        for (const auto& [server, versions] : report.plan) servers += versions.empty() ? 0 : 1;
+        fmt::print("migrate {}: {} applied on {} server{} in {:.2f} s{}\n", set.Name(), report.AppliedCount(), servers,
+                   servers == 1 ? "" : "s", static_cast<double>(report.elapsed.count()) / 1e6,
+                   report.AppliedCount() == 0 && report.Ok() ? " (every server was up to date)" : "");
+      }
+      if (!report.Ok() && json) fmt::print("{}\n", nlohmann::json{{"sets", reports}, {"ok", false}}.dump(2));
+      RequireMigrated(report, set);
     }
-    RequireMigrated(report, set);
+    if (json) {
+      fmt::print("{}\n", nlohmann::json{{"sets", reports}, {"ok", true}}.dump(2));
+    } else if (*dry_run) {
+      fmt::print("dry run: nothing was changed\n");
+    }
   });
 }
 
@@ -303,10 +331,11 @@ void RequireMigrated(const shardkit::MigrationReport& report, const shardkit::Mi
   for (const auto& left : report.left_behind) why += "\n  " + left;
   for (const auto& step : report.applied) {
     if (!step.ok)
-      why += fmt::format("\n  {}: {} failed: {}", step.server, set.Find(step.version)->file_name, step.error);
+      why += fmt::format("\n  {}: {} ({}) failed: {}", step.server, set.Find(step.version)->file_name, set.Name(),
+                         step.error);
   }
-  throw shardkit::MigrationError(
-      fmt::format("not every server was migrated{}{}\nrun shardctl migrate again once resolved; "
-                  "shardctl migrate status shows where each server is",
-                  why, report.stopped ? "\n  (stopped after the failed version: no server started a later one)" : ""));
+  throw shardkit::MigrationError(fmt::format(
+      "not every server was migrated ({} migrations){}{}\nrun shardctl migrate again once resolved; "
+      "shardctl migrate status shows where each server is",
+      set.Name(), why, report.stopped ? "\n  (stopped after the failed version: no server started a later one)" : ""));
 }

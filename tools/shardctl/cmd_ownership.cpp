@@ -22,7 +22,8 @@ void AddShardsEnrollCommand(CLI::App& shards, CliContext& context) {
   auto skip_migrations = std::make_shared<bool>(false);
   enroll->add_flag("--replace", *replace,
                    "replace ownership that differs from the directory (an empty cluster only; refused during moves)");
-  enroll->add_flag("--skip-migrations", *skip_migrations, "do not require every shard at the latest sql/ version");
+  enroll->add_flag("--skip-migrations", *skip_migrations,
+                   "do not require every shard at the latest version of the migrations");
   enroll->final_callback([&context, replace, skip_migrations] {
     const auto config = context.LoadConfig();
     if (!config.catalog_dsn) {
@@ -31,10 +32,10 @@ void AddShardsEnrollCommand(CLI::App& shards, CliContext& context) {
     }
     if (!*skip_migrations) {
       // A shard receives buckets only at the current schema version.
-      std::string where;
-      const shardkit::MigrationSet set = context.LoadMigrations(where);
-      shardkit::Migrator migrator{set, shardkit::MigrationServers(config)};
-      for (const auto& shard : config.shards) migrator.RequireUpToDate(shard.name);
+      for (const shardkit::MigrationSet& set : context.LoadMigrations()) {
+        const shardkit::Migrator migrator{set, shardkit::MigrationServers(config)};
+        for (const auto& shard : config.shards) migrator.RequireUpToDate(shard.name);
+      }
     }
     const auto enrolled = shardkit::EnrollShards(config, *replace);
     nlohmann::json out = nlohmann::json::array();

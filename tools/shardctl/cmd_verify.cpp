@@ -75,7 +75,7 @@ nlohmann::json ReportJson(const shardkit::VerifyReport& report, const std::strin
                         {"detail", f.detail}});
   }
   return {{"ok", report.Ok()},
-          {"sql_dir", where},
+          {"migrations", where},
           {"directory", {{"source", report.directory_source}, {"version", report.directory_version}}},
           {"shards", report.shard_count},
           {"sharded_tables", report.sharded_tables},
@@ -105,18 +105,20 @@ void AddVerifyCommand(CLI::App& app, CliContext& context) {
                      "a sharded table the [reference] server holds in full, compared per bucket (repeatable; "
                      "default: customers, orders, order_items; read only with a [reference] server)");
   verify->add_flag("--no-reference-counts", *no_counts, "do not compare bucket counts with the [reference] server");
-  verify->add_flag("--skip-migrations", *no_migrations, "do not compare migration versions (no sql/ at hand)");
+  verify->add_flag("--skip-migrations", *no_migrations, "do not compare migration versions");
   verify->final_callback([&context, reference_tables, mirrored_tables, no_counts, no_migrations] {
     const auto config = context.LoadConfig();
     shardkit::VerifyOptions options;
     if (!reference_tables->empty()) options.reference_tables = *reference_tables;
     if (!mirrored_tables->empty()) options.mirrored_tables = *mirrored_tables;
     if (*no_counts) options.mirrored_tables.clear();
-    std::optional<shardkit::MigrationSet> set;
     std::string where = "not compared (--skip-migrations)";
     if (!*no_migrations) {
-      set = context.LoadMigrations(where);
-      options.migrations = &*set;
+      options.migrations = context.LoadMigrations();
+      where.clear();
+      for (const auto& set : options.migrations) {
+        where += fmt::format("{}{} ({})", where.empty() ? "" : ", ", set.Name(), set.Origin());
+      }
     }
     const auto report = shardkit::VerifyCluster(config, options);
     if (context.json) {

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
                  "cluster configuration file (default: $SHARDKIT_CONFIG, else ./shardkit.toml)");
   app.add_flag("--json", context.json, "print data as JSON");
   app.add_option("--sql-dir", context.sql_dir,
-                 "the migration files (default: the installed share/shardkit/sql, else ./sql)");
+                 "your application's migration files (NNN_name.sql), applied after shardkit's own (compiled in)");
 
   AddRouteCommands(app, context);
   AddShardsCommand(app, context);

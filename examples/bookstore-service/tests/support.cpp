@@ -173,16 +173,18 @@ ScratchBookstore::ScratchBookstore(const std::string& prefix) : base_(LoadCluste
       replica.dsn = WithDatabase(replica.dsn, database_);
     }
   }
-  // The schema, as shardkit's migrator applies it from the installed sql/.
-  shardkit::Migrator migrator(shardkit::MigrationSet::Load(SHARDKIT_SQL_DIR), shardkit::MigrationServers(config_));
-  const shardkit::MigrationReport report = migrator.Apply();
-  if (!report.Ok()) {
+  // The schema as `shardctl migrate --sql-dir sql` applies it: shardkit's
+  // own migrations, then the Bookstore's (this example's sql/).
+  for (const shardkit::MigrationSet& set : shardkit::ClusterMigrations(BOOKSTORE_SQL_DIR)) {
+    shardkit::Migrator migrator(set, shardkit::MigrationServers(config_));
+    const shardkit::MigrationReport report = migrator.Apply();
+    if (report.Ok()) continue;
     std::string why;
     for (const auto& left : report.left_behind) why += "; " + left;
     for (const auto& step : report.applied) {
       if (!step.ok) why += "; " + step.server + " version " + std::to_string(step.version) + ": " + step.error;
     }
-    throw std::runtime_error("migrating " + database_ + " failed" + why);
+    throw std::runtime_error("migrating " + database_ + " (" + std::string(set.Name()) + ") failed" + why);
   }
   // The directory lives in the catalog, as on a real cluster.
   {

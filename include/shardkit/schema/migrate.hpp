@@ -1,14 +1,23 @@
 // shardkit/schema/migrate.hpp — versioned schema migrations on every server.
 //
-// The SQL side is an ordered list of files sql/NNN_name.sql, one global
-// version sequence. A header comment in the first five lines says where a
-// file applies and how:
+// Two sets of migrations, each an ordered list of files NNN_name.sql with a
+// version sequence and a history of its own:
+//
+//   - the library's own schema (bucket_of, the fences, bucket ownership, the
+//     catalog's tables, read tokens, jobs): MigrationSet::Library(), compiled
+//     into libshardkit from the repository's sql/, recorded as "shardkit";
+//   - the application's (its tables, shardkit_shard_table() calls, indexes):
+//     MigrationSet::Load(its folder), recorded as "app".
+//
+// `shardctl migrate` applies the library's set first, then the application's
+// (ClusterMigrations). A header comment in the first five lines of a file
+// says where it applies and how:
 //
 //   -- shardkit-migration: targets = shard, reference     (any of shard, reference, catalog)
 //   -- shardkit-migration: transaction = none             (optional: step by step, see below)
 //
 // Every server (each shard, the reference server, the catalog) records what
-// it has in its own table shardkit_migrations: version, name, checksum
+// it has in its own table shardkit_migrations: set, version, name, checksum
 // (SHA-256 of the file), when, how long, by whom, success. A run holds an
 // advisory lock on every server it touches, so two migrators never
 // interleave; it applies version after version, each file in one
@@ -18,11 +27,12 @@
 // steps done; a failed step is recorded, INVALID indexes are reported, and
 // the next run resumes at the failed step once they are resolved.
 //
-//   auto set = shardkit::MigrationSet::Load("sql");
-//   shardkit::Migrator migrator{set, shardkit::MigrationServers(config)};
-//   shardkit::MigrationStatus status = migrator.Status();    // the server x version matrix
-//   shardkit::MigrationReport report = migrator.Apply();     // what is missing, everywhere
-//   if (!report.Ok()) ...                                     // a server down, a failed statement
+//   for (const auto& set : shardkit::ClusterMigrations("migrations")) {   // shardkit's, then yours
+//     shardkit::Migrator migrator{set, shardkit::MigrationServers(config)};
+//     shardkit::MigrationStatus status = migrator.Status();  // the server x version matrix
+//     shardkit::MigrationReport report = migrator.Apply();   // what is missing, everywhere
+//     if (!report.Ok()) ...                                   // a server down, a failed statement
+//   }
 //
 // Refused before anything is applied (MigrationRefused): a file edited after
 // it was applied (checksum mismatch), a version applied on a server that no
@@ -79,36 +89,44 @@ struct Migration {
 // SHA-256 of `bytes` as 64 lowercase hex digits.
 [[nodiscard]] std::string Sha256Hex(std::string_view bytes);
 
-// The migrations of one directory, in version order.
+// The names the two sets are recorded under in shardkit_migrations.
+inline constexpr std::string_view kLibraryMigrations = "shardkit";
+inline constexpr std::string_view kApplicationMigrations = "app";
+
+// The migrations of one set, in version order.
 class MigrationSet {
  public:
   MigrationSet() = default;
-  // Every *.sql file of `directory`; other files are ignored. Throws
-  // MigrationError for an unreadable directory, a file that does not parse,
-  // or two files with the same version.
+  // The application's migrations: every *.sql file of `directory`; other
+  // files are ignored. Throws MigrationError for an unreadable or empty
+  // directory, a file that does not parse, two files with the same version,
+  // or a file of the library's own set (shardkit applies those itself).
   [[nodiscard]] static MigrationSet Load(const std::filesystem::path& directory);
-  // From already parsed files (tests); same checks.
+  // Application migrations from already parsed files (tests); same checks.
   [[nodiscard]] static MigrationSet FromMigrations(std::vector<Migration> migrations,
                                                    std::filesystem::path directory = {});
+  // The library's own schema, compiled in: applied before any application's.
+  [[nodiscard]] static const MigrationSet& Library();
 
   [[nodiscard]] const std::vector<Migration>& All() const noexcept { return migrations_; }
   [[nodiscard]] const Migration* Find(int version) const noexcept;
   [[nodiscard]] int LatestVersion() const noexcept { return migrations_.empty() ? 0 : migrations_.back().version; }
   [[nodiscard]] const std::filesystem::path& Directory() const noexcept { return directory_; }
+  // kLibraryMigrations or kApplicationMigrations: its history's name.
+  [[nodiscard]] std::string_view Name() const noexcept { return name_; }
+  // For messages: the directory, or "compiled into shardkit".
+  [[nodiscard]] std::string Origin() const;
 
  private:
   std::vector<Migration> migrations_;
   std::filesystem::path directory_;
+  std::string_view name_ = kApplicationMigrations;
 };
 
-// Where the migration files are when no directory is given: the installed
-// <prefix>/share/shardkit/sql (next to the executable's bin/, or the build's
-// install prefix), else ./sql. `why` says which one and why, for messages.
-struct SqlDirectory {
-  std::filesystem::path path;
-  std::string why;
-};
-[[nodiscard]] SqlDirectory FindSqlDirectory(const std::optional<std::string>& explicit_directory);
+// What a cluster is migrated with, in order: the library's set, then the
+// application's from `application_directory` when one is given.
+[[nodiscard]] std::vector<MigrationSet> ClusterMigrations(
+    const std::optional<std::filesystem::path>& application_directory);
 
 // A database the migrations apply to. Servers of the configuration whose
 // connection strings are identical are one server with several roles.
@@ -125,7 +143,7 @@ struct MigrationServer {
 // of a configuration, in that order.
 [[nodiscard]] std::vector<MigrationServer> MigrationServers(const ClusterConfig& config);
 
-// A row of a server's shardkit_migrations table.
+// A row of a server's shardkit_migrations table (of one set).
 struct AppliedMigration {
   int version = 0;
   std::string name;
@@ -165,7 +183,7 @@ struct ServerMigrationStatus {
   bool reachable = false;
   std::string error;                      // why not reachable (redacted)
   bool has_history = false;               // shardkit_migrations exists
-  std::vector<AppliedMigration> history;  // in version order
+  std::vector<AppliedMigration> history;  // the set's rows, in version order
   std::vector<InvalidIndex> invalid_indexes;
 
   [[nodiscard]] const AppliedMigration* Find(int version) const noexcept;

@@ -24,7 +24,7 @@
 // about as long as scanning the largest shard once.
 //
 //   shardkit::VerifyOptions options;
-//   options.migrations = &set;                       // also compare migration versions
+//   options.migrations = shardkit::ClusterMigrations("migrations");  // also compare migration versions
 //   shardkit::VerifyReport report = shardkit::VerifyCluster(config, options);
 //   for (const auto& f : report.findings) log(f.detail);   // each names server, table, bucket, a key
 //   if (!report.Ok()) ...
@@ -39,11 +39,11 @@
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/schema/migrate.hpp"
 
 namespace shardkit {
 
 struct ClusterConfig;
-class MigrationSet;
 
 struct VerifyOptions {
   // Tables that must be identical on every shard (and the reference
@@ -54,9 +54,10 @@ struct VerifyOptions {
   // equal the reference server's. Empty: no comparison. Without a
   // [reference] server this list is not read.
   std::vector<std::string> mirrored_tables{"customers", "orders", "order_items"};
-  // If set, every server must be at the set's latest version, with nothing
-  // failed or changed.
-  const MigrationSet* migrations = nullptr;
+  // Each set (ClusterMigrations: shardkit's own, then the application's):
+  // every server must be at its latest version, with nothing failed or
+  // changed. Empty: not compared.
+  std::vector<MigrationSet> migrations;
   std::chrono::milliseconds connect_timeout{5000};
   // Differing keys shown per reference table and server.
   int max_samples = 3;

@@ -3,7 +3,7 @@
 # is empty: bucket b -> shard floor(b * N / 64), the rows lab/cluster start
 # writes. Run by the "directory" service of docker-compose.yml; waits (up to
 # SHARDKIT_SEED_WAIT_S seconds, default 600) until the table exists, that is
-# until `shardctl --config docker/shardkit.toml migrate` has run.
+# until `shardctl --config docker/shardkit.toml --sql-dir examples/bookstore-service/sql migrate` has run.
 #
 # Environment: SHARDKIT_SHARDS (default 2); PGHOST, PGUSER, PGPASSWORD and
 # PGDATABASE (the catalog database).
@@ -15,7 +15,7 @@ wait_s=${SHARDKIT_SEED_WAIT_S:-600}
 deadline=$((SECONDS + wait_s))
 until [[ $(psql -X -qAt -c "SELECT to_regclass('shard_directory') IS NOT NULL") == t ]]; do
   if ((SECONDS >= deadline)); then
-    echo "no shard_directory in $PGDATABASE after ${wait_s}s: run build/shardctl --config docker/shardkit.toml migrate, then docker compose up directory" >&2
+    echo "no shard_directory in $PGDATABASE after ${wait_s}s: run build/shardctl --config docker/shardkit.toml --sql-dir examples/bookstore-service/sql migrate, then docker compose up directory" >&2
     exit 1
   fi
   echo "waiting for shardctl migrate to create shard_directory in $PGDATABASE ..."

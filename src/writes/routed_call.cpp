@@ -204,8 +204,9 @@ bool RoutedCall::ConfirmPrimary(const Target& target, ConnectionPool::Lease& lea
 milliseconds RoutedCall::TimeLeft(ShardId shard) const {
   const auto left = std::chrono::ceil<milliseconds>(deadline_ - Clock::now());
   if (left.count() > 0) return left;
-  // The deadline passed during the back-off: still the refusal.
-  if (last_refusal_) ThrowStillRefused(outcome_.attempts - 1);
+  // The deadline passed during the back-off: still the refusal (if this
+  // attempt was going back to the shard that refused).
+  if (RefusalStands(shard)) ThrowStillRefused(outcome_.attempts - 1);
   throw PoolTimeout(shard, fmt::format("{}: the deadline passed after {} attempt(s){}", Describe(), outcome_.attempts,
                                        last_failure_.empty() ? "" : "; last: " + last_failure_));
 }
@@ -463,10 +464,11 @@ RoutedCall::Next RoutedCall::OnServerError(const Target& target, ConnectionPool:
     if (parts_.resolver.Servers(target.shard).primary.pool != target.pool && ++immediate_ < 3) return Next::kRetryNow;
     return Next::kPauseFirst;
   }
-  if (sqlstate == kSqlStateQueryCanceled && last_refusal_ && Clock::now() + kTimeoutSlack >= deadline_) {
-    // The statement timeout (the deadline's) cancelled this attempt, before
-    // its bucket check could answer: the answer is the refusal that made it
-    // retry, not the cancellation.
+  if (sqlstate == kSqlStateQueryCanceled && RefusalStands(target.shard) && Clock::now() + kTimeoutSlack >= deadline_) {
+    // The statement timeout (the deadline's) cancelled this attempt at the
+    // shard that refused it before, ahead of its bucket check: the answer is
+    // that refusal, not the cancellation. (At another shard, say the owner
+    // a refusal named, the cancellation is the answer: nothing refused it.)
     ThrowStillRefused(outcome_.attempts);
   }
   const auto refusal = ParseFenceRefusal(e);
@@ -546,9 +548,13 @@ void RoutedCall::PauseOrGiveUp(ShardId shard) {
     std::this_thread::sleep_for(wait);
     return;
   }
-  if (last_refusal_) ThrowStillRefused(outcome_.attempts);
+  if (RefusalStands(shard)) ThrowStillRefused(outcome_.attempts);
   throw ShardQueryError(shard, fmt::format("{}: gave up at the deadline after {} attempts: {}", Describe(),
                                            outcome_.attempts, last_failure_));
+}
+
+bool RoutedCall::RefusalStands(ShardId shard) const noexcept {
+  return last_refusal_ && last_refusal_->shard() == shard;
 }
 
 void RoutedCall::Refresh() {

@@ -110,6 +110,9 @@ class RoutedCall {
   Next OnRefusal(const Target& target, const FenceRefusal& refusal);
 
   void PauseOrGiveUp(ShardId shard);
+  // The deadline's answer is the last refusal only if it came from `shard`,
+  // the shard of the attempt the deadline cut short.
+  [[nodiscard]] bool RefusalStands(ShardId shard) const noexcept;
   void Refresh();
   void Leave(const Target& target, std::string why);
   [[noreturn]] void ThrowStillRefused(int attempts) const;

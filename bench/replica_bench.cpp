@@ -175,7 +175,7 @@ void WriteOrder(benchmark::State& state, bool token) {
       [&](pqxx::transaction_base& tx, const shardkit::RoutedContext& at) {
         tx.exec_params(
             "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 1)",
-            at.customer, at.bucket, next_order++);
+            at.key, at.bucket, next_order++);
       },
       options, &outcome);
   if (token == outcome.token.Empty()) state.SkipWithError("a token where none was asked, or none");

@@ -40,8 +40,8 @@ Cluster::Cluster(const ClusterConfig& config, ClusterOptions options) : config_(
 
 Cluster::~Cluster() = default;
 
-shardkit::Route Cluster::Route(CustomerId customer) const {
-  return resolver_->Resolve(customer);
+shardkit::Route Cluster::Route(const ShardKey& key) const {
+  return resolver_->Resolve(key);
 }
 
 ScatterResult Cluster::Scatter(const std::string& sql, const SqlParams& params, const ScatterOptions& options) {

@@ -110,15 +110,16 @@ class Cluster {
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
 
-  // The customer's bucket, shard, directory version and pool, from one
-  // snapshot of the current directory.
-  [[nodiscard]] shardkit::Route Route(CustomerId customer) const;
+  // The key's bucket, shard, directory version and pool, from one snapshot
+  // of the current directory. A key is a CustomerId or any ShardKey
+  // (bigint, uuid, text: core/shard_key.hpp).
+  [[nodiscard]] shardkit::Route Route(const ShardKey& key) const;
 
   // fn(tx, context) in a transaction on the customer's shard, following the
   // bucket through moves (routed.hpp).
   template <class Fn>
-  auto Run(CustomerId customer, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
-    return transactions_->Run(customer, std::forward<Fn>(fn), options, outcome);
+  auto Run(const ShardKey& key, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
+    return transactions_->Run(key, std::forward<Fn>(fn), options, outcome);
   }
 
   // fn(SqlTransaction&) in a transaction on the customer's shard: plain SQL
@@ -127,17 +128,17 @@ class Cluster {
   // server's error comes out as shardkit's (pg/server_error.hpp: inside fn
   // it is still libpqxx's).
   template <class Fn>
-  auto Transact(CustomerId customer, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
+  auto Transact(const ShardKey& key, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
     try {
       return transactions_->Run(
-          customer,
+          key,
           [&](pqxx::transaction_base& tx, const RoutedContext& at) {
             SqlTransaction sql_tx(*sql_, tx, at);
             return fn(sql_tx);
           },
           options, outcome);
     } catch (...) {
-      RethrowAsShardError(Route(customer).shard, "a transaction for customer " + std::to_string(ToInt(customer)));
+      RethrowAsShardError(Route(key).shard, "a transaction for " + Describe(key));
     }
   }
 

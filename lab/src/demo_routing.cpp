@@ -40,7 +40,7 @@ Visit MyOrders(const BucketShardResolver& resolver, CustomerId customer) {
   Visit v;
   const auto start = Clock::now();
   const Route route = resolver.Resolve(customer);
-  v.customer = route.customer;
+  v.customer = customer;
   v.bucket = route.bucket;
   v.shard = route.shard;
   auto lease = route.pool.Acquire();

@@ -158,10 +158,10 @@ ConnectionPool& BucketShardResolver::Pool(ShardId shard) const {
   return *At(shard).servers.load()->primary.pool;
 }
 
-Route BucketShardResolver::Resolve(CustomerId customer_id) const {
+Route BucketShardResolver::Resolve(const ShardKey& key) const {
   // Shard and version come from one routing word: one publish, one load.
-  const auto placement = directory_.PlacementOf(customer_id);
-  return Route{customer_id, placement.bucket, placement.shard, placement.version,
+  const auto placement = directory_.PlacementOf(key);
+  return Route{key, placement.bucket, placement.shard, placement.version,
                *shards_[static_cast<std::size_t>(ToInt(placement.shard))]->servers.load()->primary.pool};
 }
 

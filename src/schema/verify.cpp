@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <pqxx/pqxx>
 #include <set>
 #include <thread>
@@ -132,12 +133,39 @@ ServerCounts CountsOf(const ScannedServer& s) {
   return counts;
 }
 
+// The tables registered with shardkit_reference_table (sql/038), as the
+// first shard that answers lists them; none when no shard answers (the
+// scan then reports the unreachable servers).
+std::vector<std::string> RegisteredReferenceTables(const ClusterConfig& config, std::chrono::milliseconds timeout) {
+  for (const ShardConfig& shard : config.shards) {
+    try {
+      pqxx::connection c{WithConnectTimeout(shard.dsn, timeout).Reveal()};
+      pqxx::read_transaction tx{c};
+      if (!tx.exec1("SELECT to_regclass('shardkit_reference_tables') IS NOT NULL")[0].as<bool>()) return {};
+      std::vector<std::string> tables;
+      for (const auto& row : tx.exec("SELECT table_name::text FROM shardkit_reference_tables ORDER BY 1")) {
+        tables.emplace_back(row[0].c_str());
+      }
+      return tables;
+    } catch (const std::exception&) {
+      continue;  // the next shard
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& given) {
   const auto started = Clock::now();
   VerifyOptions options = given;
-  if (!options.reference_tables) options.reference_tables = config.reference_tables;
+  if (!options.reference_tables) {
+    options.reference_tables = config.reference_tables;
+    for (std::string& table : RegisteredReferenceTables(config, options.connect_timeout)) {
+      auto& tables = *options.reference_tables;
+      if (std::find(tables.begin(), tables.end(), table) == tables.end()) tables.push_back(std::move(table));
+    }
+  }
   VerifyReport report;
   report.shard_count = static_cast<int>(config.shards.size());
   report.reference_tables = *options.reference_tables;

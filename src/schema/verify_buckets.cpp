@@ -67,7 +67,7 @@ std::string LiveMoveDetail(const VerifyRun& run, int bucket, const LiveMove& m, 
                   : fmt::format("finish it with shardctl move resume {}", m.move_id));
 }
 
-// Rows whose bucket is not bucket_of(customer_id): a finding per stored
+// Rows whose bucket is not bucket_of(<key>): a finding per stored
 // bucket. Returns the rows per computed bucket that the shard does not own.
 std::map<int, std::int64_t> CheckBucketColumn(VerifyRun& run, ScannedServer& s, const TableScan& scan) {
   std::map<int, std::int64_t> not_owned;  // bucket -> rows
@@ -75,18 +75,19 @@ std::map<int, std::int64_t> CheckBucketColumn(VerifyRun& run, ScannedServer& s, 
     if (g.stored != g.computed) {
       std::string sample;
       try {
-        const auto keys = SampleKeys(*s.connection, scan.table, scan.key,
-                                     "bucket = $1 AND bucket IS DISTINCT FROM bucket_of(customer_id)", 1, {g.stored});
+        const auto keys =
+            SampleKeys(*s.connection, scan.table, scan.key,
+                       fmt::format("bucket = $1 AND bucket IS DISTINCT FROM {}", scan.bucket_of), 1, {g.stored});
         if (!keys.empty()) sample = DescribeKey(scan.key, keys.front());
       } catch (const std::exception& e) {
         sample = "(no sample: " + ErrorText(e) + ")";
       }
       run.Add(FindingKind::kWrongBucket, s.name, scan.table, BucketId{g.stored}, g.rows, sample,
               g.computed < 0
-                  ? fmt::format("{} {}: {} with bucket {} and a NULL customer_id, e.g. {}", s.name, scan.table,
-                                Rows(g.rows), g.stored, sample)
-                  : fmt::format("{} {}: {} bucket {} but bucket_of(customer_id) = {}, e.g. {}", s.name, scan.table,
-                                RowsDo(g.rows, "stores", "store"), g.stored, g.computed, sample));
+                  ? fmt::format("{} {}: {} with bucket {} and a NULL {}, e.g. {}", s.name, scan.table, Rows(g.rows),
+                                g.stored, scan.shard_key, sample)
+                  : fmt::format("{} {}: {} bucket {} but {} = {}, e.g. {}", s.name, scan.table,
+                                RowsDo(g.rows, "stores", "store"), g.stored, scan.bucket_of, g.computed, sample));
     }
     if (run.directory && g.computed >= 0 && run.directory->ShardOf(BucketId{g.computed}) != *s.shard) {
       not_owned[g.computed] += g.rows;
@@ -103,10 +104,10 @@ void CheckNotOwned(VerifyRun& run, ScannedServer& s, const TableScan& scan, int 
   std::vector<std::string> sample_values;
   std::string sample;
   try {
-    auto keys =
-        SampleKeys(*s.connection, scan.table, scan.key, "bucket = $1 AND bucket_of(customer_id) = $1", 1, {bucket});
+    auto keys = SampleKeys(*s.connection, scan.table, scan.key, fmt::format("bucket = $1 AND {} = $1", scan.bucket_of),
+                           1, {bucket});
     if (keys.empty()) {
-      keys = SampleKeys(*s.connection, scan.table, scan.key, "bucket_of(customer_id) = $1", 1, {bucket});
+      keys = SampleKeys(*s.connection, scan.table, scan.key, fmt::format("{} = $1", scan.bucket_of), 1, {bucket});
     }
     if (!keys.empty()) {
       sample_values = keys.front();

@@ -6,22 +6,36 @@
 #include <algorithm>
 #include <pqxx/pqxx>
 #include <thread>
+#include <tuple>
 
 #include "pg/server_message.hpp"
+#include "shardkit/core/shard_key.hpp"
 
 namespace shardkit::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Tables of the current schema with both shard-key columns.
+// Tables of the current schema with a bucket column and a shard key: the
+// one registered (sql/038), else customer_id. {} is the registered key's
+// expression (NULL on a schema without sql/038).
 constexpr const char* kShardedTables = R"(
-SELECT c.relname FROM pg_class c
+SELECT c.relname, quote_ident(k.key),
+  (SELECT format_type(a.atttypid, NULL) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = k.key)
+FROM pg_class c
+CROSS JOIN LATERAL (SELECT coalesce({},
+  (SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'customer_id'
+     AND NOT a.attisdropped)) AS key) k
 WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
-  AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'customer_id' AND NOT a.attisdropped)
+  AND k.key IS NOT NULL
   AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'bucket' AND NOT a.attisdropped)
 ORDER BY 1
 )";
+constexpr const char* kRegisteredKey =
+    "(SELECT s.key_column::text FROM shardkit_sharded_tables s WHERE s.table_name = c.oid)";
+constexpr const char* kHasRegisteredKeys =
+    "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('shardkit_sharded_tables') "
+    "AND attname = 'key_column' AND NOT attisdropped)";
 
 constexpr const char* kColumns = R"(
 SELECT a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
@@ -57,7 +71,13 @@ void ScanServer(ScannedServer& s, const std::vector<std::string>& reference_tabl
     // Short aggregates over a few million rows: compiling them costs more than it saves.
     tx.exec0("SET LOCAL jit = off");
     tx.exec0("SET LOCAL application_name = 'shardkit verify'");
-    for (const auto& row : tx.exec(kShardedTables)) s.sharded_tables.push_back(row[0].as<std::string>());
+    const bool registered_keys = tx.exec1(kHasRegisteredKeys)[0].as<bool>();
+    for (const auto& row : tx.exec(fmt::format(kShardedTables, registered_keys ? kRegisteredKey : "NULL::text"))) {
+      s.sharded_tables.push_back(row[0].as<std::string>());
+      const std::string key = row[1].as<std::string>();
+      const auto type = ShardKeyTypeOfSql(row[2].c_str()).value_or(ShardKeyType::kInt4);
+      s.shard_keys[row[0].as<std::string>()] = {key, fmt::format("{}({})", BucketFunction(type), key)};
+    }
     if (s.shard && tx.exec1("SELECT to_regclass('shardkit_bucket_ownership') IS NOT NULL")[0].as<bool>()) {
       for (const auto& row : tx.exec("SELECT bucket, state, move_id, new_owner FROM shardkit_bucket_ownership")) {
         OwnershipRow o;
@@ -76,11 +96,12 @@ void ScanServer(ScannedServer& s, const std::vector<std::string>& reference_tabl
         scan.table = table;
         scan.counts.table = table;
         scan.key = KeyColumns(tx, table);
+        std::tie(scan.shard_key, scan.bucket_of) = s.shard_keys.at(table);
         const std::string name = tx.quote_name(table);
         const std::string sql =
-            s.shard ? fmt::format("SELECT coalesce(bucket_of(customer_id), -1), bucket, count(*) FROM {} GROUP BY 1, 2",
-                                  name)
-                    : fmt::format("SELECT coalesce(bucket_of(customer_id), -1), -1, count(*) FROM {} GROUP BY 1", name);
+            s.shard
+                ? fmt::format("SELECT coalesce({}, -1), bucket, count(*) FROM {} GROUP BY 1, 2", scan.bucket_of, name)
+                : fmt::format("SELECT coalesce({}, -1), -1, count(*) FROM {} GROUP BY 1", scan.bucket_of, name);
         for (const auto& row : tx.exec(sql)) {
           Group g{row[0].as<int>(), row[1].is_null() ? -1 : row[1].as<int>(), row[2].as<std::int64_t>()};
           scan.counts.rows += g.rows;
@@ -143,10 +164,11 @@ std::vector<ScannedServer> ScanServers(const ClusterConfig& config, const Verify
                                     {},
                                     {},
                                     {},
+                                    {},
                                     {}});
   }
   if (config.reference_dsn) {
-    servers.push_back(ScannedServer{"reference", *config.reference_dsn, std::nullopt, {}, {}, {}, {}, {}, {}, {}});
+    servers.push_back(ScannedServer{"reference", *config.reference_dsn, std::nullopt, {}, {}, {}, {}, {}, {}, {}, {}});
   }
   std::vector<std::thread> threads;
   for (auto& s : servers) {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <pqxx/connection>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardkit/config.hpp"
@@ -28,8 +29,10 @@ struct Group {
 
 struct TableScan {
   std::string table;
-  std::vector<std::string> key;  // primary key columns
-  std::vector<Group> groups;     // shards
+  std::string shard_key = "customer_id";             // its key column, quoted for SQL
+  std::string bucket_of = "bucket_of(customer_id)";  // the key's bucket in SQL
+  std::vector<std::string> key;                      // primary key columns
+  std::vector<Group> groups;                         // shards
   TableCounts counts;
 };
 
@@ -66,6 +69,8 @@ struct ScannedServer {
   std::unique_ptr<pqxx::connection> connection;
   std::string error;
   std::vector<std::string> sharded_tables;  // discovered there
+  // table -> its key column (as an identifier) and the key's bucket in SQL
+  std::map<std::string, std::pair<std::string, std::string>> shard_keys;
   std::vector<TableScan> scans;
   std::map<std::string, ReferenceTableSum> reference_sums;
   std::map<std::string, std::vector<std::string>> columns;  // table -> "name type [not null]"

@@ -51,6 +51,14 @@ Entry* Analyzer::AddTable(const json& range_var, Level& level, const CteScope* c
   if (!schema && ctes != nullptr && ctes->Has(relname) && !write_target) {
     return NewEntry(level, Entry::Kind::kOther, alias.empty() ? relname : alias, relname, location);
   }
+  if (const SqlTable* other = catalog_.FindOtherKeyed(schema, relname); other != nullptr) {
+    throw OtherKeyRefusal(Refusal(
+        parsed_.text, location, fmt::format("the table {}", display),
+        fmt::format("it is sharded by {} ({}), and plain SQL reads the cluster's tables by one shard key, {} ({})",
+                    other->key_column, SqlTypeName(other->key_type), catalog_.KeyColumn(),
+                    SqlTypeName(catalog_.KeyType())),
+        "read it through Cluster::Transact with its own key, or give the application's tables one key column"));
+  }
   if (const SqlTable* sharded = catalog_.FindSharded(schema, relname); sharded != nullptr) {
     Entry* e = NewEntry(level, Entry::Kind::kSharded, alias.empty() ? relname : alias, display, location);
     e->has_key = Tri::kYes;
@@ -71,7 +79,7 @@ Entry* Analyzer::AddTable(const json& range_var, Level& level, const CteScope* c
     Entry* e = NewEntry(level, Entry::Kind::kReference, alias.empty() ? relname : alias, display, location);
     if (reference->columns.empty()) {
       e->has_key = Tri::kUnknown;
-    } else if (reference->HasColumn(kShardKeyColumn)) {
+    } else if (reference->HasColumn(catalog_.KeyColumn())) {
       e->has_key = Tri::kYes;
       e->node = NewNode();
     } else {
@@ -86,9 +94,10 @@ Entry* Analyzer::AddTable(const json& range_var, Level& level, const CteScope* c
   throw NotInCatalog(
       Refusal(parsed_.text, location, fmt::format("the table {}", display),
               "it is neither a sharded table nor a reference table",
-              fmt::format("register a sharded table (customer_id and bucket columns) on the shards with SELECT "
-                          "shardkit_shard_table('{0}') in a migration, or declare a reference table (a copy on every "
-                          "shard) in the configuration: [sql] reference_tables = [\"{0}\"]",
+              fmt::format("register a sharded table (its key and bucket columns) on the shards with SELECT "
+                          "shardkit_shard_table('{0}') in a migration, or a reference table (a copy on every shard) "
+                          "with SELECT shardkit_reference_table('{0}') (or [sql] reference_tables = [\"{0}\"] in "
+                          "the configuration)",
                           display)));
 }
 
@@ -120,7 +129,7 @@ std::unique_ptr<FromItem> Analyzer::AnalyzeFromItem(const json& node, Level& lev
     join->alias = AliasOf(item);
     if (const json* using_clause = Field(item, "usingClause"); using_clause != nullptr) {
       for (const json& column : *using_clause) {
-        if (StringValue(column) == std::optional<std::string>(kShardKeyColumn)) join->using_key = true;
+        if (StringValue(column) == std::optional<std::string>(catalog_.KeyColumn())) join->using_key = true;
       }
     }
     join->entries = join->left->entries;
@@ -180,7 +189,7 @@ Entry* Analyzer::ResolveKey(const json& column_ref, Level* level) const {
   const json& fields = column_ref.at("fields");
   const int location = column_ref.value("location", -1);
   if (fields.size() == 1) {
-    if (StringValue(fields[0]) != std::optional<std::string>(kShardKeyColumn)) return nullptr;
+    if (StringValue(fields[0]) != std::optional<std::string>(catalog_.KeyColumn())) return nullptr;
     for (Level* l = level; l != nullptr; l = l->parent) {
       Candidates all;
       for (const auto& item : l->from) {
@@ -200,7 +209,7 @@ Entry* Analyzer::ResolveKey(const json& column_ref, Level* level) const {
   }
   if (fields.size() != 2) return nullptr;
   const std::optional<std::string> qualifier = StringValue(fields[0]);
-  if (!qualifier || StringValue(fields[1]) != std::optional<std::string>(kShardKeyColumn)) return nullptr;
+  if (!qualifier || StringValue(fields[1]) != std::optional<std::string>(catalog_.KeyColumn())) return nullptr;
   for (Level* l = level; l != nullptr; l = l->parent) {
     Entry* match = nullptr;
     for (const auto& e : l->entries) {

@@ -1,7 +1,9 @@
-// The Analyzer's customer_id nodes, constants and facts: what pins or joins a node (analyzer.hpp).
+// The Analyzer's shard key nodes, constants and facts: what pins or joins a node (analyzer.hpp).
 #include "sql/analyzer.hpp"
 
 #include <algorithm>
+
+#include "shardkit/core/shard_key_format.hpp"
 
 namespace shardkit::sql::detail {
 
@@ -41,26 +43,62 @@ void Analyzer::Pin(int node, const KeySource& key) {
 namespace {
 
 // A TypeName naming an integer type (int, pg_catalog.int8...), whatever its array bounds.
-bool IsIntegerType(const json& type) {
+bool IsTypeNamed(const json& type, const std::set<std::string>& names_of_type) {
   const json& names = type.at("names");
   const std::optional<std::string> name = names.empty() ? std::nullopt : StringValue(names.back());
-  static const std::set<std::string> kIntegerTypes = {"int2", "int4", "int8", "smallint", "integer", "bigint", "int"};
-  if (!name || !kIntegerTypes.contains(*name) || names.size() > 2) return false;
+  if (!name || !names_of_type.contains(*name) || names.size() > 2) return false;
   return names.size() == 1 || StringValue(names.front()) == std::optional<std::string>("pg_catalog");
+}
+
+bool IsIntegerType(const json& type) {
+  static const std::set<std::string> kIntegerTypes = {"int2", "int4", "int8", "smallint", "integer", "bigint", "int"};
+  return IsTypeNamed(type, kIntegerTypes);
+}
+
+// A cast that keeps a key's value: to an integer type for integer keys, to
+// the key's own type (or text, varchar) for the others.
+bool CastKeepsKey(const json& type, ShardKeyType key_type) {
+  static const std::set<std::string> kUuid = {"uuid"};
+  static const std::set<std::string> kText = {"text", "varchar"};
+  switch (key_type) {
+    case ShardKeyType::kInt4:
+    case ShardKeyType::kInt8:
+      return IsIntegerType(type);
+    case ShardKeyType::kUuid:
+      return IsTypeNamed(type, kUuid);
+    case ShardKeyType::kText:
+      return IsTypeNamed(type, kText);
+  }
+  return false;
 }
 
 }  // namespace
 
 std::optional<KeySource> Analyzer::KeyConstant(const json& node) const {
+  const ShardKeyType key_type = catalog_.KeyType();
+  const bool integer_key = key_type == ShardKeyType::kInt4 || key_type == ShardKeyType::kInt8;
   if (const json* param = Field(node, "ParamRef"); param != nullptr) {
     const int number = param->value("number", 0);
     if (number < 1) return std::nullopt;
     return KeySource{std::nullopt, number, param->value("location", -1)};
   }
   if (const json* constant = Field(node, "A_Const"); constant != nullptr) {
+    const int location = constant->value("location", -1);
+    // A quoted literal is read as the key's type, as the server reads it.
+    if (const json* text = Field(*constant, "sval"); text != nullptr) {
+      std::optional<ShardKey> key = ShardKey::Parse(key_type, text->value("sval", ""));
+      if (!key) return std::nullopt;
+      return KeySource{std::move(key), 0, location};
+    }
+    if (!integer_key) return std::nullopt;
+    // Beyond int4 the scanner makes an integer a numeric constant.
+    if (const json* big = Field(*constant, "fval"); big != nullptr) {
+      const std::optional<std::int64_t> value = ParseIntegerText(big->value("fval", ""));
+      if (!value || key_type != ShardKeyType::kInt8) return std::nullopt;  // an integer key matches none
+      return KeySource{ShardKey::Int8(*value), 0, location};
+    }
     if (Field(*constant, "ival") == nullptr) return std::nullopt;
     // The value from the text: the parse tree's JSON drops negative integers.
-    const int location = constant->value("location", -1);
     std::size_t at = parsed_.TokenAt(location);
     if (at >= parsed_.tokens.size() || parsed_.tokens[at].start != location) return std::nullopt;
     bool negative = false;
@@ -71,20 +109,15 @@ std::optional<KeySource> Analyzer::KeyConstant(const json& node) const {
     if (at >= parsed_.tokens.size() || parsed_.tokens[at].kind != kTokenIconst) return std::nullopt;
     const std::optional<std::int64_t> value = ParseInteger(parsed_.TokenText(parsed_.tokens[at]), negative);
     if (!value) return std::nullopt;
-    return KeySource{value, 0, location};
+    if (key_type == ShardKeyType::kInt8) return KeySource{ShardKey::Int8(*value), 0, location};
+    if (*value < INT32_MIN || *value > INT32_MAX) return std::nullopt;
+    return KeySource{ShardKey::Int4(static_cast<std::int32_t>(*value)), 0, location};
   }
   if (const json* cast = Field(node, "TypeCast"); cast != nullptr) {
     const json& type = cast->at("typeName");
     if (Field(type, "arrayBounds") != nullptr) return std::nullopt;
-    if (!IsIntegerType(type)) return std::nullopt;
-    const json& arg = cast->at("arg");
-    if (const json* constant = Field(arg, "A_Const"); constant != nullptr && Field(*constant, "sval") != nullptr) {
-      const std::string text = constant->at("sval").value("sval", "");
-      const std::optional<std::int64_t> value = ParseIntegerText(text);
-      if (!value) return std::nullopt;
-      return KeySource{value, 0, constant->value("location", -1)};
-    }
-    return KeyConstant(arg);
+    if (!CastKeepsKey(type, key_type)) return std::nullopt;
+    return KeyConstant(cast->at("arg"));
   }
   return std::nullopt;
 }
@@ -210,7 +243,7 @@ std::optional<KeySet> Analyzer::KeySetOf(const json& op) const {
   if (const json* cast = Field(*rexpr, "TypeCast"); cast != nullptr) {
     const json& type = cast->at("typeName");
     const json* bounds = Field(type, "arrayBounds");
-    if (bounds == nullptr || bounds->size() != 1 || !IsIntegerType(type)) return std::nullopt;
+    if (bounds == nullptr || bounds->size() != 1 || !CastKeepsKey(type, catalog_.KeyType())) return std::nullopt;
     array = &cast->at("arg");
   }
   if (const json* elements = Field(*array, "A_ArrayExpr"); elements != nullptr) {

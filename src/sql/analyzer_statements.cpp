@@ -9,6 +9,7 @@
 #include <map>
 
 #include "core/sql_text.hpp"
+#include "shardkit/core/shard_key_format.hpp"
 #include "shardkit/errors.hpp"
 #include "sql/sql_error_text.hpp"
 
@@ -16,6 +17,8 @@ namespace shardkit::sql::detail {
 
 std::shared_ptr<const SqlPlan> Analyzer::Run() {
   plan_.text = parsed_.text;
+  plan_.key_column = catalog_.KeyColumn();
+  plan_.key_type = catalog_.KeyType();
   const std::string type = parsed_.tree.begin().key();
   const json& body = parsed_.tree.begin().value();
   plan_.statement = StatementName(type);
@@ -156,7 +159,7 @@ void Analyzer::AnalyzeInsert(const json& insert) {
     for (const json& col : *cols) {
       const json& target_column = col.at("ResTarget");
       const std::string name = target_column.value("name", "");
-      if ((name == kShardKeyColumn || name == kBucketColumn) && Field(target_column, "indirection") != nullptr) {
+      if ((name == catalog_.KeyColumn() || name == kBucketColumn) && Field(target_column, "indirection") != nullptr) {
         Refuse(LocationOf(col), fmt::format("the column {} with a subscript or field", name),
                "the shard key must be given whole", "give customer_id as a plain column");
       }
@@ -165,7 +168,7 @@ void Analyzer::AnalyzeInsert(const json& insert) {
   } else {
     columns = table->columns;
   }
-  const auto key_at = std::find(columns.begin(), columns.end(), kShardKeyColumn);
+  const auto key_at = std::find(columns.begin(), columns.end(), catalog_.KeyColumn());
   if (key_at == columns.end()) {
     Refuse(target->location, fmt::format("INSERT INTO {}", target->display), "its column list lacks customer_id",
            "give customer_id: it says which shard the row belongs on");
@@ -207,7 +210,7 @@ void Analyzer::AnalyzeUpdateOrDelete(const json& statement, bool update) {
   if (update) {
     for (const json& set : statement.at("targetList")) {
       const std::string name = set.at("ResTarget").value("name", "");
-      if (name == kShardKeyColumn || name == kBucketColumn) {
+      if (name == catalog_.KeyColumn() || name == kBucketColumn) {
         Refuse(LocationOf(set), fmt::format("SET {}", name),
                "changing the shard key or the bucket would move the row to another customer's shard",
                "delete the row and insert it for the new customer");
@@ -432,20 +435,20 @@ void Analyzer::Finish() {
   std::optional<KeySource> literal;
   for (const KeySource& k : plan_.keys) {
     if (!k.literal) continue;
-    if (literal && *literal->literal != *k.literal) {
-      Refuse(k.location, fmt::format("customer_id = {}", *k.literal),
-             fmt::format("the statement reads customers {} and {}, whose rows may be on different shards",
+    if (literal && !(*literal->literal == *k.literal)) {
+      Refuse(k.location, fmt::format("{} = {}", plan_.key_column, *k.literal),
+             fmt::format("the statement reads {}s {} and {}, whose rows may be on different shards", plan_.KeyNoun(),
                          *literal->literal, *k.literal),
-             "run one statement per customer");
+             fmt::format("run one statement per {}", plan_.key_column));
     }
     literal = k;
   }
   for (const InsertRow& row : plan_.rows) {
-    if (!plan_.keys.empty() && row.key.literal && literal && *row.key.literal != *literal->literal) {
-      Refuse(row.key.location, fmt::format("customer_id = {}", *row.key.literal),
-             fmt::format("the INSERT reads customer {}'s rows and writes customer {}'s", *literal->literal,
+    if (!plan_.keys.empty() && row.key.literal && literal && !(*row.key.literal == *literal->literal)) {
+      Refuse(row.key.location, fmt::format("{} = {}", plan_.key_column, *row.key.literal),
+             fmt::format("the INSERT reads {0} {1}'s rows and writes {0} {2}'s", plan_.KeyNoun(), *literal->literal,
                          *row.key.literal),
-             "read and write one customer per statement");
+             fmt::format("read and write one {} per statement", plan_.key_column));
     }
   }
   if (plan_.statement == "SELECT" && sharded_.empty()) plan_.kind = SqlPlanInfo::Kind::kAnyShard;

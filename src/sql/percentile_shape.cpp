@@ -25,40 +25,40 @@ bool IsPercentile(const std::string& name) {
   return name == "percentile_cont" || name == "percentile_disc";
 }
 
-// Whether every column an expression reads is customer_id (at least one).
-bool ReadsOnlyTheShardKey(const json& node, bool& any) {
+// Whether every column an expression reads is the shard key (at least one).
+bool ReadsOnlyTheShardKey(const json& node, const std::string& key, bool& any) {
   if (node.is_object()) {
     if (const json* column = Field(node, "ColumnRef"); column != nullptr) {
       const json& last = column->at("fields").back();
-      if (!(last.contains("String") && last.at("String").value("sval", "") == kShardKeyColumn)) return false;
+      if (!(last.contains("String") && last.at("String").value("sval", "") == key)) return false;
       any = true;
       return true;
     }
     for (auto it = node.begin(); it != node.end(); ++it) {
-      if (!ReadsOnlyTheShardKey(it.value(), any)) return false;
+      if (!ReadsOnlyTheShardKey(it.value(), key, any)) return false;
     }
   } else if (node.is_array()) {
     for (const json& item : node) {
-      if (!ReadsOnlyTheShardKey(item, any)) return false;
+      if (!ReadsOnlyTheShardKey(item, key, any)) return false;
     }
   }
   return true;
 }
 
-// count(DISTINCT x) whose x reads other columns than customer_id (a
-// function of customer_id alone never spans shards: the ordinary merge
-// answers it).
-bool IsCountDistinctOffKey(const json& call) {
+// count(DISTINCT x) whose x reads other columns than the shard key (a
+// function of the key alone never spans shards: the ordinary merge answers
+// it).
+bool IsCountDistinctOffKey(const json& call, const std::string& key) {
   if (FunctionName(call) != "count" || !call.value("agg_distinct", false)) return false;
   const json* args = Field(call, "args");
   if (args == nullptr || args->size() != 1) return true;
   bool any = false;
-  return !(ReadsOnlyTheShardKey(args->front(), any) && any);
+  return !(ReadsOnlyTheShardKey(args->front(), key, any) && any);
 }
 
-bool IsOrderStatistic(const json& value) {
+bool IsOrderStatistic(const json& value, const std::string& key) {
   const json* call = Field(value, "FuncCall");
-  return call != nullptr && (IsPercentile(FunctionName(*call)) || IsCountDistinctOffKey(*call));
+  return call != nullptr && (IsPercentile(FunctionName(*call)) || IsCountDistinctOffKey(*call, key));
 }
 
 bool ContainsParam(const json& node) {
@@ -222,7 +222,7 @@ std::optional<PercentileShape> Recogniser::Run() {
   const json* targets = Field(select, "targetList");
   if (targets == nullptr) return std::nullopt;
   bool found = false;
-  for (const json& t : *targets) found = found || IsOrderStatistic(t.at("ResTarget").at("val"));
+  for (const json& t : *targets) found = found || IsOrderStatistic(t.at("ResTarget").at("val"), c_.catalog.KeyColumn());
   if (!found) return std::nullopt;
 
   const int at = LocationOf(targets->front());
@@ -276,7 +276,7 @@ std::optional<PercentileShape> Recogniser::Run() {
     }
     if (key) {
       shape_.result_columns.push_back(q.group_by[*key].name);
-    } else if (IsOrderStatistic(value) ||
+    } else if (IsOrderStatistic(value, c_.catalog.KeyColumn()) ||
                (value.contains("FuncCall") && FunctionName(value.at("FuncCall")) == "count" &&
                 value.at("FuncCall").value("agg_distinct", false))) {
       const std::string name = fmt::format("_c{}", i + 1);

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <limits>
 
+#include "shardkit/core/shard_key_format.hpp"
 #include "shardkit/errors.hpp"
 #include "sql/analyzer.hpp"
 #include "sql/parse.hpp"
@@ -14,41 +15,26 @@
 namespace shardkit::sql {
 namespace {
 
-std::int32_t KeyValue(const SqlPlan& plan, const KeySource& key, const SqlParams& params) {
+ShardKey KeyValue(const SqlPlan& plan, const KeySource& key, const SqlParams& params) {
+  const std::string type{SqlTypeName(plan.key_type)};
   const auto refuse = [&](const std::string& construct, const std::string& reason) {
-    throw Refusal(plan.text, key.location, construct, reason, "pass the customer's id as an integer");
+    throw Refusal(plan.text, key.location, construct, reason, fmt::format("pass the {} as {}", plan.key_column, type));
   };
-  std::int64_t value = 0;
-  if (key.literal) {
-    value = *key.literal;
-  } else {
-    const std::string construct = fmt::format("the parameter ${}", key.param);
-    if (static_cast<std::size_t>(key.param) > params.size()) {
-      refuse(construct, fmt::format("it has no value ({} parameter(s) given)", params.size()));
-    }
-    const std::optional<std::string>& text = params[static_cast<std::size_t>(key.param - 1)];
-    if (!text) refuse(construct, "it is NULL, so the statement names no customer");
-    const std::optional<std::int64_t> parsed = detail::ParseIntegerText(*text);
-    if (!parsed) refuse(construct, fmt::format("\"{}\" is not an integer customer_id", *text));
-    value = *parsed;
+  if (key.literal) return *key.literal;
+  const std::string construct = fmt::format("the parameter ${}", key.param);
+  if (static_cast<std::size_t>(key.param) > params.size()) {
+    refuse(construct, fmt::format("it has no value ({} parameter(s) given)", params.size()));
   }
-  if (value < std::numeric_limits<std::int32_t>::min() || value > std::numeric_limits<std::int32_t>::max()) {
-    refuse(fmt::format("customer_id {}", value), "it is out of range for a customer_id (integer)");
-  }
-  return static_cast<std::int32_t>(value);
+  const std::optional<std::string>& text = params[static_cast<std::size_t>(key.param - 1)];
+  if (!text) refuse(construct, fmt::format("it is NULL, so the statement names no {}", plan.KeyNoun()));
+  std::optional<ShardKey> parsed = ShardKey::Parse(plan.key_type, *text);
+  if (!parsed) refuse(construct, fmt::format("\"{}\" is not a valid {} ({})", *text, plan.key_column, type));
+  return std::move(*parsed);
 }
 
-// The customers one key set names, NULLs dropped.
-std::vector<std::int32_t> SetValues(const SqlPlan& plan, const KeySet& set, const SqlParams& params) {
-  std::vector<std::int32_t> values;
-  const auto add = [&](std::int64_t value, int location, const std::string& what) {
-    if (value < std::numeric_limits<std::int32_t>::min() || value > std::numeric_limits<std::int32_t>::max()) {
-      throw Refusal(plan.text, location, fmt::format("customer_id {}", value),
-                    fmt::format("{} is out of range for a customer_id (integer)", what),
-                    "give customer ids as integers");
-    }
-    values.push_back(static_cast<std::int32_t>(value));
-  };
+// The keys one key set names, NULLs dropped.
+std::vector<ShardKey> SetValues(const SqlPlan& plan, const KeySet& set, const SqlParams& params) {
+  std::vector<ShardKey> values;
   for (const KeySource& key : set.elements) {
     if (!key.literal && static_cast<std::size_t>(key.param) <= params.size() &&
         !params[static_cast<std::size_t>(key.param - 1)]) {
@@ -57,28 +43,39 @@ std::vector<std::int32_t> SetValues(const SqlPlan& plan, const KeySet& set, cons
     values.push_back(KeyValue(plan, key, params));
   }
   if (set.array_param == 0 && !set.array_text) return values;
+  const std::string type{SqlTypeName(plan.key_type)};
+  const std::string advice = fmt::format("pass the {} values as an array of {}, e.g. {{{}}}", plan.key_column, type,
+                                         plan.key_type == ShardKeyType::kUuid   ? "0189a0c2-...,0189a0c3-..."
+                                         : plan.key_type == ShardKeyType::kText ? "a,b,c"
+                                                                                : "1,2,3");
   std::string construct = "the array literal";
   std::optional<std::string> text = set.array_text;
   if (set.array_param > 0) {
     construct = fmt::format("the parameter ${}", set.array_param);
     if (static_cast<std::size_t>(set.array_param) > params.size()) {
       throw Refusal(plan.text, set.location, construct,
-                    fmt::format("it has no value ({} parameter(s) given)", params.size()),
-                    "pass the customers' ids as an integer array, e.g. {1,2,3}");
+                    fmt::format("it has no value ({} parameter(s) given)", params.size()), advice);
     }
     text = params[static_cast<std::size_t>(set.array_param - 1)];
     if (!text) return values;  // = ANY(NULL) matches nothing
   }
-  const auto elements = ParseIntegerArray(*text);
-  if (!elements) {
+  auto elements = ParseKeyArray(*text, plan.key_type);
+  if (!elements && plan.key_type == ShardKeyType::kInt4 && ParseKeyArray(*text, ShardKeyType::kInt8)) {
     throw Refusal(plan.text, set.location, construct,
-                  fmt::format("\"{}\" is not a list of integers the router reads (braces, commas, integers and "
-                              "NULL only), so the shards of its customers are not known",
-                              *text),
-                  "pass the customers' ids as an integer array, e.g. {1,2,3}");
+                  fmt::format("an element of \"{}\" is out of range for a {} (integer)", *text, plan.key_column),
+                  advice);
   }
-  for (const auto& element : *elements) {
-    if (element) add(*element, set.location, fmt::format("an element of {}", construct));
+  if (!elements) {
+    const bool integers = plan.key_type == ShardKeyType::kInt4 || plan.key_type == ShardKeyType::kInt8;
+    const std::string what = integers ? "integers" : plan.key_type == ShardKeyType::kUuid ? "uuids" : "text values";
+    throw Refusal(plan.text, set.location, construct,
+                  fmt::format("\"{}\" is not a list of {} the router reads (braces, commas, unquoted {} and NULL "
+                              "only), so the shards of its {}s are not known",
+                              *text, what, what, plan.KeyNoun()),
+                  advice);
+  }
+  for (auto& element : *elements) {
+    if (element) values.push_back(std::move(*element));
   }
   return values;
 }
@@ -87,8 +84,8 @@ std::vector<std::int32_t> SetValues(const SqlPlan& plan, const KeySet& set, cons
 
 std::vector<BucketId> BoundRoute::Buckets() const {
   std::vector<BucketId> buckets;
-  if (customers) {
-    for (const CustomerId c : *customers) buckets.push_back(BucketOf(c));
+  if (key_values) {
+    for (const ShardKey& k : *key_values) buckets.push_back(BucketOf(k));
   }
   std::sort(buckets.begin(), buckets.end());
   buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
@@ -96,10 +93,10 @@ std::vector<BucketId> BoundRoute::Buckets() const {
   return buckets;
 }
 
-std::optional<std::vector<std::optional<std::int64_t>>> ParseIntegerArray(std::string_view text) {
+std::optional<std::vector<std::optional<ShardKey>>> ParseKeyArray(std::string_view text, ShardKeyType type) {
   // array_in's whitespace.
   const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
-  std::vector<std::optional<std::int64_t>> out;
+  std::vector<std::optional<ShardKey>> out;
   std::size_t at = 0;
   const auto skip = [&] {
     while (at < text.size() && space(text[at])) ++at;
@@ -141,9 +138,9 @@ std::optional<std::vector<std::optional<std::int64_t>>> ParseIntegerArray(std::s
           (token[2] == 'L' || token[2] == 'l') && (token[3] == 'L' || token[3] == 'l')) {
         out.emplace_back(std::nullopt);
       } else {
-        const std::optional<std::int64_t> value = detail::ParseIntegerText(token);
+        std::optional<ShardKey> value = ShardKey::Parse(type, token);
         if (!value) return std::nullopt;
-        out.emplace_back(*value);
+        out.emplace_back(std::move(value));
       }
       at = end;
       expect_element = false;
@@ -180,6 +177,8 @@ std::shared_ptr<const SqlPlan> PlanArmByArm(const ParsedStatement& parsed, const
   auto set_operation = std::make_shared<const SetOperationPlan>(PlanSetOperation(parsed, catalog));
   SqlPlan plan;
   plan.text = parsed.text;
+  plan.key_column = catalog.KeyColumn();
+  plan.key_type = catalog.KeyType();
   plan.kind = SqlPlanInfo::Kind::kScatter;
   plan.statement = "SELECT";
   for (const SetOperationArm& arm : set_operation->arms) {
@@ -195,9 +194,7 @@ std::shared_ptr<const SqlPlan> PlanArmByArm(const ParsedStatement& parsed, const
   return std::make_shared<const SqlPlan>(std::move(plan));
 }
 
-}  // namespace
-
-std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, const SqlCatalog& catalog) {
+std::shared_ptr<const SqlPlan> PlanAnyStatement(const ParsedStatement& parsed, const SqlCatalog& catalog) {
   if (!IsSetOperation(parsed)) return detail::Analyzer(parsed, catalog).Run();
   // Whole on one shard when every arm is pinned to one customer (or reads
   // reference tables only); otherwise arm by arm.
@@ -219,6 +216,20 @@ std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, cons
   return PlanArmByArm(parsed, catalog);
 }
 
+}  // namespace
+
+std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, const SqlCatalog& catalog) {
+  try {
+    return PlanAnyStatement(parsed, catalog);
+  } catch (const OtherKeyRefusal&) {
+    throw;
+  } catch (const NotInCatalog& e) {
+    throw NotInCatalog(ForKeyColumn(parsed.text, e, catalog.KeyColumn()));
+  } catch (const SqlError& e) {
+    throw ForKeyColumn(parsed.text, e, catalog.KeyColumn());
+  }
+}
+
 void RequireParameterCount(const SqlPlan& plan, const SqlParams& params) {
   const auto given = static_cast<int>(params.size());
   if (given == plan.parameter_count) return;
@@ -234,90 +245,90 @@ void RequireParameterCount(const SqlPlan& plan, const SqlParams& params) {
 
 BoundRoute BindRoute(const SqlPlan& plan, const SqlParams& params) {
   BoundRoute route;
-  std::optional<std::pair<std::int32_t, const KeySource*>> first;
-  const auto agree = [&](const KeySource& key, std::int32_t value) {
+  std::optional<std::pair<ShardKey, const KeySource*>> first;
+  const auto agree = [&](const KeySource& key, const ShardKey& value) {
     if (!first) {
       first.emplace(value, &key);
       return;
     }
-    if (first->first != value) {
-      throw Refusal(
-          plan.text, key.location, fmt::format("customer_id {}", value),
-          fmt::format("the statement also names customer {}, and their rows may be on different shards", first->first),
-          "run one statement per customer");
+    if (!(first->first == value)) {
+      throw Refusal(plan.text, key.location, fmt::format("{} {}", plan.key_column, value),
+                    fmt::format("the statement also names {} {}, and their rows may be on different shards",
+                                plan.key_column, first->first),
+                    fmt::format("run one statement per {}", plan.key_column));
     }
   };
   for (const KeySource& key : plan.keys) agree(key, KeyValue(plan, key, params));
   for (const InsertRow& row : plan.rows) {
-    const std::int32_t value = KeyValue(plan, row.key, params);
-    route.row_customers.push_back(CustomerId{value});
+    ShardKey value = KeyValue(plan, row.key, params);
     if (!plan.keys.empty()) agree(row.key, value);
+    route.row_keys.push_back(std::move(value));
   }
   if (first) {
-    route.customer = CustomerId{first->first};
-  } else if (!route.row_customers.empty()) {
-    route.customer = route.row_customers.front();
+    route.key = first->first;
+  } else if (!route.row_keys.empty()) {
+    route.key = route.row_keys.front();
   }
   if (!plan.key_sets.empty()) {
-    // Each set bounds the rows: their customers are in all of them.
-    std::vector<std::int32_t> common;
+    // Each set bounds the rows: their keys are in all of them.
+    std::vector<ShardKey> common;
     for (std::size_t i = 0; i < plan.key_sets.size(); ++i) {
-      std::vector<std::int32_t> values = SetValues(plan, plan.key_sets[i], params);
+      std::vector<ShardKey> values = SetValues(plan, plan.key_sets[i], params);
       std::sort(values.begin(), values.end());
       values.erase(std::unique(values.begin(), values.end()), values.end());
       if (i == 0) {
         common = std::move(values);
       } else {
-        std::vector<std::int32_t> both;
+        std::vector<ShardKey> both;
         std::set_intersection(common.begin(), common.end(), values.begin(), values.end(), std::back_inserter(both));
         common = std::move(both);
       }
     }
-    auto& customers = route.customers.emplace();
-    for (const std::int32_t c : common) customers.push_back(CustomerId{c});
-    if (plan.kind == SqlPlanInfo::Kind::kRouted && !route.customer) {
-      if (customers.empty()) {
+    auto& keys = route.key_values.emplace(std::move(common));
+    if (plan.kind == SqlPlanInfo::Kind::kRouted && !route.key) {
+      if (keys.empty()) {
         throw Refusal(plan.text, plan.key_sets.front().location, fmt::format("{} ... IN", plan.statement),
-                      "its customer_id list names no customer (NULL matches none), so there is no shard to run on",
-                      "give at least one customer's id");
+                      fmt::format("its {} list names no {} (NULL matches none), so there is no shard to run on",
+                                  plan.key_column, plan.KeyNoun()),
+                      fmt::format("give at least one {}", plan.key_column));
       }
-      route.customer = customers.front();
+      route.key = keys.front();
     }
   }
   return route;
 }
 
 void RequireOneShard(const SqlPlan& plan, const BoundRoute& route, const BucketDirectory& directory) {
-  if (plan.kind == SqlPlanInfo::Kind::kRouted && route.customers && plan.keys.empty()) {
-    const std::vector<CustomerId>& customers = *route.customers;
-    const CustomerId first = customers.front();
-    for (const CustomerId c : customers) {
+  if (plan.kind == SqlPlanInfo::Kind::kRouted && route.key_values && plan.keys.empty()) {
+    const std::vector<ShardKey>& keys = *route.key_values;
+    const ShardKey& first = keys.front();
+    for (const ShardKey& c : keys) {
       if (BucketOf(c) == BucketOf(first)) continue;
       const ShardId a = directory.ShardOf(BucketOf(first));
       const ShardId b = directory.ShardOf(BucketOf(c));
       const std::string where =
-          fmt::format("customer {} is in bucket {} on shard {} and customer {} in bucket {} on shard {}", ToInt(first),
-                      ToInt(BucketOf(first)), ToInt(a), ToInt(c), ToInt(BucketOf(c)), ToInt(b));
+          fmt::format("{0} {1} is in bucket {2} on shard {3} and {0} {4} in bucket {5} on shard {6}", plan.key_column,
+                      first, ToInt(BucketOf(first)), ToInt(a), c, ToInt(BucketOf(c)), ToInt(b));
       throw Refusal(plan.text, plan.key_sets.front().location, fmt::format("{} ... IN", plan.statement),
                     a != b ? where + ", and one statement is atomic on one shard only"
                            : where +
                                  ": a routed statement sees one bucket's rows (the bucket fence), so the other "
-                                 "customers' rows would be missed",
-                    "run one statement per customer (in one Cluster::Run transaction per customer)");
+                                 "rows would be missed",
+                    fmt::format("run one statement per {} (in one Cluster::Transact per key)", plan.key_column));
     }
     return;
   }
-  const auto& rows = route.row_customers;
+  const auto& rows = route.row_keys;
   if (rows.size() < 2) return;
   const ShardId first = directory.ShardOf(BucketOf(rows.front()));
   for (std::size_t i = 1; i < rows.size(); ++i) {
     const ShardId shard = directory.ShardOf(BucketOf(rows[i]));
     if (shard == first) continue;
     throw Refusal(plan.text, plan.rows.at(i).key.location, fmt::format("row {} of the VALUES", i + 1),
-                  fmt::format("customer {} is on shard {} and customer {} on shard {}, and one INSERT is atomic on "
+                  fmt::format("{0} {1} is on shard {2} and {0} {3} on shard {4}, and one INSERT is atomic on "
                               "one shard only",
-                              ToInt(rows.front()), ToInt(first), ToInt(rows[i]), ToInt(shard)),
-                  "insert each customer's rows with a statement of its own");
+                              plan.key_column, rows.front(), ToInt(first), rows[i], ToInt(shard)),
+                  fmt::format("insert each {}'s rows with a statement of its own", plan.key_column));
   }
 }
 
@@ -326,7 +337,7 @@ std::string StatementText(const SqlPlan& plan, const BoundRoute& route) {
   std::vector<std::pair<int, std::string>> inserts;
   inserts.emplace_back(plan.columns_close_paren, std::string(", ") + kBucketColumn);
   for (std::size_t i = 0; i < plan.rows.size(); ++i) {
-    inserts.emplace_back(plan.rows[i].close_paren, fmt::format(", {}", ToInt(BucketOf(route.row_customers.at(i)))));
+    inserts.emplace_back(plan.rows[i].close_paren, fmt::format(", {}", ToInt(BucketOf(route.row_keys.at(i)))));
   }
   std::sort(inserts.begin(), inserts.end());
   std::string text;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/shard_key.hpp"
 #include "shardkit/queries/scatter.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/sql/sql_plan_info.hpp"
@@ -41,9 +42,9 @@
 
 namespace shardkit::sql {
 
-// Where a customer_id value comes from: a literal, or parameter $n.
+// Where a shard key value comes from: a literal (read as the key's type), or parameter $n.
 struct KeySource {
-  std::optional<std::int64_t> literal;
+  std::optional<ShardKey> literal;
   int param = 0;      // 1-based, when not a literal
   int location = -1;  // byte offset of the value in the text
   friend bool operator==(const KeySource& a, const KeySource& b) {
@@ -70,6 +71,9 @@ struct InsertRow {
 
 struct SqlPlan {
   std::string text;
+  // The shard key's column and type (the catalog's): how values are read.
+  std::string key_column = "customer_id";
+  ShardKeyType key_type = ShardKeyType::kInt4;
   SqlPlanInfo::Kind kind = SqlPlanInfo::Kind::kRouted;
   std::string statement;  // SELECT, INSERT, UPDATE, DELETE
   bool read_only = true;
@@ -97,6 +101,8 @@ struct SqlPlan {
   int parameter_count = 0;
   int last_parameter_location = -1;
   [[nodiscard]] bool AddsBucket() const noexcept { return columns_close_paren >= 0; }
+  // In messages: "customer" (the Bookstore's integer keys), else "key".
+  [[nodiscard]] const char* KeyNoun() const noexcept { return key_type == ShardKeyType::kInt4 ? "customer" : "key"; }
 };
 
 struct ParsedStatement;
@@ -111,13 +117,13 @@ struct ParsedStatement;
 // 08P01, a protocol violation, after a round trip).
 void RequireParameterCount(const SqlPlan& plan, const SqlParams& params);
 
-// The customers a plan runs for, with these parameters.
+// The shard keys a plan runs for, with these parameters.
 struct BoundRoute {
-  std::optional<CustomerId> customer;     // kRouted: the one customer it routes by
-  std::vector<CustomerId> row_customers;  // INSERT: each row's
-  // A plan with key sets: the customers every set names (their
-  // intersection, sorted, each once; NULLs matched nothing and are gone).
-  std::optional<std::vector<CustomerId>> customers;
+  std::optional<ShardKey> key;     // kRouted: the one key it routes by
+  std::vector<ShardKey> row_keys;  // INSERT: each row's
+  // A plan with key sets: the keys every set names (their intersection,
+  // sorted, each once; NULLs matched nothing and are gone).
+  std::optional<std::vector<ShardKey>> key_values;
   // Their buckets, each once, sorted: where a restricted scatter runs. At
   // least one: a set naming no customer still needs one shard to answer
   // (the columns, an aggregate's one row), and its condition matches no row.
@@ -135,10 +141,12 @@ struct BoundRoute {
 // they are on different shards (not atomic) or in different buckets.
 void RequireOneShard(const SqlPlan& plan, const BoundRoute& route, const BucketDirectory& directory);
 
-// The elements of an integer array in PostgreSQL's text form ('{1,2,NULL}',
-// nested braces flattened, as = ANY reads them), NULLs as nullopt; nullopt
-// for anything else (dimension decorations, escapes, non-integers).
-[[nodiscard]] std::optional<std::vector<std::optional<std::int64_t>>> ParseIntegerArray(std::string_view text);
+// The elements of an array of keys in PostgreSQL's text form ('{1,2,NULL}',
+// nested braces flattened, as = ANY reads them), each read as `type`, NULLs
+// as nullopt; nullopt for anything else (dimension decorations, quotes,
+// escapes, values that are not of the type).
+[[nodiscard]] std::optional<std::vector<std::optional<ShardKey>>> ParseKeyArray(std::string_view text,
+                                                                                ShardKeyType type);
 
 // The text to run: the plan's, with ", bucket" and each row's bucket added
 // when the INSERT's column list omits it.

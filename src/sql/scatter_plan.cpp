@@ -133,7 +133,7 @@ bool ScatterPlanner::HasShardKey(const json& items, bool targets) const {
     if (column == nullptr) continue;
     const json& fields = column->at("fields");
     const bool star = fields.back().contains("A_Star");
-    if (!star && name_of(fields.back()) != kShardKeyColumn) continue;
+    if (!star && name_of(fields.back()) != catalog_.KeyColumn()) continue;
     if (fields.size() == 1 && (!star || targets)) return true;
     if (fields.size() == 2) {
       if (sharded.contains(name_of(fields.front())) && (!star || targets)) return true;

@@ -215,6 +215,7 @@ ScatterPlanner::GroupKeys ScatterPlanner::ReadGroupKeys(const json& targets, con
 
 AggregateQuery ScatterPlanner::FromAndWhere() const {
   AggregateQuery query = AggregateQuery::FromSql(Text(from_));
+  query.ShardKey(catalog_.KeyColumn());
   if (where_.present) query.Where(Text(where_));
   return query;
 }

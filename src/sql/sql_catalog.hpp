@@ -1,6 +1,6 @@
 // What the SQL layer knows of the shards' schema: the sharded tables (those
-// registered in shardkit_sharded_tables, sql/010: shard key customer_id,
-// bucket column bucket), the reference tables the configuration declares
+// registered in shardkit_sharded_tables, sql/010 and sql/038: each with its
+// shard key column, and the bucket column bucket), the reference tables the configuration declares
 // ([sql] reference_tables) with their columns (names, type OIDs and NOT
 // NULL), the names of every function, of those that are not built in (they
 // may read tables the router cannot see) and of the aggregates (looked up,
@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "shardkit/core/shard_key.hpp"
 #include "shardkit/errors.hpp"
 
 namespace pqxx {
@@ -24,7 +25,7 @@ class transaction_base;
 
 namespace shardkit::sql {
 
-inline constexpr const char* kShardKeyColumn = "customer_id";
+inline constexpr const char* kDefaultKeyColumn = "customer_id";
 inline constexpr const char* kBucketColumn = "bucket";
 
 // Type OIDs the planner tells apart (pg_type.h).
@@ -32,6 +33,9 @@ inline constexpr unsigned kInt8Oid = 20;
 inline constexpr unsigned kInt2Oid = 21;
 inline constexpr unsigned kInt4Oid = 23;
 inline constexpr unsigned kNumericOid = 1700;
+inline constexpr unsigned kTextOid = 25;
+inline constexpr unsigned kVarcharOid = 1043;
+inline constexpr unsigned kUuidOid = 2950;
 
 // What pg_attribute says of a column.
 struct SqlColumnFacts {
@@ -48,13 +52,25 @@ struct SqlTable {
   // Parallel to columns when read from a shard; empty when not known (a
   // catalog made by hand).
   std::vector<SqlColumnFacts> facts = {};
+  std::string oid = {};  // pg_class's, as text, when read from a shard
+  // A sharded table's shard key.
+  std::string key_column = kDefaultKeyColumn;
+  ShardKeyType key_type = ShardKeyType::kInt4;
   [[nodiscard]] bool HasColumn(const std::string& column) const;
   // The column's type and NOT NULL, or null when not known.
   [[nodiscard]] const SqlColumnFacts* Facts(const std::string& column) const;
 };
 
+// The SQL layer reads one shard key column name for the whole cluster (a
+// statement's tables are joined and pinned on it): the name the
+// application's sharded tables share. Tables sharded by another name
+// (shardkit's own, customer_id, in a service keyed by tenant_id) are kept
+// apart: a statement that reads them is refused, naming both keys.
 class SqlCatalog {
  public:
+  // Sets the cluster's key from the tables added so far (LoadSqlCatalog
+  // calls it; a catalog made by hand without it keeps customer_id integer).
+  void ChooseKey();
   void AddSharded(SqlTable table) { sharded_.push_back(std::move(table)); }
   void AddReference(SqlTable table) { reference_.push_back(std::move(table)); }
   void AddUserFunction(std::string name) { user_functions_.insert(std::move(name)); }
@@ -64,6 +80,11 @@ class SqlCatalog {
   void AddFunction(std::string name) { functions_.insert(std::move(name)); }
   void SetSchemaVersion(std::string version) { schema_version_ = std::move(version); }
 
+  [[nodiscard]] const std::string& KeyColumn() const { return key_column_; }
+  [[nodiscard]] ShardKeyType KeyType() const { return key_type_; }
+  // A registered table sharded by a key other than KeyColumn() (or of
+  // another kind of type), or null.
+  [[nodiscard]] const SqlTable* FindOtherKeyed(const std::optional<std::string>& schema, const std::string& name) const;
   // The table a FROM item names (schema-qualified or by search_path), or null.
   [[nodiscard]] const SqlTable* FindSharded(const std::optional<std::string>& schema, const std::string& name) const;
   [[nodiscard]] const SqlTable* FindReference(const std::optional<std::string>& schema, const std::string& name) const;
@@ -79,7 +100,10 @@ class SqlCatalog {
 
  private:
   std::vector<SqlTable> sharded_;
+  std::vector<SqlTable> other_keyed_;
   std::vector<SqlTable> reference_;
+  std::string key_column_ = kDefaultKeyColumn;
+  ShardKeyType key_type_ = ShardKeyType::kInt4;
   std::set<std::string> user_functions_;
   std::set<std::string> aggregates_;
   std::set<std::string> functions_;
@@ -92,6 +116,13 @@ class SqlCatalog {
 class NotInCatalog : public SqlError {
  public:
   explicit NotInCatalog(SqlError refusal) : SqlError(std::move(refusal)) {}
+};
+
+// A table sharded by another key than the cluster's: its refusal names
+// both keys as they are (not rewritten for the cluster's key).
+class OtherKeyRefusal : public SqlError {
+ public:
+  explicit OtherKeyRefusal(SqlError refusal) : SqlError(std::move(refusal)) {}
 };
 
 // What changes when the schema does: the highest migration applied, the

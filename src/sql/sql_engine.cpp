@@ -11,6 +11,7 @@
 
 #include "core/sql_text.hpp"
 #include "queries/stale_directory_retry.hpp"
+#include "shardkit/core/shard_key_format.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/pg/server_error.hpp"
 #include "shardkit/queries/scatter.hpp"
@@ -158,7 +159,7 @@ SqlEngine::Bound SqlEngine::Bind(std::shared_ptr<const SqlPlan> plan, bool cache
   bound.cached = cached;
   bound.route = BindRoute(*bound.plan, params);
   // No sharded table: any shard answers; customer 0's is as good as any.
-  bound.customer = bound.route.customer.value_or(CustomerId{0});
+  if (bound.route.key) bound.key = *bound.route.key;
   RequireOneShard(*bound.plan, bound.route, *resolver_.Directory());
   return bound;
 }
@@ -168,9 +169,10 @@ SqlPlanInfo SqlEngine::Info(const Bound& bound, ShardId shard) const {
   info.kind = bound.plan->kind;
   info.shard = shard;
   if (info.kind == SqlPlanInfo::Kind::kRouted) {
-    info.customer = bound.customer;
-    info.bucket = BucketOf(bound.customer);
+    info.key = bound.key;
+    info.bucket = BucketOf(bound.key);
   }
+  info.key_column = bound.plan->key_column;
   info.statement = bound.plan->statement;
   info.read_only = bound.plan->read_only;
   info.sharded_tables = bound.plan->sharded_tables;
@@ -184,7 +186,7 @@ SqlPlanInfo SqlEngine::Info(const Bound& bound, ShardId shard) const {
   if (const auto& scatter = bound.plan->scatter; scatter) {
     info.total_shards = resolver_.ShardCount();
     info.shard_count = info.total_shards;
-    if (bound.route.customers) {
+    if (bound.route.key_values) {
       // Restricted: the owners of its buckets now (Execute reports the ones it ran on).
       const auto directory = resolver_.Directory();
       for (const BucketId b : bound.route.Buckets()) info.shards.push_back(directory->ShardOf(b));
@@ -207,7 +209,7 @@ SqlPlanInfo SqlEngine::Info(const Bound& bound, ShardId shard) const {
 
 SqlPlanInfo SqlEngine::Explain(const std::string& sql, const SqlParams& params) {
   const Bound bound = Bind(sql, params);
-  return Info(bound, resolver_.Resolve(bound.customer).shard);
+  return Info(bound, resolver_.Resolve(bound.key).shard);
 }
 
 namespace {
@@ -323,13 +325,14 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
   scatter_options.read = options.read;
   // customer_id IN (...): only the shards of those customers' buckets, by
   // the snapshot the scatter fences with (picked again on a retry).
-  if (bound.route.customers) scatter_options.buckets = bound.route.Buckets();
+  if (bound.route.key_values) scatter_options.buckets = bound.route.Buckets();
   if (plan.percentile) {
     if (options.read.preference == ReadPreference::kReplicaOnly) {
       throw Refusal(bound.plan->text, 0, "this statement over every shard",
                     "exact percentiles and COUNT(DISTINCT) read the primaries (each shard's rows go into a temporary "
                     "table, which a replica cannot make), and replicas only were asked for",
-                    "read the primaries or prefer replicas (it then reads the primaries), or pin customer_id");
+                    fmt::format("read the primaries or prefer replicas (it then reads the primaries), or pin {}",
+                                bound.plan->key_column));
     }
     SqlResult result;
     try {
@@ -341,7 +344,7 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
     } catch (const UnmergeableQuery& e) {
       // What only the shards' types tell (a value type not ranked exactly, too many distinct values).
       throw Refusal(bound.plan->text, 0, "this statement over every shard", e.what(),
-                    "pin customer_id so that it runs on one customer's shard, or rewrite it as said");
+                    fmt::format("pin {} so that it runs on one shard, or rewrite it as said", bound.plan->key_column));
     }
     std::string merge = std::move(result.plan.merge);
     result.plan = Info(bound, ShardId{0});
@@ -364,14 +367,14 @@ SqlResult SqlEngine::ExecuteScatter(const Bound& bound, const SqlParams& params,
   }
   const auto ran_on = [&](const ScatterResult& scattered) {
     for (const ShardResult& shard : scattered.shards) result.from_replicas += shard.on_replica ? 1 : 0;
-    if (!bound.route.customers) return;
+    if (!bound.route.key_values) return;
     result.plan.shards.clear();
     for (const ShardResult& shard : scattered.shards) result.plan.shards.push_back(shard.shard);
     result.plan.shard_count = static_cast<int>(result.plan.shards.size());
   };
   const auto refuse = [&](const UnmergeableQuery& e, const std::string& reason, int location = 0) {
     throw Refusal(bound.plan->text, location, "this statement over every shard", reason.empty() ? e.what() : reason,
-                  "pin customer_id so that it runs on one customer's shard");
+                  fmt::format("pin {} so that it runs on one shard", bound.plan->key_column));
   };
   // LIMIT $n / OFFSET $n: bound now (the cached plan has no value).
   std::optional<std::int64_t> limit;
@@ -637,43 +640,43 @@ SqlResult SqlEngine::ExecuteBound(const Bound& bound, const SqlParams& params, c
     if (bound.plan->read_only) {
       // A read: its whole transaction in one round trip.
       RoutedOutcome outcome;
-      const pg::Rows rows = transactions_.Read(bound.customer, text, params, routed, &outcome);
+      const pg::Rows rows = transactions_.Read(bound.key, text, params, routed, &outcome);
       fill(rows, outcome.shard);
       result.from_replicas = outcome.on_replica ? 1 : 0;
       return result;
     }
     // A write: its transaction, COMMIT and read token in one round trip.
     RoutedOutcome outcome;
-    const pg::Rows rows = transactions_.Write(bound.customer, text, params, routed, &outcome);
+    const pg::Rows rows = transactions_.Write(bound.key, text, params, routed, &outcome);
     fill(rows, outcome.shard);
     result.token = std::move(outcome.token);
     return result;
   } catch (...) {
     // The server's error about the statement, as shardkit's.
-    RethrowAsShardError(resolver_.Resolve(bound.customer).shard,
-                        fmt::format("{} for customer {}", bound.plan->statement, ToInt(bound.customer)));
+    RethrowAsShardError(resolver_.Resolve(bound.key).shard,
+                        fmt::format("{} for {}", bound.plan->statement, Describe(bound.key, bound.plan->key_column)));
   }
 }
 
 SqlResult SqlEngine::ExecuteIn(pqxx::transaction_base& tx, const RoutedContext& at, const std::string& sql,
                                const SqlParams& params) {
   const Bound bound = Bind(sql, params);
-  const std::string bound_to = fmt::format("the transaction is bound to customer {} (bucket {}, shard {})",
-                                           ToInt(at.customer), ToInt(at.bucket), ToInt(at.shard));
+  const std::string bound_to = fmt::format("the transaction is bound to {} (bucket {}, shard {})",
+                                           Describe(at.key, bound.plan->key_column), ToInt(at.bucket), ToInt(at.shard));
   const std::string advice = fmt::format(
-      "run it outside this transaction (Cluster::Execute, or Cluster::Transact for its own customer), or pin "
-      "customer_id to a customer of bucket {}",
-      ToInt(at.bucket));
+      "run it outside this transaction (Cluster::Execute, or Cluster::Transact for its own {0}), or pin "
+      "{1} to a {0} of bucket {2}",
+      bound.plan->KeyNoun(), bound.plan->key_column, ToInt(at.bucket));
   if (bound.plan->kind == SqlPlanInfo::Kind::kScatter) {
     throw Refusal(bound.plan->text, 0, "this statement in a transaction on one shard",
                   fmt::format("it runs over several shards, and {}", bound_to), advice);
   }
-  if (bound.plan->kind == SqlPlanInfo::Kind::kRouted && BucketOf(bound.customer) != at.bucket) {
+  if (bound.plan->kind == SqlPlanInfo::Kind::kRouted && BucketOf(bound.key) != at.bucket) {
     // Another bucket may live on another shard, or move on its own: the
     // transaction's fence holds its own bucket only.
     throw Refusal(bound.plan->text, 0, "this statement in a transaction on one shard",
-                  fmt::format("it is pinned to customer {} (bucket {}), and {}", ToInt(bound.customer),
-                              ToInt(BucketOf(bound.customer)), bound_to),
+                  fmt::format("it is pinned to {} (bucket {}), and {}", Describe(bound.key, bound.plan->key_column),
+                              ToInt(BucketOf(bound.key)), bound_to),
                   advice);
   }
   const pqxx::result rows =

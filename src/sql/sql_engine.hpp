@@ -61,7 +61,7 @@ class SqlEngine {
   struct Bound {
     std::shared_ptr<const SqlPlan> plan;
     BoundRoute route;
-    CustomerId customer{};
+    ShardKey key = CustomerId{0};
     bool cached = false;
   };
   Bound Bind(const std::string& sql, const SqlParams& params);

@@ -88,6 +88,19 @@ SqlError SyntaxError(std::string_view text, const std::string& message, int char
   return SqlError(what, std::move(details));
 }
 
+SqlError ForKeyColumn(std::string_view text, const SqlError& refusal, const std::string& key_column) {
+  if (refusal.kind() != SqlError::Kind::kRefused || key_column == "customer_id") return refusal;
+  const auto rewrite = [&](std::string s) {
+    for (std::size_t at = s.find("customer_id"); at != std::string::npos; at = s.find("customer_id", at)) {
+      s.replace(at, std::string_view("customer_id").size(), key_column);
+      at += key_column.size();
+    }
+    return s;
+  };
+  const int location = refusal.position() > 0 ? ByteOffset(text, refusal.position()) : -1;
+  return Refusal(text, location, rewrite(refusal.construct()), rewrite(refusal.reason()), rewrite(refusal.advice()));
+}
+
 SqlError Refusal(std::string_view text, int location, const std::string& construct, const std::string& reason,
                  const std::string& advice) {
   SqlError::Details details;

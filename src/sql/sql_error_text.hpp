@@ -18,6 +18,11 @@ namespace shardkit::sql {
 [[nodiscard]] SqlError Refusal(std::string_view text, int location, const std::string& construct,
                                const std::string& reason, const std::string& advice);
 
+// A refusal written for the Bookstore's key, customer_id, said of the
+// cluster's key column instead (in its construct, reason and advice; the
+// statement's text is left as it is). A syntax error is returned as it is.
+[[nodiscard]] SqlError ForKeyColumn(std::string_view text, const SqlError& refusal, const std::string& key_column);
+
 // 1-based character position of a byte offset (0 for a negative offset).
 [[nodiscard]] int CharPosition(std::string_view text, int byte_offset);
 // The byte offset of a 1-based character position (its inverse).

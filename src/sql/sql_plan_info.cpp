@@ -5,8 +5,9 @@
 namespace shardkit {
 
 std::string SqlPlanInfo::Describe() const {
-  if (kind == Kind::kRouted && customer && bucket) {
-    return fmt::format("routed: shard {} (bucket {}, customer {})", ToInt(shard), ToInt(*bucket), ToInt(*customer));
+  if (kind == Kind::kRouted && key && bucket) {
+    return fmt::format("routed: shard {} (bucket {}, {})", ToInt(shard), ToInt(*bucket),
+                       shardkit::Describe(*key, key_column));
   }
   if (kind == Kind::kScatter) {
     std::string over = fmt::format("{} shards", shard_count);

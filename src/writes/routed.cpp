@@ -25,7 +25,7 @@ std::vector<const char*> TextValues(const SqlParams& params) {
 
 }  // namespace
 
-pg::Rows RoutedTransactions::Read(CustomerId customer, const std::string& sql, const SqlParams& params,
+pg::Rows RoutedTransactions::Read(const ShardKey& key, const std::string& sql, const SqlParams& params,
                                   const RoutedOptions& options, RoutedOutcome* outcome) {
   detail::RoutedWork work;
   work.kind = detail::RoutedWork::Kind::kRead;
@@ -33,11 +33,11 @@ pg::Rows RoutedTransactions::Read(CustomerId customer, const std::string& sql, c
   work.values = TextValues(params);
   RoutedOptions read_only = options;
   read_only.read_only = true;
-  RunWork(customer, work, read_only, outcome);
+  RunWork(key, work, read_only, outcome);
   return std::move(work.rows);
 }
 
-pg::Rows RoutedTransactions::Write(CustomerId customer, const std::string& sql, const SqlParams& params,
+pg::Rows RoutedTransactions::Write(const ShardKey& key, const std::string& sql, const SqlParams& params,
                                    const RoutedOptions& options, RoutedOutcome* outcome) {
   detail::RoutedWork work;
   work.kind = detail::RoutedWork::Kind::kWrite;
@@ -45,21 +45,21 @@ pg::Rows RoutedTransactions::Write(CustomerId customer, const std::string& sql, 
   work.values = TextValues(params);
   RoutedOptions writing = options;
   writing.read_only = false;
-  RunWork(customer, work, writing, outcome);
+  RunWork(key, work, writing, outcome);
   return std::move(work.rows);
 }
 
-void RoutedTransactions::RunErased(CustomerId customer,
+void RoutedTransactions::RunErased(const ShardKey& key,
                                    const std::function<void(pqxx::transaction_base&, const RoutedContext&)>& fn,
                                    const RoutedOptions& options, RoutedOutcome* outcome) {
   detail::RoutedWork work;
   work.fn = &fn;
-  RunWork(customer, work, options, outcome);
+  RunWork(key, work, options, outcome);
 }
 
-void RoutedTransactions::RunWork(CustomerId customer, detail::RoutedWork& work, const RoutedOptions& options,
+void RoutedTransactions::RunWork(const ShardKey& key, detail::RoutedWork& work, const RoutedOptions& options,
                                  RoutedOutcome* outcome_out) {
-  detail::RoutedCall call{{resolver_, watcher_, replicas_}, customer, options, work};
+  detail::RoutedCall call{{resolver_, watcher_, replicas_}, key, options, work};
   bool committed = false;
   try {
     call.Run();

@@ -11,6 +11,7 @@
 #include "pg/server_message.hpp"
 #include "pg/sync_standby_watch.hpp"
 #include "routing/replica_reads.hpp"
+#include "shardkit/core/shard_key_format.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "writes/bounded_call.hpp"
@@ -67,15 +68,15 @@ milliseconds Backoff(int round, milliseconds cap) {
 
 }  // namespace
 
-RoutedCall::RoutedCall(const RoutedParts& parts, CustomerId customer, const RoutedOptions& options, RoutedWork& work)
+RoutedCall::RoutedCall(const RoutedParts& parts, const ShardKey& key, const RoutedOptions& options, RoutedWork& work)
     : parts_(parts),
-      customer_(customer),
+      key_(key),
       options_(options),
       work_(work),
       start_(Clock::now()),
       deadline_(options.deadline.value_or(start_ + kDefaultTimeout)),
       label_(options.label.empty() ? "routed transaction" : options.label),
-      bucket_(BucketOf(customer)),
+      bucket_(key.bucket()),
       fence_sql_(BucketSet::One(bucket_).FenceSql()) {
   const bool wants_replicas = options.read_only && parts.replicas != nullptr && options.read.UsesReplicas();
   replica_only_ = wants_replicas && options.read.preference == ReadPreference::kReplicaOnly;
@@ -125,9 +126,9 @@ RoutedCall::Target RoutedCall::Choose() {
     if (options_.isolation == Isolation::kSerializable) {
       if (replica_only_) {
         throw ReplicaUnavailable(target.shard,
-                                 fmt::format("{} for customer {}: a SERIALIZABLE read cannot run on a hot "
+                                 fmt::format("{} for {}: a SERIALIZABLE read cannot run on a hot "
                                              "standby; read with REPEATABLE READ or from the primary",
-                                             label_, customer_),
+                                             label_, Who()),
                                  {});
       }
       primary_only_ = true;
@@ -137,7 +138,7 @@ RoutedCall::Target RoutedCall::Choose() {
   }
   target.on_replica = target.choice && target.choice->replica;
   if (target.on_replica) target.pool = target.choice->replica->pool;
-  target.at = RoutedContext{customer_,
+  target.at = RoutedContext{key_,
                             bucket_,
                             target.shard,
                             directory->Version(),
@@ -493,8 +494,8 @@ RoutedCall::Next RoutedCall::OnServerError(const Target& target, ConnectionPool:
 }
 
 RoutedCall::Next RoutedCall::OnRefusal(const Target& target, const FenceRefusal& refusal) {
-  last_refusal_.emplace(ToException(refusal, target.shard,
-                                    fmt::format("{} for customer {} on shard {}", label_, customer_, target.shard)));
+  last_refusal_.emplace(
+      ToException(refusal, target.shard, fmt::format("{} for {} on shard {}", label_, Who(), target.shard)));
   last_failure_ = refusal.message;
   if (target.on_replica) {
     // Replicas only: wait for it to replay the move, refreshing the
@@ -586,7 +587,11 @@ void RoutedCall::ThrowUnknown(ShardId shard, const std::string& why) {
 }
 
 std::string RoutedCall::Describe() const {
-  return fmt::format("{} for customer {} (bucket {})", label_, customer_, bucket_);
+  return fmt::format("{} for {} (bucket {})", label_, Who(), bucket_);
+}
+
+std::string RoutedCall::Who() const {
+  return shardkit::Describe(key_);
 }
 
 }  // namespace shardkit::detail

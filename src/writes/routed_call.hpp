@@ -59,7 +59,7 @@ struct RoutedParts {
 
 class RoutedCall {
  public:
-  RoutedCall(const RoutedParts& parts, CustomerId customer, const RoutedOptions& options, RoutedWork& work);
+  RoutedCall(const RoutedParts& parts, const ShardKey& key, const RoutedOptions& options, RoutedWork& work);
 
   // Attempts until one commits; throws what the classifier gives up with.
   void Run();
@@ -118,9 +118,11 @@ class RoutedCall {
   [[noreturn]] void ThrowStillRefused(int attempts) const;
   [[noreturn]] void ThrowUnknown(ShardId shard, const std::string& why);
   [[nodiscard]] std::string Describe() const;
+  // "customer 4242" (integer keys), "key <value>" (the others).
+  [[nodiscard]] std::string Who() const;
 
   RoutedParts parts_;
-  CustomerId customer_;
+  ShardKey key_;
   const RoutedOptions& options_;
   RoutedWork& work_;
   Clock::time_point start_;

@@ -227,7 +227,7 @@ class Load {
               tx.exec_params(
                   "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, "
                   "$3, now(), 10)",
-                  at.customer, at.bucket, order);
+                  at.key, at.bucket, order);
             },
             ro);
         std::lock_guard lock(mutex_);

@@ -178,8 +178,8 @@ TEST_F(Move, AStaleRoutersWriteIsRefusedByTheFenceAndLandsOnTheNewOwner) {
   routed.Run(
       CustomerId{customer},
       [&](pqxx::transaction_base& tx, const RoutedContext& at) {
-        tx.exec_params("INSERT INTO customers (customer_id, bucket, name, email) VALUES ($1, $2, 'stale', 'w')",
-                       at.customer, at.bucket);
+        tx.exec_params("INSERT INTO customers (customer_id, bucket, name, email) VALUES ($1, $2, 'stale', 'w')", at.key,
+                       at.bucket);
       },
       {}, &outcome);
   EXPECT_EQ(outcome.shard, ShardId{2});
@@ -354,12 +354,12 @@ TEST_F(Move, AnythingWrittenDuringTheMoveArrivesExactlyOnce) {
                 tx.exec_params(
                     "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, "
                     "$3, now(), $4)",
-                    at.customer, at.bucket, order_id, 10 * items);
+                    at.key, at.bucket, order_id, 10 * items);
                 for (int line = 1; line <= items; ++line) {
                   tx.exec_params(
                       "INSERT INTO order_items (customer_id, bucket, order_id, line_no, book_id, quantity, "
                       "unit_price) VALUES ($1, $2, $3, $4, 1, 1, 10)",
-                      at.customer, at.bucket, order_id, line);
+                      at.key, at.bucket, order_id, line);
                 }
               },
               {}, &outcome);

@@ -182,7 +182,7 @@ TEST_F(LabReplicas, ReadsOnReplicasEqualTheReference) {
       CustomerId{44},
       [](pqxx::transaction_base& tx, const RoutedContext& at) {
         EXPECT_TRUE(at.on_replica);
-        return tx.exec_params("SELECT count(*) FROM orders WHERE customer_id = $1", at.customer)[0][0].as<int>();
+        return tx.exec_params("SELECT count(*) FROM orders WHERE customer_id = $1", at.key)[0][0].as<int>();
       },
       test::Reading(OnReplicas(), /*read_only=*/true));
   EXPECT_EQ(run, 44 % 5);

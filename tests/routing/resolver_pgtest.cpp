@@ -38,7 +38,7 @@ TEST(BucketShardResolver, RoutedWritesAndReadsLandOnTheOwningShardOnly) {
   for (const int id : {4242, 4243, 77777}) {
     const shardkit::CustomerId customer{id};
     const shardkit::Route route = resolver->Resolve(customer);
-    EXPECT_EQ(route.customer, customer);
+    EXPECT_EQ(route.key, customer);
     EXPECT_EQ(route.bucket, shardkit::BucketOf(customer));
     EXPECT_EQ(route.shard, resolver->ShardFor(customer));
     EXPECT_EQ(&route.pool, &resolver->Pool(route.shard));

@@ -149,8 +149,8 @@ TEST_F(SqlExecutePg, RoutedStatementsAnswerAsTheReferenceServer) {
       const SqlResult got = cluster_->Execute(sql, params);
       const Rows want = OnReference(sql, params).rows;
       EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kRouted);
-      ASSERT_TRUE(got.plan.customer);
-      EXPECT_EQ(ToInt(*got.plan.customer), customer);
+      ASSERT_TRUE(got.plan.key);
+      EXPECT_EQ(*got.plan.key, shardkit::CustomerId{customer});
       EXPECT_EQ(got.plan.shard, cluster_->Route(CustomerId{customer}).shard);
       if (c.ordered) {
         EXPECT_EQ(got.rows, want);
@@ -168,8 +168,8 @@ TEST_F(SqlExecutePg, RoutedStatementsAnswerAsTheReferenceServer) {
   const std::string by_key = "SELECT order_id, total FROM orders WHERE customer_id = $1 ORDER BY order_id";
   for (const char* text : {" 42", "+42", "42\t", " +42 "}) {
     const SqlResult got = cluster_->Execute(by_key, {text});
-    ASSERT_TRUE(got.plan.customer) << text;
-    EXPECT_EQ(ToInt(*got.plan.customer), 42) << text;
+    ASSERT_TRUE(got.plan.key) << text;
+    EXPECT_EQ(*got.plan.key, shardkit::CustomerId{42}) << text;
     EXPECT_EQ(got.rows, OnReference(by_key, {text}).rows) << text;
     EXPECT_FALSE(got.rows.empty());
   }

@@ -3,6 +3,7 @@
 // and the bucket spliced into an INSERT's text.
 #include "sql/router.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -41,8 +42,8 @@ std::optional<std::int32_t> RoutesTo(const std::string& sql, const SqlParams& pa
   const auto plan = PlanStatement(sql, Catalog());
   const BoundRoute route = BindRoute(*plan, params);
   if (plan->kind == SqlPlanInfo::Kind::kAnyShard) return std::nullopt;
-  EXPECT_TRUE(route.customer.has_value()) << sql;
-  return route.customer ? std::optional<std::int32_t>(ToInt(*route.customer)) : std::nullopt;
+  EXPECT_TRUE(route.key.has_value()) << sql;
+  return route.key ? std::optional<std::int32_t>(ToInt(*route.key->Customer())) : std::nullopt;
 }
 
 SqlError RefusalOf(const std::string& sql, const SqlParams& params = {}) {
@@ -177,7 +178,7 @@ TEST(SqlRouter, OrInAndNotPinNothingAndScatter) {
     const auto plan = PlanStatement(sql, Catalog());
     EXPECT_EQ(plan->kind, SqlPlanInfo::Kind::kScatter) << sql;
     ASSERT_TRUE(plan->scatter) << sql;
-    EXPECT_TRUE(BindRoute(*plan, {}).customer == std::nullopt) << sql;
+    EXPECT_TRUE(BindRoute(*plan, {}).key == std::nullopt) << sql;
   }
   const auto concatenated = PlanStatement("SELECT * FROM orders WHERE total > 5", Catalog());
   EXPECT_FALSE(concatenated->scatter->merge);
@@ -209,9 +210,9 @@ TEST(SqlRouter, OrInAndNotPinNothingAndScatter) {
 std::optional<std::vector<std::int32_t>> KeyCustomers(const std::string& sql, const SqlParams& params = {}) {
   const auto plan = PlanStatement(sql, Catalog());
   const BoundRoute route = BindRoute(*plan, params);
-  if (!route.customers) return std::nullopt;
+  if (!route.key_values) return std::nullopt;
   std::vector<std::int32_t> out;
-  for (const CustomerId c : *route.customers) out.push_back(ToInt(c));
+  for (const ShardKey& c : *route.key_values) out.push_back(ToInt(*c.Customer()));
   return out;
 }
 
@@ -249,7 +250,6 @@ TEST(SqlRouter, KeyListsRestrictAScatterToTheirCustomers) {
            "SELECT * FROM orders WHERE NOT (customer_id IN (1, 2))",
            "SELECT * FROM orders WHERE customer_id <> ALL(ARRAY[1, 2])",
            "SELECT * FROM orders WHERE customer_id = ALL(ARRAY[1, 2])",
-           "SELECT * FROM orders WHERE customer_id IN ('1', '2')",
            "SELECT * FROM orders WHERE customer_id = ANY(ARRAY[ARRAY[1, 2]])",
            "SELECT * FROM orders WHERE customer_id = ANY($1::text[]::int[])",
            "SELECT * FROM orders WHERE customer_id IN (SELECT 1)",
@@ -260,6 +260,8 @@ TEST(SqlRouter, KeyListsRestrictAScatterToTheirCustomers) {
     EXPECT_EQ(plan->kind, SqlPlanInfo::Kind::kScatter) << sql;
     EXPECT_TRUE(plan->key_sets.empty()) << sql;
   }
+  // Quoted values are read as the key's type, as the server reads them.
+  EXPECT_EQ(KeyCustomers("SELECT * FROM orders WHERE customer_id IN ('1', ' +2')"), (std::vector<std::int32_t>{1, 2}));
   // A pin still routes; the list only filters then.
   EXPECT_EQ(RoutesTo("SELECT * FROM orders WHERE customer_id = 5 AND customer_id IN (5, 6)"), 5);
 }
@@ -277,14 +279,21 @@ TEST(SqlRouter, KeyListsThatCannotBeReadAreRefused) {
   // A literal beyond int is no integer constant to the router (it matches no customer): every shard.
   EXPECT_TRUE(PlanStatement("SELECT * FROM orders WHERE customer_id IN (1, 4294967338)", Catalog())->key_sets.empty());
 
-  using A = std::vector<std::optional<std::int64_t>>;
-  EXPECT_EQ(ParseIntegerArray(" { 1 ,+2, -3,null , NULL }  "), (A{1, 2, -3, std::nullopt, std::nullopt}));
-  EXPECT_EQ(ParseIntegerArray("{}"), A{});
-  EXPECT_EQ(ParseIntegerArray("{{},{}}"), A{});
-  EXPECT_EQ(ParseIntegerArray("{007}"), A{7});
-  EXPECT_FALSE(ParseIntegerArray("{NULLX}"));
-  EXPECT_FALSE(ParseIntegerArray("{1}}"));
-  EXPECT_FALSE(ParseIntegerArray("{1\\,2}"));
+  using A = std::vector<std::optional<ShardKey>>;
+  const auto integers = [](std::string_view text) { return ParseKeyArray(text, ShardKeyType::kInt4); };
+  EXPECT_EQ(integers(" { 1 ,+2, -3,null , NULL }  "),
+            (A{ShardKey::Int4(1), ShardKey::Int4(2), ShardKey::Int4(-3), std::nullopt, std::nullopt}));
+  EXPECT_EQ(integers("{}"), A{});
+  EXPECT_EQ(integers("{{},{}}"), A{});
+  EXPECT_EQ(integers("{007}"), A{ShardKey::Int4(7)});
+  EXPECT_FALSE(integers("{NULLX}"));
+  EXPECT_FALSE(integers("{1}}"));
+  EXPECT_FALSE(integers("{1\\,2}"));
+  EXPECT_FALSE(integers("{4294967296}"));  // beyond integer
+  EXPECT_EQ(ParseKeyArray("{4294967296}", ShardKeyType::kInt8), A{ShardKey::Int8(4294967296)});
+  EXPECT_EQ(ParseKeyArray("{a, b c}", ShardKeyType::kText), std::nullopt);  // unquoted white space: not read
+  EXPECT_EQ(ParseKeyArray("{a,NULL,bc}", ShardKeyType::kText),
+            (A{ShardKey::Text("a"), std::nullopt, ShardKey::Text("bc")}));
 }
 
 TEST(SqlRouter, WritesWithKeyListsRouteOnlyWithinOneBucket) {
@@ -587,8 +596,8 @@ TEST(SqlRouter, InsertsRouteByTheirRowsAndGetTheirBucket) {
   const auto plan = PlanStatement(sql, Catalog());
   EXPECT_TRUE(plan->AddsBucket());
   const BoundRoute route = BindRoute(*plan, {});
-  ASSERT_TRUE(route.customer);
-  EXPECT_EQ(ToInt(*route.customer), 4242);
+  ASSERT_TRUE(route.key);
+  EXPECT_EQ(*route.key, CustomerId{4242});
   EXPECT_EQ(StatementText(*plan, route),
             "INSERT INTO orders (customer_id, order_id, ordered_at, total, bucket) VALUES (4242, 1, now(), 5, 44), "
             "(4242, 2, now(), 6, 44)");
@@ -682,6 +691,102 @@ TEST(SqlRouter, OtherStatementsAndUnknownTablesAreRefused) {
   EXPECT_EQ(RefusalOf("SELECT discount_for(total) FROM orders WHERE customer_id = 1").construct(),
             "the function discount_for");
   EXPECT_EQ(RefusalOf("SELECT nextval('s')").construct(), "the function nextval");
+}
+
+}  // namespace
+}  // namespace shardkit::sql
+
+namespace shardkit::sql {
+namespace {
+
+// An invoicing service sharded by tenant_id of some type; shardkit's own
+// jobs table is still keyed by customer_id.
+SqlCatalog TenantCatalog(ShardKeyType type) {
+  SqlCatalog catalog;
+  SqlTable tenants{"public", "tenants", true, {"tenant_id", "bucket", "name"}};
+  SqlTable invoices{"public", "invoices", true, {"tenant_id", "bucket", "invoice_id", "amount"}};
+  SqlTable jobs{"public", "shardkit_jobs", true, {"customer_id", "bucket", "job_id"}};
+  for (SqlTable* t : {&tenants, &invoices}) {
+    t->key_column = "tenant_id";
+    t->key_type = type;
+    catalog.AddSharded(*t);
+  }
+  catalog.AddSharded(jobs);
+  catalog.AddAggregate("count");
+  catalog.ChooseKey();
+  return catalog;
+}
+
+ShardKey RoutedKey(const SqlCatalog& catalog, const std::string& sql, const SqlParams& params = {}) {
+  const auto plan = PlanStatement(sql, catalog);
+  EXPECT_EQ(plan->kind, SqlPlanInfo::Kind::kRouted) << sql;
+  const BoundRoute route = BindRoute(*plan, params);
+  EXPECT_TRUE(route.key) << sql;
+  return route.key.value_or(CustomerId{0});
+}
+
+TEST(SqlRouterKeys, TheApplicationsKeyColumnIsTheClustersKey) {
+  const SqlCatalog catalog = TenantCatalog(ShardKeyType::kInt8);
+  EXPECT_EQ(catalog.KeyColumn(), "tenant_id");
+  EXPECT_EQ(catalog.KeyType(), ShardKeyType::kInt8);
+  EXPECT_EQ(RoutedKey(catalog, "SELECT * FROM invoices WHERE tenant_id = 9000000000"), ShardKey::Int8(9'000'000'000));
+  EXPECT_EQ(RoutedKey(catalog, "SELECT * FROM invoices WHERE tenant_id = -9000000000"), ShardKey::Int8(-9'000'000'000));
+  EXPECT_EQ(RoutedKey(catalog, "SELECT * FROM invoices WHERE tenant_id = $1", {" +9000000000"}),
+            ShardKey::Int8(9'000'000'000));
+  EXPECT_EQ(RoutedKey(catalog,
+                      "SELECT i.* FROM invoices i JOIN tenants t ON t.tenant_id = i.tenant_id WHERE t.tenant_id = 7"),
+            ShardKey::Int8(7));
+  // customer_id is not this cluster's key: a filter on it pins nothing.
+  const auto scatter = PlanStatement("SELECT count(*) FROM invoices", catalog);
+  EXPECT_EQ(scatter->kind, SqlPlanInfo::Kind::kScatter);
+  // The INSERT gets each row's bucket by its bigint rule.
+  const auto insert = PlanStatement("INSERT INTO invoices (tenant_id, invoice_id, amount) VALUES ($1, 1, 5)", catalog);
+  const BoundRoute route = BindRoute(*insert, {"9000000000"});
+  EXPECT_EQ(StatementText(*insert, route),
+            fmt::format("INSERT INTO invoices (tenant_id, invoice_id, amount, bucket) VALUES ($1, 1, 5, {})",
+                        ToInt(BucketOfInt8(9'000'000'000))));
+  // Refusals speak of the cluster's key.
+  try {
+    (void)PlanStatement("UPDATE invoices SET amount = 1", catalog);
+    ADD_FAILURE() << "an unpinned UPDATE was planned";
+  } catch (const SqlError& e) {
+    EXPECT_NE(e.message().find("tenant_id"), std::string::npos) << e.what();
+    EXPECT_EQ(e.message().find("customer_id"), std::string::npos) << e.what();
+  }
+  // Differently keyed tables are refused, naming both keys.
+  try {
+    (void)PlanStatement("SELECT * FROM shardkit_jobs WHERE customer_id = 1", catalog);
+    ADD_FAILURE() << "a table keyed by customer_id was planned in a tenant_id cluster";
+  } catch (const SqlError& e) {
+    EXPECT_NE(e.reason().find("sharded by customer_id (integer)"), std::string::npos) << e.what();
+    EXPECT_NE(e.reason().find("tenant_id (bigint)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SqlRouterKeys, UuidAndTextKeysPinOnTheirLiteralsAndParameters) {
+  const SqlCatalog uuids = TenantCatalog(ShardKeyType::kUuid);
+  const std::string id = "0189a0c2-7d5e-7abc-8def-0123456789ab";
+  const ShardKey expected = *ShardKey::Parse(ShardKeyType::kUuid, id);
+  EXPECT_EQ(RoutedKey(uuids, "SELECT * FROM invoices WHERE tenant_id = '" + id + "'"), expected);
+  EXPECT_EQ(RoutedKey(uuids, "SELECT * FROM invoices WHERE tenant_id = '" + id + "'::uuid"), expected);
+  EXPECT_EQ(RoutedKey(uuids, "SELECT * FROM invoices WHERE tenant_id = $1::uuid", {"{" + id + "}"}), expected);
+  try {
+    (void)BindRoute(*PlanStatement("SELECT * FROM invoices WHERE tenant_id = $1", uuids), {"not-a-uuid"});
+    ADD_FAILURE() << "a malformed uuid routed";
+  } catch (const SqlError& e) {
+    EXPECT_NE(e.reason().find("is not a valid tenant_id (uuid)"), std::string::npos) << e.what();
+  }
+  const SqlCatalog texts = TenantCatalog(ShardKeyType::kText);
+  EXPECT_EQ(RoutedKey(texts, "SELECT * FROM invoices WHERE tenant_id = 'acme'"), ShardKey::Text("acme"));
+  EXPECT_EQ(RoutedKey(texts, "DELETE FROM invoices WHERE tenant_id = $1", {" acme "}), ShardKey::Text(" acme "));
+  // A key list restricts the scatter to those keys' buckets.
+  const auto listed = PlanStatement("SELECT count(*) FROM invoices WHERE tenant_id IN ('a', $1)", texts);
+  const BoundRoute route = BindRoute(*listed, {"b"});
+  ASSERT_TRUE(route.key_values);
+  EXPECT_EQ(*route.key_values, (std::vector<ShardKey>{ShardKey::Text("a"), ShardKey::Text("b")}));
+  // Two different literals: refused.
+  EXPECT_THROW((void)PlanStatement("SELECT * FROM invoices WHERE tenant_id = 'a' AND tenant_id = 'b'", texts),
+               SqlError);
 }
 
 }  // namespace

@@ -166,7 +166,7 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
     }
     config_.directory_source = DirectorySource::kConfig;
     if (options.migrate) {
-      for (const MigrationSet& set : ClusterMigrations()) {
+      for (const MigrationSet& set : options.migrations.empty() ? ClusterMigrations() : options.migrations) {
         Migrator migrator(set, shardkit::MigrationServers(config_));
         const MigrationReport report = migrator.Apply();
         if (report.Ok()) continue;

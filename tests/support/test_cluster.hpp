@@ -71,6 +71,9 @@ struct ScratchOptions {
   // Without it the databases are empty and the directory is not stored:
   // tests of the migrator bring their own migration files.
   bool migrate = true;
+  // The sets it is migrated with (none: ClusterMigrations(), shardkit's and
+  // the Bookstore's).
+  std::vector<MigrationSet> migrations;
   // Enroll every shard (migrated clusters only) with the buckets the
   // directory gives it, as lab/cluster does: the fence and the visibility
   // rule of ownership.hpp are on.
@@ -96,6 +99,10 @@ struct ScratchOptions {
   }
   ScratchOptions& Pool(PoolOptions p) {
     pool = p;
+    return *this;
+  }
+  ScratchOptions& Migrations(std::vector<MigrationSet> sets) {
+    migrations = std::move(sets);
     return *this;
   }
   ScratchOptions& Unmigrated() {

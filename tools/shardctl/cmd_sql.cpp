@@ -45,7 +45,14 @@ nlohmann::json PlanJson(const shardkit::SqlPlanInfo& plan) {
     out["shard_sql"] = plan.shard_sql;
     out["merge"] = plan.merge;
   }
-  if (plan.customer) out["customer_id"] = shardkit::ToInt(*plan.customer);
+  // The key under its column's name: a number for integer keys.
+  if (plan.key) {
+    if (const auto value = plan.key->Integer()) {
+      out[plan.key_column] = *value;
+    } else {
+      out[plan.key_column] = plan.key->ToString();
+    }
+  }
   if (plan.bucket) out["bucket"] = shardkit::ToInt(*plan.bucket);
   return out;
 }

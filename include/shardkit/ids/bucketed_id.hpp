@@ -44,6 +44,7 @@
 #include <memory>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/shard_key.hpp"
 #include "shardkit/ids/snowflake.hpp"
 
 namespace shardkit {
@@ -71,7 +72,7 @@ class BucketedIdGenerator {
   // An ID carrying `bucket` (0..63, else IdGeneratorError). Thread-safe,
   // lock-free; waits and throws like SnowflakeGenerator::Next.
   [[nodiscard]] std::int64_t Next(BucketId bucket);
-  [[nodiscard]] std::int64_t NextFor(CustomerId customer_id) { return Next(BucketOf(customer_id)); }
+  [[nodiscard]] std::int64_t NextFor(const ShardKey& key) { return Next(key.bucket()); }
 
   [[nodiscard]] int WorkerId() const noexcept { return worker_id_; }
   [[nodiscard]] std::int64_t EpochUnixMs() const noexcept;

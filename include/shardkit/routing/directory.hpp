@@ -20,6 +20,7 @@
 
 #include "shardkit/core/bucket.hpp"
 #include "shardkit/core/bucket_directory.hpp"
+#include "shardkit/core/shard_key.hpp"
 #include "shardkit/core/thread_annotations.hpp"
 
 namespace pqxx {
@@ -84,11 +85,11 @@ class DirectoryHolder {
 
   explicit DirectoryHolder(BucketDirectory initial);
 
-  [[nodiscard]] ShardId ShardFor(CustomerId customer_id) const noexcept {
-    return ShardId{static_cast<int>(Word(BucketOf(customer_id)) & kShardMask)};
+  [[nodiscard]] ShardId ShardFor(const ShardKey& key) const noexcept {
+    return ShardId{static_cast<int>(Word(key.bucket()) & kShardMask)};
   }
-  [[nodiscard]] Placement PlacementOf(CustomerId customer_id) const noexcept {
-    const BucketId bucket = BucketOf(customer_id);
+  [[nodiscard]] Placement PlacementOf(const ShardKey& key) const noexcept {
+    const BucketId bucket = key.bucket();
     const std::uint64_t word = Word(bucket);
     return Placement{bucket, ShardId{static_cast<int>(word & kShardMask)},
                      static_cast<std::int64_t>(word >> kShardBits)};

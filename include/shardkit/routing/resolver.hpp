@@ -5,7 +5,7 @@
 //
 //   auto resolver = shardkit::BucketShardResolver::FromConfig(shardkit::LoadConfig(path));
 //   shardkit::Route route = resolver->Resolve(shardkit::CustomerId{4242});
-//   log("customer {}: bucket {}, shard {}", route.customer, route.bucket, route.shard);
+//   log("customer {}: bucket {}, shard {}", route.key, route.bucket, route.shard);
 //   auto lease = route.pool.Acquire();                    // shard 1's pool
 //   for (shardkit::ConnectionPool& pool : resolver->AllShards()) { ... }
 //
@@ -29,6 +29,7 @@
 
 #include "shardkit/config.hpp"
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/shard_key.hpp"
 #include "shardkit/pool/pool.hpp"
 #include "shardkit/routing/directory.hpp"
 
@@ -37,7 +38,7 @@ namespace shardkit {
 // Where one customer lives, all from one directory snapshot: print or use
 // these together, never a shard looked up separately.
 struct Route {
-  CustomerId customer;
+  ShardKey key;
   BucketId bucket;
   ShardId shard;
   std::int64_t directory_version;
@@ -84,13 +85,13 @@ class BucketShardResolver {
     return shardkit::BucketOf(customer_id);
   }
   // One atomic load (see DirectoryHolder).
-  [[nodiscard]] ShardId ShardFor(CustomerId customer_id) const noexcept { return directory_.ShardFor(customer_id); }
-  [[nodiscard]] ConnectionPool& PoolFor(CustomerId customer_id) const {
-    return *shards_[static_cast<std::size_t>(ToInt(ShardFor(customer_id)))]->servers.load()->primary.pool;
+  [[nodiscard]] ShardId ShardFor(const ShardKey& key) const noexcept { return directory_.ShardFor(key); }
+  [[nodiscard]] ConnectionPool& PoolFor(const ShardKey& key) const {
+    return *shards_[static_cast<std::size_t>(ToInt(ShardFor(key)))]->servers.load()->primary.pool;
   }
-  // Bucket, shard, directory version and pool of one customer, consistently
+  // Bucket, shard, directory version and pool of one key, consistently
   // (one atomic load, see DirectoryHolder::PlacementOf).
-  [[nodiscard]] Route Resolve(CustomerId customer_id) const;
+  [[nodiscard]] Route Resolve(const ShardKey& key) const;
   // The shard's primary's pool. Throws UnknownShard.
   [[nodiscard]] ConnectionPool& Pool(ShardId shard) const;
   [[nodiscard]] std::vector<std::reference_wrapper<ConnectionPool>> AllShards() const;  // the primaries

@@ -47,7 +47,8 @@ struct ClusterConfig;
 
 struct VerifyOptions {
   // Tables that must be identical on every shard (and the reference
-  // server). Unset: the configuration's [sql] reference_tables.
+  // server). Unset: those registered with shardkit_reference_table() and
+  // the configuration's [sql] reference_tables.
   std::optional<std::vector<std::string>> reference_tables;
   // Sharded tables that the [reference] server (if configured: the lab's
   // ground truth) holds in full: each bucket's row count on its owner must

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "shardkit/core/bucket.hpp"
+#include "shardkit/core/shard_key.hpp"
 
 namespace shardkit {
 
@@ -23,7 +23,8 @@ struct SqlPlanInfo {
   // The shard it runs on (for kAnyShard the one chosen), and for kRouted
   // the customer every sharded table is pinned to and its bucket.
   ShardId shard{};
-  std::optional<CustomerId> customer;
+  std::optional<ShardKey> key;
+  std::string key_column;  // the shard key's column (customer_id in the Bookstore)
   std::optional<BucketId> bucket;
   // "SELECT", "INSERT", "UPDATE", "DELETE".
   std::string statement;

@@ -59,6 +59,7 @@
 #include <utility>
 
 #include "shardkit/core/bucket.hpp"
+#include "shardkit/core/shard_key.hpp"
 #include "shardkit/core/sql_params.hpp"
 #include "shardkit/core/thread_annotations.hpp"
 #include "shardkit/pg/rows.hpp"
@@ -104,7 +105,7 @@ struct RoutedOptions {
 
 // What the function is told about where it runs.
 struct RoutedContext {
-  CustomerId customer{};
+  ShardKey key = CustomerId{0};  // what it routes by (a parameter in its text form)
   BucketId bucket{};
   ShardId shard{};
   std::int64_t directory_version = 0;  // of the directory this attempt routed with
@@ -156,15 +157,15 @@ class RoutedTransactions {
   // is unknown, PoolTimeout/ShardUnavailable when no connection is had, and
   // whatever fn throws.
   template <class Fn>
-  auto Run(CustomerId customer, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
+  auto Run(const ShardKey& key, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
     using Result = std::invoke_result_t<Fn&, pqxx::transaction_base&, const RoutedContext&>;
     if constexpr (std::is_void_v<Result>) {
       RunErased(
-          customer, [&](pqxx::transaction_base& tx, const RoutedContext& at) { fn(tx, at); }, options, outcome);
+          key, [&](pqxx::transaction_base& tx, const RoutedContext& at) { fn(tx, at); }, options, outcome);
     } else {
       std::optional<Result> result;
       RunErased(
-          customer, [&](pqxx::transaction_base& tx, const RoutedContext& at) { result.emplace(fn(tx, at)); }, options,
+          key, [&](pqxx::transaction_base& tx, const RoutedContext& at) { result.emplace(fn(tx, at)); }, options,
           outcome);
       return std::move(*result);
     }
@@ -174,7 +175,7 @@ class RoutedTransactions {
   // BEGIN to COMMIT in one round trip (libpq pipeline mode) instead of
   // Run's three; the same routing, fence, retries and errors as Run. The
   // statement is one statement (extended protocol); params are $1..$n.
-  [[nodiscard]] pg::Rows Read(CustomerId customer, const std::string& sql, const SqlParams& params,
+  [[nodiscard]] pg::Rows Read(const ShardKey& key, const std::string& sql, const SqlParams& params,
                               const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr);
   // One writing statement the same way: BEGIN, the fence, the statement,
   // COMMIT and the read token's WAL position in one round trip. Its rows
@@ -183,7 +184,7 @@ class RoutedTransactions {
   // (Run retries one lost before its COMMIT was sent); a statement's error
   // (the fence's refusal, a constraint) stops it before the COMMIT, and is
   // retried or thrown as Run does.
-  pg::Rows Write(CustomerId customer, const std::string& sql, const SqlParams& params,
+  pg::Rows Write(const ShardKey& key, const std::string& sql, const SqlParams& params,
                  const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr);
 
   [[nodiscard]] RoutedStats Stats() const;
@@ -193,9 +194,9 @@ class RoutedTransactions {
   void ReadReplicas(ReplicaMonitor* monitor) noexcept { replicas_ = monitor; }
 
  private:
-  void RunErased(CustomerId customer, const std::function<void(pqxx::transaction_base&, const RoutedContext&)>& fn,
+  void RunErased(const ShardKey& key, const std::function<void(pqxx::transaction_base&, const RoutedContext&)>& fn,
                  const RoutedOptions& options, RoutedOutcome* outcome);
-  void RunWork(CustomerId customer, detail::RoutedWork& work, const RoutedOptions& options, RoutedOutcome* outcome);
+  void RunWork(const ShardKey& key, detail::RoutedWork& work, const RoutedOptions& options, RoutedOutcome* outcome);
   void Count(const RoutedOutcome& outcome, bool committed, bool unknown);
 
   BucketShardResolver& resolver_;

@@ -33,8 +33,8 @@ TEST(ShardKey, BigintsBeyondIntegerUseFibonacciHashing) {
     const std::uint64_t product = low + (cross << 32);
     return BucketId{static_cast<int>(product >> 58)};
   };
-  for (const std::int64_t v : {std::int64_t{INT32_MAX} + 1, std::int64_t{INT32_MIN} - 1, std::int64_t{9'000'000'000},
-                               INT64_MAX, INT64_MIN}) {
+  for (const std::int64_t v :
+       {std::int64_t{INT32_MAX} + 1, std::int64_t{INT32_MIN} - 1, std::int64_t{9'000'000'000}, INT64_MAX, INT64_MIN}) {
     EXPECT_EQ(ShardKey::Int8(v).bucket(), expected(v)) << v;
   }
   // Spread: 100,000 consecutive large ids reach every bucket, none with more than twice its share.

@@ -90,12 +90,13 @@ class SqlKeyTypes : public ::testing::TestWithParam<KeyCase> {
       const std::string key = GetParam().key(i);
       const std::string name = fmt::format("tenant {}", i % 30);  // names repeat: GROUP BY merges across shards
       const std::string plan = std::to_string(i % 3);
-      EXPECT_EQ(cluster_
-                    ->Execute("INSERT INTO tenants (tenant_id, name, plan_id) VALUES ($1, $2, $3)", {key, name, plan})
-                    .affected,
-                1U);
-      ref.exec_params(fmt::format("INSERT INTO tenants VALUES ($1, {}($1::{}), $2, $3)", BucketFunction(GetParam().type), type), key, name,
-                      plan);
+      EXPECT_EQ(
+          cluster_->Execute("INSERT INTO tenants (tenant_id, name, plan_id) VALUES ($1, $2, $3)", {key, name, plan})
+              .affected,
+          1U);
+      ref.exec_params(
+          fmt::format("INSERT INTO tenants VALUES ($1, {}($1::{}), $2, $3)", BucketFunction(GetParam().type), type),
+          key, name, plan);
       for (int n = 1; n <= 1 + i % 4; ++n) {
         const std::string amount = fmt::format("{}.{:02}", 10 * n + i, i % 100);
         EXPECT_EQ(cluster_
@@ -103,8 +104,9 @@ class SqlKeyTypes : public ::testing::TestWithParam<KeyCase> {
                                 {key, std::to_string(n), amount})
                       .affected,
                   1U);
-        ref.exec_params(fmt::format("INSERT INTO invoices VALUES ($1, {}($1::{}), $2, $3)", BucketFunction(GetParam().type), type), key, n,
-                        amount);
+        ref.exec_params(
+            fmt::format("INSERT INTO invoices VALUES ($1, {}($1::{}), $2, $3)", BucketFunction(GetParam().type), type),
+            key, n, amount);
       }
     }
     ref.commit();
@@ -141,8 +143,8 @@ TEST_P(SqlKeyTypes, RowsLandOnTheOwnerOfTheirKeysBucket) {
       }
     }
   }
-  const auto reference = test::AnswerOnReference(
-      *scratch_, "SELECT (SELECT count(*) FROM tenants) + (SELECT count(*) FROM invoices)", {});
+  const auto reference =
+      test::AnswerOnReference(*scratch_, "SELECT (SELECT count(*) FROM tenants) + (SELECT count(*) FROM invoices)", {});
   EXPECT_EQ(std::to_string(total), reference.rows.at(0).at(0).value());
   // The catalog knows each table's key.
   pqxx::connection c{scratch_->ShardDsn(0).Reveal()};
@@ -196,7 +198,9 @@ TEST_P(SqlKeyTypes, WritesAndTransactionsFollowTheKey) {
   pqxx::work ref{reference};
   ref.exec_params(fmt::format("UPDATE invoices SET status = 'paid' WHERE tenant_id = $1::{} AND invoice_id = 1", type),
                   key);
-  ref.exec_params(fmt::format("INSERT INTO invoices VALUES ($1, {}($1::{}), 99, 1.50)", BucketFunction(GetParam().type), type), key);
+  ref.exec_params(
+      fmt::format("INSERT INTO invoices VALUES ($1, {}($1::{}), 99, 1.50)", BucketFunction(GetParam().type), type),
+      key);
   ref.commit();
   ExpectAsReference("SELECT status, count(*), sum(amount) FROM invoices GROUP BY status ORDER BY status");
   // Another key inside the transaction: refused, naming the key column.

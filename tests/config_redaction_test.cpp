@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "shardkit/config.hpp"
+#include "shardkit/core/shard_key.hpp"
 #include "shardkit/errors.hpp"
 
 extern char** environ;
@@ -402,6 +404,23 @@ TEST(ConfigRedaction, ShardctlExitsTwoNamingAnUnknownKey) {
   EXPECT_NE(output.find("config pool.max_sise: unknown key (line 3): did you mean \"max_size\"?"), std::string::npos)
       << output;
   EXPECT_FALSE(Leaks(output)) << output;
+}
+
+// route --type: a key of another type, bucketed by that type's rule.
+TEST(ShardctlRoute, RoutesAKeyOfAnyTypeByItsRule) {
+  const auto [output, code] =
+      Finish(StartShardctl({"route", "--shards", "2", "--type", "bigint", "5000000001", "4242"}));
+  EXPECT_EQ(code, 0) << output;
+  const shardkit::BucketId big = shardkit::BucketOfInt8(5'000'000'001);
+  EXPECT_NE(output.find(fmt::format("key 5000000001 (bigint): bucket {}, shard {}", shardkit::ToInt(big),
+                                    shardkit::ToInt(big) / 32)),
+            std::string::npos)
+      << output;
+  // Inside int32 a bigint buckets as the integer does.
+  EXPECT_NE(output.find("key 4242 (bigint): bucket 44, shard 1"), std::string::npos) << output;
+  const auto [bad, bad_code] = Finish(StartShardctl({"route", "--shards", "2", "--type", "uuid", "nope"}));
+  EXPECT_EQ(bad_code, 2) << bad;
+  EXPECT_NE(bad.find("'nope' is not a uuid"), std::string::npos) << bad;
 }
 
 }  // namespace

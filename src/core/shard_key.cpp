@@ -1,34 +1,11 @@
 #include "shardkit/core/shard_key.hpp"
 
-#include <charconv>
-#include <limits>
 #include <utility>
+
+#include "core/integer_text.hpp"
 
 namespace shardkit {
 namespace {
-
-bool IsSpace(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-// int4in/int8in of PostgreSQL 15: white space around, one sign, decimal digits.
-std::optional<std::int64_t> ParseInteger(std::string_view text) {
-  while (!text.empty() && IsSpace(text.front())) text.remove_prefix(1);
-  while (!text.empty() && IsSpace(text.back())) text.remove_suffix(1);
-  const bool negative = !text.empty() && text.front() == '-';
-  if (!text.empty() && (text.front() == '-' || text.front() == '+')) text.remove_prefix(1);
-  if (text.empty()) return std::nullopt;
-  std::uint64_t magnitude = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), magnitude);
-  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  if (negative) {
-    if (magnitude > kMax + 1) return std::nullopt;
-    return static_cast<std::int64_t>(0 - magnitude);
-  }
-  if (magnitude > kMax) return std::nullopt;
-  return static_cast<std::int64_t>(magnitude);
-}
 
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -118,12 +95,12 @@ ShardKey ShardKey::Uuid(const std::array<std::uint8_t, 16>& bytes) {
 std::optional<ShardKey> ShardKey::Parse(ShardKeyType type, std::string_view text) {
   switch (type) {
     case ShardKeyType::kInt4: {
-      const auto value = ParseInteger(text);
+      const auto value = detail::ParseIntegerText(text);
       if (!value || *value < INT32_MIN || *value > INT32_MAX) return std::nullopt;
       return Int4(static_cast<std::int32_t>(*value));
     }
     case ShardKeyType::kInt8: {
-      const auto value = ParseInteger(text);
+      const auto value = detail::ParseIntegerText(text);
       if (!value) return std::nullopt;
       return Int8(*value);
     }

@@ -26,11 +26,15 @@
 #include <utility>
 #include <vector>
 
+#include "core/integer_text.hpp"
 #include "sql/parse.hpp"
 #include "sql/router.hpp"
 #include "sql/sql_catalog.hpp"
 
 namespace shardkit::sql::detail {
+
+using shardkit::detail::ParseIntegerDigits;
+using shardkit::detail::ParseIntegerText;
 
 using json = nlohmann::json;
 
@@ -124,26 +128,6 @@ inline std::optional<std::string> StringValue(const json& node) {
   const json* v = Field(*s, "sval");
   return v != nullptr && v->is_string() ? std::optional<std::string>(v->get<std::string>())
                                         : std::optional<std::string>("");
-}
-
-inline std::optional<std::int64_t> ParseInteger(std::string_view digits, bool negative) {
-  if (digits.empty()) return std::nullopt;
-  std::uint64_t value = 0;
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (error != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
-  if (value > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
-  return negative ? -static_cast<std::int64_t>(value) : static_cast<std::int64_t>(value);
-}
-
-// An integer's text as the server's int4in/int8in read it (PostgreSQL 15):
-// white space around it, one sign, decimal digits (' 1259', '+1259').
-inline std::optional<std::int64_t> ParseIntegerText(std::string_view text) {
-  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
-  while (!text.empty() && space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && space(text.back())) text.remove_suffix(1);
-  const bool negative = !text.empty() && text.front() == '-';
-  if (!text.empty() && (text.front() == '-' || text.front() == '+')) text.remove_prefix(1);
-  return ParseInteger(text, negative);
 }
 
 inline std::string StatementName(const std::string& node_type) {

@@ -107,7 +107,7 @@ std::optional<KeySource> Analyzer::KeyConstant(const json& node) const {
       ++at;
     }
     if (at >= parsed_.tokens.size() || parsed_.tokens[at].kind != kTokenIconst) return std::nullopt;
-    const std::optional<std::int64_t> value = ParseInteger(parsed_.TokenText(parsed_.tokens[at]), negative);
+    const std::optional<std::int64_t> value = ParseIntegerDigits(parsed_.TokenText(parsed_.tokens[at]), negative);
     if (!value) return std::nullopt;
     if (key_type == ShardKeyType::kInt8) return KeySource{ShardKey::Int8(*value), 0, location};
     if (*value < INT32_MIN || *value > INT32_MAX) return std::nullopt;

@@ -733,6 +733,13 @@ TEST(SqlRouterKeys, TheApplicationsKeyColumnIsTheClustersKey) {
   EXPECT_EQ(RoutedKey(catalog, "SELECT * FROM invoices WHERE tenant_id = -9000000000"), ShardKey::Int8(-9'000'000'000));
   EXPECT_EQ(RoutedKey(catalog, "SELECT * FROM invoices WHERE tenant_id = $1", {" +9000000000"}),
             ShardKey::Int8(9'000'000'000));
+  // bigint's extremes, as literals and as parameters.
+  EXPECT_EQ(RoutedKey(catalog, "SELECT * FROM invoices WHERE tenant_id = -9223372036854775808"),
+            ShardKey::Int8(INT64_MIN));
+  EXPECT_EQ(RoutedKey(catalog, "SELECT * FROM invoices WHERE tenant_id = 9223372036854775807"),
+            ShardKey::Int8(INT64_MAX));
+  EXPECT_EQ(RoutedKey(catalog, "SELECT * FROM invoices WHERE tenant_id = $1", {"-9223372036854775808"}),
+            ShardKey::Int8(INT64_MIN));
   EXPECT_EQ(RoutedKey(catalog,
                       "SELECT i.* FROM invoices i JOIN tenants t ON t.tenant_id = i.tenant_id WHERE t.tenant_id = 7"),
             ShardKey::Int8(7));

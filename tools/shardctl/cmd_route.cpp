@@ -1,4 +1,5 @@
 // shardctl route <customer_id>...   -> customer 4242: bucket 44, shard 1
+// shardctl route --type bigint 5000000001   -> key 5000000001 (bigint): bucket 9, shard 0
 // shardctl my-orders <customer_id>  -> customer 4242: bucket 44, shard 1, 10 orders (0.6 ms)
 #include <fmt/format.h>
 
@@ -13,6 +14,7 @@
 
 #include "commands.hpp"
 #include "shardkit/config.hpp"
+#include "shardkit/core/shard_key.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/resolver.hpp"
 
@@ -28,6 +30,15 @@ shardkit::CustomerId ParseCustomerId(const std::string& text) {
         fmt::format("'{}' is not a customer id (expected an integer from {} to {})", text, INT32_MIN, INT32_MAX));
   }
   return shardkit::CustomerId{id};
+}
+
+// A key of another type, read as PostgreSQL reads that type.
+shardkit::ShardKey ParseKey(shardkit::ShardKeyType type, const std::string& text) {
+  auto key = shardkit::ShardKey::Parse(type, text);
+  if (!key) {
+    throw CLI::ValidationError("key", fmt::format("'{}' is not a {}", text, shardkit::SqlTypeName(type)));
+  }
+  return *key;
 }
 
 // The SQL of the Bookstore case's "my orders": served by orders_customer_time_idx.
@@ -52,25 +63,41 @@ shardkit::BucketDirectory RoutingDirectory(const CliContext& context) {
 }  // namespace
 
 void AddRouteCommands(CLI::App& app, CliContext& context) {
-  auto* route = app.add_subcommand("route", "print the bucket and shard of each customer id");
+  auto* route = app.add_subcommand("route", "print the bucket and shard of each customer id (or key of --type)");
   auto ids = std::make_shared<std::vector<std::string>>();
   auto shards = std::make_shared<int>(0);
-  route->add_option("customer_id", *ids, "one or more customer ids")->required();
+  auto type_name = std::make_shared<std::string>("integer");
+  route->add_option("customer_id", *ids, "one or more customer ids, or keys of --type")->required();
   route->add_option("--shards", *shards, "route with an even split over N shards instead of the configured directory")
       ->check(CLI::Range(1, shardkit::kBucketCount));
-  route->final_callback([&context, ids, shards] {
-    std::vector<shardkit::CustomerId> customers;
-    for (const auto& text : *ids) customers.push_back(ParseCustomerId(text));  // all valid, or no output
+  route->add_option("--type", *type_name, "the shard key's type: integer, bigint, uuid or text")
+      ->check(CLI::IsMember({"integer", "int4", "bigint", "int8", "uuid", "text"}))
+      ->capture_default_str();
+  route->final_callback([&context, ids, shards, type_name] {
+    const shardkit::ShardKeyType type = *shardkit::ShardKeyTypeOfSql(*type_name);
+    std::vector<shardkit::ShardKey> keys;  // all valid, or no output
+    for (const auto& text : *ids) {
+      keys.push_back(type == shardkit::ShardKeyType::kInt4 ? shardkit::ShardKey(ParseCustomerId(text))
+                                                           : ParseKey(type, text));
+    }
     const auto directory = *shards > 0 ? shardkit::BucketDirectory::EvenSplit(*shards) : RoutingDirectory(context);
     nlohmann::json out = nlohmann::json::array();
-    for (const auto id : customers) {
-      const shardkit::BucketId bucket = shardkit::BucketOf(id);
-      const shardkit::ShardId shard = directory.ShardFor(id);
+    for (const auto& key : keys) {
+      const shardkit::BucketId bucket = key.bucket();
+      const shardkit::ShardId shard = directory.ShardOf(bucket);
       if (context.json) {
-        out.push_back(
-            {{"customer_id", id}, {"bucket", bucket}, {"shard", shard}, {"directory_version", directory.Version()}});
+        nlohmann::json entry{{"bucket", bucket}, {"shard", shard}, {"directory_version", directory.Version()}};
+        if (auto customer = key.Customer()) {
+          entry["customer_id"] = *customer;
+        } else {
+          entry["key"] = key.ToString();
+          entry["type"] = shardkit::SqlTypeName(type);
+        }
+        out.push_back(std::move(entry));
+      } else if (type == shardkit::ShardKeyType::kInt4) {
+        fmt::print("customer {}: bucket {}, shard {}\n", key.ToString(), bucket, shard);
       } else {
-        fmt::print("customer {}: bucket {}, shard {}\n", id, bucket, shard);
+        fmt::print("key {} ({}): bucket {}, shard {}\n", key.ToString(), shardkit::SqlTypeName(type), bucket, shard);
       }
     }
     if (context.json) fmt::print("{}\n", out.dump(2));

@@ -472,6 +472,16 @@ RoutedCall::Next RoutedCall::OnServerError(const Target& target, ConnectionPool:
     // a refusal named, the cancellation is the answer: nothing refused it.)
     ThrowStillRefused(outcome_.attempts);
   }
+  if (sqlstate == kSqlStateQueryCanceled && Clock::now() + kTimeoutSlack >= deadline_) {
+    // The deadline's own statement timeout cut the attempt (before COMMIT:
+    // rolled back). The call ran out of time: shardkit's error, not the driver's.
+    throw ShardQueryError(target.shard,
+                          fmt::format("{}: the deadline passed during attempt {} on shard {}'s server {}, which "
+                                      "cancelled it (rolled back, nothing kept){}",
+                                      Describe(), outcome_.attempts, target.shard, target.at.server,
+                                      last_failure_.empty() ? "" : "; before it: " + last_failure_),
+                          kSqlStateQueryCanceled);
+  }
   const auto refusal = ParseFenceRefusal(e);
   if (target.on_replica && !refusal) {
     if (IsConnectionLost(sqlstate) || IsServerGoingAway(sqlstate) || sqlstate == kSqlStateTooManyConnections) {

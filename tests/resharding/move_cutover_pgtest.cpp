@@ -239,8 +239,10 @@ class Load {
         // Refused to the deadline (a stopped mover's bucket): not written.
       } catch (const PoolTimeout&) {
         // No connection in time: not written either.
-      } catch (const pqxx::sql_error& e) {
+      } catch (const ShardQueryError& e) {
         // The deadline's statement_timeout (a loaded machine): rolled back, not written.
+        if (e.sqlstate() != "57014") tally.Unexpected(fmt::format("a write failed: {}", e.what()));
+      } catch (const pqxx::sql_error& e) {
         if (e.sqlstate() != "57014") tally.Unexpected(fmt::format("a write failed: {}", e.what()));
       } catch (const std::exception& e) {
         tally.Unexpected(fmt::format("a write failed: {}", e.what()));
@@ -277,8 +279,14 @@ class Load {
         ++(stale ? tally.stale_refused : tally.routed_refused);
       } catch (const PoolTimeout&) {
         ++tally.timed_out;
-      } catch (const pqxx::sql_error& e) {
+      } catch (const ShardQueryError& e) {
         // The deadline's statement_timeout (a loaded machine), as for writes.
+        if (e.sqlstate() == "57014") {
+          ++tally.timed_out;
+        } else {
+          tally.Unexpected(fmt::format("a routed read failed: {}", e.what()));
+        }
+      } catch (const pqxx::sql_error& e) {
         if (e.sqlstate() == "57014") {
           ++tally.timed_out;
         } else {

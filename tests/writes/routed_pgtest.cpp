@@ -86,6 +86,39 @@ TEST_F(RoutedWrites, AWriteCommitsWithItsRowsCountAndReadToken) {
   EXPECT_EQ(resolver_->Pool(ShardId{kHome}).Stats().broken, 0U);
 }
 
+// A statement the deadline's statement_timeout cuts: shardkit's error with
+// 57014 (the call ran out of time), one attempt, nothing kept; as a
+// one-statement write and inside a transaction's callback alike.
+TEST_F(RoutedWrites, AStatementCutByTheDeadlineIsAShardErrorAndKeepsNothing) {
+  Insert("ada");
+  const std::string slow =
+      "UPDATE customers SET name = 'slow' WHERE customer_id = $1 AND (SELECT true FROM pg_sleep(5))";
+  const auto quick = [] {
+    RoutedOptions options;
+    options.deadline = std::chrono::steady_clock::now() + 400ms;
+    return options;
+  };
+  RoutedOutcome outcome;
+  try {
+    (void)routed_->Write(kCustomer, slow, {std::to_string(ToInt(kCustomer))}, quick(), &outcome);
+    FAIL() << "a statement past the deadline committed";
+  } catch (const ShardQueryError& e) {
+    EXPECT_EQ(e.sqlstate(), "57014") << e.what();
+    EXPECT_NE(std::string(e.what()).find("the deadline passed"), std::string::npos) << e.what();
+    EXPECT_EQ(ToInt(e.shard()), kHome);
+  }
+  EXPECT_EQ(outcome.attempts, 1);
+  try {
+    routed_->Run(
+        kCustomer, [&](pqxx::transaction_base& tx, const RoutedContext&) { tx.exec_params(slow, ToInt(kCustomer)); },
+        quick());
+    FAIL() << "a transaction past the deadline committed";
+  } catch (const ShardQueryError& e) {
+    EXPECT_EQ(e.sqlstate(), "57014") << e.what();
+  }
+  EXPECT_EQ(NameOn(kHome), "ada");
+}
+
 TEST_F(RoutedWrites, AStatementsErrorIsThrownAtOnceAndWritesNothing) {
   Insert("ada");
   RoutedOutcome outcome;

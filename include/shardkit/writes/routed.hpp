@@ -154,8 +154,9 @@ class RoutedTransactions {
   // Runs fn(tx, context) in a transaction on the customer's shard and
   // commits; returns what fn returns. Throws BucketRefused when the bucket
   // stays refused until the deadline, OutcomeUnknown when COMMIT's outcome
-  // is unknown, PoolTimeout/ShardUnavailable when no connection is had, and
-  // whatever fn throws.
+  // is unknown, PoolTimeout/ShardUnavailable when no connection is had,
+  // ShardQueryError with SQLSTATE 57014 when the deadline's statement
+  // timeout cancels a statement (rolled back), and whatever fn throws.
   template <class Fn>
   auto Run(const ShardKey& key, Fn&& fn, const RoutedOptions& options = {}, RoutedOutcome* outcome = nullptr) {
     using Result = std::invoke_result_t<Fn&, pqxx::transaction_base&, const RoutedContext&>;

@@ -5,7 +5,8 @@
 // best sellers of the lab's last 30 days through Execute by exact top-k vs
 // the merge of every partial, and planning a statement from the plan cache
 // vs parsing a new one; a one-statement write through Execute vs the same
-// INSERT on the shard's connection. Needs the local cluster (lab/cluster start).
+// INSERT on the shard's connection; a gathered SELECT vs the same statement
+// on one unsharded server. Needs the local cluster (lab/cluster start).
 //
 //   SQL_BENCH_LAB_SCALE=0.1 build/bench/sql_bench   # the lab data's scale (default 0.1)
 #include <benchmark/benchmark.h>
@@ -221,6 +222,53 @@ void BM_DistinctAsGroupBy(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_DistinctAsGroupBy)->UseRealTime();
+
+// The gather path (a SELECT that neither routes nor merges: each shard
+// sends its rows of the table, one shard runs the statement) vs the same
+// statement on one unsharded server holding the same rows (the reference):
+// a window over every order, every order shipped; and with a filter the
+// shards apply (a fifth of the orders).
+constexpr const char* kGatherWhole = "SELECT status, stddev_samp(total), count(*) FROM orders GROUP BY status";
+constexpr const char* kGatherFiltered =
+    "SELECT order_id, rank() OVER (ORDER BY total DESC, order_id) FROM orders WHERE order_id % 5 = 1";
+
+void GatherOnReference(benchmark::State& state, const char* sql) {
+  pqxx::connection reference{Shared().scratch->ReferenceDsn().Reveal()};
+  for (auto _ : state) {
+    pqxx::read_transaction tx{reference};
+    const pqxx::result rows = tx.exec(sql);
+    tx.commit();
+    benchmark::DoNotOptimize(rows.size());
+  }
+}
+
+void GatherExecute(benchmark::State& state, const char* sql) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  std::size_t shipped = 0;
+  for (auto _ : state) {
+    const shardkit::SqlResult result = cluster.Execute(sql);
+    if (!result.plan.merge.starts_with("gathered")) state.SkipWithError("not gathered");
+    shipped = result.rows_received;
+  }
+  state.counters["rows_shipped"] = static_cast<double>(shipped);
+}
+
+void BM_GatherWholeTableReference(benchmark::State& state) {
+  GatherOnReference(state, kGatherWhole);
+}
+BENCHMARK(BM_GatherWholeTableReference)->UseRealTime();
+void BM_GatherWholeTableExecute(benchmark::State& state) {
+  GatherExecute(state, kGatherWhole);
+}
+BENCHMARK(BM_GatherWholeTableExecute)->UseRealTime();
+void BM_GatherFilteredReference(benchmark::State& state) {
+  GatherOnReference(state, kGatherFiltered);
+}
+BENCHMARK(BM_GatherFilteredReference)->UseRealTime();
+void BM_GatherFilteredExecute(benchmark::State& state) {
+  GatherExecute(state, kGatherFiltered);
+}
+BENCHMARK(BM_GatherFilteredExecute)->UseRealTime();
 
 // The lab's Bookstore data (flat sales: the best sellers barely stand out)
 // in scratch databases of its own, two shards.

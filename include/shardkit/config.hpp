@@ -43,6 +43,8 @@
 //
 //   [sql]                     # optional: Cluster::Execute
 //   reference_tables = ["books"]   # copies on every shard, read with any customer's rows
+//   max_gather_rows = 100000  # a SELECT that neither routes nor merges is answered on one
+//                             # server over its tables' rows from every shard, up to this many
 //
 //   [replicas]                # optional: the shards' replicas (replica_monitor.hpp)
 //   probe_interval_ms = 250   # how often each replica's lag is measured
@@ -56,6 +58,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -98,6 +101,9 @@ struct ReplicaSettings {
   std::optional<int> max_size;  // each replica's pool; default: pool.max_size
 };
 
+inline constexpr std::int64_t kDefaultMaxGatherRows = 100'000;
+inline constexpr std::int64_t kMaxGatherRowsLimit = 100'000'000;
+
 // Plain values: copy freely; not synchronised (build once, then share read-only).
 struct ClusterConfig {
   std::vector<ShardConfig> shards;
@@ -107,8 +113,11 @@ struct ClusterConfig {
   std::optional<Dsn> reference_dsn;
   std::optional<Dsn> catalog_dsn;             // [catalog] dsn: the control database
   std::vector<std::string> reference_tables;  // [sql] reference_tables
-  ReplicaSettings replica_settings;           // [replicas]
-  std::string origin;                         // where it was read from, for messages
+  // [sql] max_gather_rows: the most rows a gathered SELECT may bring to one
+  // server (sql_options.hpp); 0 refuses every such statement.
+  std::int64_t max_gather_rows = kDefaultMaxGatherRows;
+  ReplicaSettings replica_settings;  // [replicas]
+  std::string origin;                // where it was read from, for messages
 };
 
 // Parses TOML text; throws ConfigError naming the key (and line) at fault.

@@ -168,6 +168,9 @@ class Analyzer {
   void AnalyzeSelect(const json& select, Level* column_parent, const CteScope* ctes);
 
   void AnalyzeInsert(const json& insert);
+  void AnalyzeInsertSelect(const json& insert, const json& select, Level& target_level, const Entry& target,
+                           const CteScope* ctes);
+  void AnalyzeOnConflict(const json& conflict, Level& level, const CteScope* ctes);
   void AnalyzeUpdateOrDelete(const json& statement, bool update);
 
   // ---- FROM items (analyzer_from.cpp) ----
@@ -229,6 +232,7 @@ class Analyzer {
   // ---- the decision (analyzer_statements.cpp) ----
 
   void FindSplicePlaces(const json& insert, int rows);
+  void FindSelectSplicePlaces(const json& insert, const json& select);
   void Finish();
 
   // A SELECT over every shard: its unpinned sharded tables are all at the

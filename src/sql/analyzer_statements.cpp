@@ -134,9 +134,7 @@ void Analyzer::AnalyzeInsert(const json& insert) {
   const SqlTable* table =
       catalog_.FindSharded(SchemaOf(insert.at("relation")), insert.at("relation").value("relname", ""));
   if (const json* conflict = Field(insert, "onConflictClause"); conflict != nullptr) {
-    Refuse(LocationOf(*conflict), "INSERT ... ON CONFLICT",
-           "the conflicting row may be another customer's, on another shard, when the unique key lacks customer_id",
-           "not supported yet: insert, and update in a statement of its own");
+    AnalyzeOnConflict(*conflict, target_level, ctes);
   }
   const json* select_node = Field(insert, "selectStmt");
   if (select_node == nullptr) {
@@ -144,13 +142,16 @@ void Analyzer::AnalyzeInsert(const json& insert) {
            "name the columns and give customer_id");
   }
   const json& select = select_node->at("SelectStmt");
-  seen_.insert(&select);
   const json* values = Field(select, "valuesLists");
-  if (values == nullptr || Field(select, "fromClause") != nullptr || Field(select, "targetList") != nullptr ||
+  if (values == nullptr) {
+    AnalyzeInsertSelect(insert, select, target_level, *target, ctes);
+    return;
+  }
+  seen_.insert(&select);
+  if (Field(select, "fromClause") != nullptr || Field(select, "targetList") != nullptr ||
       Field(select, "withClause") != nullptr || select.value("op", "SETOP_NONE") != "SETOP_NONE") {
-    Refuse(target->location, "INSERT ... SELECT",
-           "the rows it inserts are known only once the SELECT has run, so their shards are not known before",
-           "not supported yet: SELECT the rows, then INSERT ... VALUES them per customer");
+    Refuse(target->location, "INSERT ... VALUES", "a VALUES list of this shape is not read by the router",
+           "write INSERT INTO t (customer_id, ...) VALUES (...), (...)");
   }
   std::vector<std::string> columns;
   bool named = false;
@@ -200,6 +201,103 @@ void Analyzer::AnalyzeInsert(const json& insert) {
   if (named && bucket_at == columns.end()) FindSplicePlaces(insert, static_cast<int>(plan_.rows.size()));
   if (const json* returning = Field(insert, "returningList"); returning != nullptr)
     Walk(*returning, target_level, ctes);
+}
+
+// INSERT ... SELECT of one customer's rows: the customer_id it inserts is
+// a literal or parameter, and every sharded table the SELECT reads is
+// pinned to that same customer (Finish and the binding check), so the
+// rows it reads and writes are on that customer's shard.
+void Analyzer::AnalyzeInsertSelect(const json& insert, const json& select, Level& target_level, const Entry& target,
+                                   const CteScope* ctes) {
+  const std::string& key = catalog_.KeyColumn();
+  const auto refuse = [&](int location, const std::string& reason) {
+    Refuse(location, "INSERT ... SELECT", reason,
+           fmt::format("name the columns and give {0} as the literal or $n the SELECT's tables are pinned to: INSERT "
+                       "INTO t ({0}, ...) SELECT $1, ... FROM ... WHERE {0} = $1",
+                       key));
+  };
+  const json* cols = Field(insert, "cols");
+  const json* targets = Field(select, "targetList");
+  if (select.value("op", "SETOP_NONE") != "SETOP_NONE") {
+    refuse(target.location, "the rows come from a set operation (UNION, INTERSECT, EXCEPT)");
+  }
+  if (cols == nullptr || targets == nullptr) refuse(target.location, "its column list is not named");
+  std::size_t key_index = cols->size();
+  bool has_bucket = false;
+  for (std::size_t i = 0; i < cols->size(); ++i) {
+    const json& column = cols->at(i).at("ResTarget");
+    const std::string name = column.value("name", "");
+    if ((name == key || name == kBucketColumn) && Field(column, "indirection") != nullptr) {
+      refuse(LocationOf(cols->at(i)), fmt::format("{} is given with a subscript or field", name));
+    }
+    if (name == key) key_index = i;
+    has_bucket = has_bucket || name == kBucketColumn;
+  }
+  if (key_index == cols->size()) {
+    Refuse(target.location, fmt::format("INSERT INTO {}", target.display), fmt::format("its column list lacks {}", key),
+           fmt::format("give {}: it says which shard the row belongs on", key));
+  }
+  for (const json& item : *targets) {
+    const json* column = Field(item.at("ResTarget").at("val"), "ColumnRef");
+    if (column != nullptr && Field(column->at("fields").back(), "A_Star") != nullptr) {
+      refuse(LocationOf(item), "its select list has *, so where customer_id comes from is not known");
+    }
+  }
+  if (targets->size() != cols->size()) {
+    refuse(LocationOf(targets->front()), "its select list does not give one value per named column");
+  }
+  const json& key_value = targets->at(key_index).at("ResTarget").at("val");
+  const std::optional<KeySource> source = KeyConstant(key_value);
+  if (!source) {
+    refuse(LocationOf(key_value), fmt::format("the {} it inserts is neither a literal nor a parameter, so its shard is "
+                                              "not known before it runs",
+                                              key));
+  }
+  plan_.rows.push_back(InsertRow{*source, -1});
+  AnalyzeSelect(select, nullptr, ctes);
+  if (!has_bucket) FindSelectSplicePlaces(insert, select);
+  if (const json* returning = Field(insert, "returningList"); returning != nullptr) {
+    Walk(*returning, target_level, ctes);
+  }
+}
+
+// ON CONFLICT on a unique key that includes the shard key: a conflicting
+// row is then the same customer's, on the row's own shard, so the shard
+// decides exactly as one server would. Any other arbiter (no columns named,
+// ON CONSTRAINT, a key without customer_id) may conflict with another
+// customer's row on another shard.
+void Analyzer::AnalyzeOnConflict(const json& conflict, Level& level, const CteScope* ctes) {
+  const std::string& key = catalog_.KeyColumn();
+  const json* infer = Field(conflict, "infer");
+  if (infer != nullptr && Field(*infer, "InferClause") != nullptr) infer = Field(*infer, "InferClause");
+  bool keyed = false;
+  if (infer != nullptr) {
+    if (const json* elements = Field(*infer, "indexElems"); elements != nullptr) {
+      for (const json& element : *elements) {
+        const json* index_element = Field(element, "IndexElem");
+        keyed = keyed || (index_element != nullptr && index_element->value("name", "") == key);
+      }
+    }
+  }
+  if (!keyed) {
+    Refuse(LocationOf(conflict),
+           infer != nullptr && Field(*infer, "conname") != nullptr ? "ON CONFLICT ON CONSTRAINT" : "ON CONFLICT",
+           fmt::format("only a conflict on a unique key that includes {0} is sure to be with the row's own "
+                       "shard's rows; another customer's row it conflicts with may be on another shard",
+                       key),
+           fmt::format("name the unique key's columns, {} among them: ON CONFLICT ({}, ...)", key, key));
+  }
+  if (const json* sets = Field(conflict, "targetList"); sets != nullptr) {
+    for (const json& set : *sets) {
+      const std::string name = set.at("ResTarget").value("name", "");
+      if (name == key || name == kBucketColumn) {
+        Refuse(LocationOf(set), fmt::format("DO UPDATE SET {}", name),
+               "changing the shard key or the bucket would move the row to another customer's shard",
+               "delete the row and insert it for the new customer");
+      }
+    }
+  }
+  Walk(conflict, level, ctes);
 }
 
 void Analyzer::AnalyzeUpdateOrDelete(const json& statement, bool update) {
@@ -360,6 +458,42 @@ void Analyzer::FindSplicePlaces(const json& insert, int rows) {
     plan_.rows[static_cast<std::size_t>(row)].close_paren = tokens[close].start;
     i = close + 1;
   }
+}
+
+// Where `, bucket` goes in the column list and `, <bucket>` after the
+// SELECT's last output column (before its FROM, WHERE, ... at depth 0).
+void Analyzer::FindSelectSplicePlaces(const json& insert, const json& select) {
+  const auto& tokens = parsed_.tokens;
+  const auto fail = [&]() {
+    Refuse(LocationOf(insert.at("relation")), "INSERT without bucket",
+           "the places to add the bucket column and value were not found",
+           "give bucket = bucket_of(customer_id) yourself");
+  };
+  std::size_t i = parsed_.TokenAt(insert.at("relation").value("location", 0));
+  while (i < tokens.size() && tokens[i].kind != '(') ++i;
+  int depth = 0;
+  std::size_t close = i;
+  for (; close < tokens.size(); ++close) {
+    if (tokens[close].kind == '(') ++depth;
+    if (tokens[close].kind == ')' && --depth == 0) break;
+  }
+  if (close >= tokens.size() || tokens[close].start < LocationOf(insert.at("cols").back())) fail();
+  plan_.columns_close_paren = tokens[close].start;
+  static const std::set<std::string> kAfterTargets = {"FROM",      "WHERE",  "GROUP",     "HAVING", "WINDOW", "ORDER",
+                                                      "LIMIT",     "OFFSET", "FETCH",     "FOR",    "INTO",   "ON",
+                                                      "RETURNING", "UNION",  "INTERSECT", "EXCEPT"};
+  std::size_t t = parsed_.TokenAt(LocationOf(select.at("targetList").back()));
+  if (t == 0 || t >= tokens.size()) fail();
+  depth = 0;
+  for (; t < tokens.size(); ++t) {
+    if (tokens[t].kind == '(' || tokens[t].kind == '[') ++depth;
+    if (tokens[t].kind == ')' || tokens[t].kind == ']') --depth;
+    if (depth < 0 || tokens[t].kind == ';' ||
+        (depth == 0 && kAfterTargets.contains(shardkit::detail::Upper(parsed_.TokenText(tokens[t]))))) {
+      break;
+    }
+  }
+  plan_.rows.back().close_paren = tokens[t - 1].end;
 }
 
 void Analyzer::Finish() {

@@ -9,6 +9,7 @@
 #include "shardkit/core/shard_key_format.hpp"
 #include "shardkit/errors.hpp"
 #include "sql/analyzer.hpp"
+#include "sql/gather_plan.hpp"
 #include "sql/parse.hpp"
 #include "sql/sql_error_text.hpp"
 
@@ -166,8 +167,8 @@ std::optional<std::vector<std::optional<ShardKey>>> ParseKeyArray(std::string_vi
   return out;
 }
 
-std::shared_ptr<const SqlPlan> PlanStatement(const std::string& text, const SqlCatalog& catalog) {
-  return PlanStatement(ParseStatement(text), catalog);
+std::shared_ptr<const SqlPlan> PlanStatement(const std::string& text, const SqlCatalog& catalog, Gathering gathering) {
+  return PlanStatement(ParseStatement(text), catalog, gathering);
 }
 
 namespace {
@@ -218,7 +219,8 @@ std::shared_ptr<const SqlPlan> PlanAnyStatement(const ParsedStatement& parsed, c
 
 }  // namespace
 
-std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, const SqlCatalog& catalog) {
+std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, const SqlCatalog& catalog,
+                                             Gathering gathering) {
   try {
     return PlanAnyStatement(parsed, catalog);
   } catch (const OtherKeyRefusal&) {
@@ -226,7 +228,13 @@ std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, cons
   } catch (const NotInCatalog& e) {
     throw NotInCatalog(ForKeyColumn(parsed.text, e, catalog.KeyColumn()));
   } catch (const SqlError& e) {
-    throw ForKeyColumn(parsed.text, e, catalog.KeyColumn());
+    // Refused as a routed or merged statement: a SELECT may still be
+    // answered by gathering its tables' rows onto one server.
+    const SqlError refusal = ForKeyColumn(parsed.text, e, catalog.KeyColumn());
+    if (e.kind() == SqlError::Kind::kRefused && gathering == Gathering::kAllowed) {
+      if (std::shared_ptr<const SqlPlan> gathered = PlanGather(parsed, catalog, refusal)) return gathered;
+    }
+    throw refusal;
   }
 }
 

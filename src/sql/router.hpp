@@ -42,6 +42,8 @@
 
 namespace shardkit::sql {
 
+struct GatherPlan;
+
 // Where a shard key value comes from: a literal (read as the key's type), or parameter $n.
 struct KeySource {
   std::optional<ShardKey> literal;
@@ -94,6 +96,8 @@ struct SqlPlan {
   std::shared_ptr<const ScatterPlan> scatter;
   // kScatter: a UNION, INTERSECT or EXCEPT of arms planned one by one.
   std::shared_ptr<const SetOperationPlan> set_operation;
+  // kScatter: what neither routes nor merges, gathered onto one server (gather_plan.hpp).
+  std::shared_ptr<const GatherPlan> gather;
   // kRouted set operation whose arms are pinned by different parameters:
   // its arm-by-arm plan, for when their values name different customers.
   std::shared_ptr<const SqlPlan> arm_by_arm;
@@ -107,10 +111,16 @@ struct SqlPlan {
 
 struct ParsedStatement;
 
+// Whether a SELECT that neither routes nor merges is gathered (gather_plan.hpp)
+// or refused with the analysis' reason (kNever: for tests of that reason).
+enum class Gathering { kAllowed, kNever };
+
 // Parses and analyses one statement; throws SqlError (syntax or refusal).
-[[nodiscard]] std::shared_ptr<const SqlPlan> PlanStatement(const std::string& text, const SqlCatalog& catalog);
+[[nodiscard]] std::shared_ptr<const SqlPlan> PlanStatement(const std::string& text, const SqlCatalog& catalog,
+                                                           Gathering gathering = Gathering::kAllowed);
 // Analyses a parsed statement (parse.hpp).
-[[nodiscard]] std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, const SqlCatalog& catalog);
+[[nodiscard]] std::shared_ptr<const SqlPlan> PlanStatement(const ParsedStatement& parsed, const SqlCatalog& catalog,
+                                                           Gathering gathering = Gathering::kAllowed);
 
 // Exactly one value per $n of the text, as the server requires: a refusal
 // naming the highest $n otherwise (the server would end the statement with

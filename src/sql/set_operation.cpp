@@ -121,7 +121,8 @@ class SetOperationPlanner {
     arm.text = text.text;
     arm.params = text.params;
     try {
-      arm.plan = PlanStatement(arm.text, catalog_);
+      // An arm that neither routes nor merges: the whole statement is gathered instead.
+      arm.plan = PlanStatement(arm.text, catalog_, Gathering::kNever);
     } catch (const SqlError& e) {
       if (e.kind() != SqlError::Kind::kRefused) throw;
       const int at = e.position() > 0 ? text.StatementOffset(ByteOffset(arm.text, e.position())) : -1;

@@ -182,9 +182,11 @@ SqlCatalog LoadSqlCatalog(pqxx::connection_base& connection, const std::vector<s
        tx.exec("SELECT DISTINCT proname FROM pg_proc WHERE oid >= 16384 AND proname <> 'bucket_of'")) {
     catalog.AddUserFunction(row[0].c_str());
   }
-  for (const auto& row : tx.exec("SELECT DISTINCT proname, prokind = 'a' FROM pg_proc")) {
+  for (const auto& row : tx.exec("SELECT proname, bool_or(prokind = 'a'), bool_and(provolatile = 'i') FROM pg_proc "
+                                 "GROUP BY proname")) {
     catalog.AddFunction(row[0].c_str());
     if (row[1].as<bool>()) catalog.AddAggregate(row[0].c_str());
+    if (row[2].as<bool>()) catalog.AddImmutableFunction(row[0].c_str());
   }
   catalog.SetSchemaVersion(ReadSchemaVersion(tx));
   tx.commit();

@@ -78,6 +78,9 @@ class SqlCatalog {
   // Any function (aggregates too); once one is added, names not added are
   // unknown (a catalog made by hand without functions knows every name).
   void AddFunction(std::string name) { functions_.insert(std::move(name)); }
+  // Every function of that name is IMMUTABLE: its value is the same on
+  // every server, so a filter calling it may run on the shards.
+  void AddImmutableFunction(std::string name) { immutable_functions_.insert(std::move(name)); }
   void SetSchemaVersion(std::string version) { schema_version_ = std::move(version); }
 
   [[nodiscard]] const std::string& KeyColumn() const { return key_column_; }
@@ -95,6 +98,7 @@ class SqlCatalog {
   [[nodiscard]] bool IsKnownFunction(const std::string& name) const {
     return functions_.empty() || functions_.contains(name) || aggregates_.contains(name);
   }
+  [[nodiscard]] bool IsImmutableFunction(const std::string& name) const { return immutable_functions_.contains(name); }
   // What ReadSchemaVersion said when the catalog was read.
   [[nodiscard]] const std::string& SchemaVersion() const { return schema_version_; }
 
@@ -107,6 +111,7 @@ class SqlCatalog {
   std::set<std::string> user_functions_;
   std::set<std::string> aggregates_;
   std::set<std::string> functions_;
+  std::set<std::string> immutable_functions_;
   std::string schema_version_;
 };
 

@@ -20,6 +20,7 @@
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/writes/routed.hpp"
 #include "sql/analyzer.hpp"
+#include "sql/gather_plan.hpp"
 #include "sql/parse.hpp"
 #include "sql/row_merge.hpp"
 #include "sql/sql_error_text.hpp"
@@ -34,11 +35,13 @@ constexpr std::chrono::seconds kScatterTimeout{30};
 }  // namespace
 
 SqlEngine::SqlEngine(BucketShardResolver& resolver, RoutedTransactions& transactions, ScatterGather& scatter,
-                     std::vector<std::string> reference_tables, std::size_t cache_capacity)
+                     std::vector<std::string> reference_tables, std::int64_t max_gather_rows,
+                     std::size_t cache_capacity)
     : resolver_(resolver),
       transactions_(transactions),
       scatter_(scatter),
       reference_tables_(std::move(reference_tables)),
+      max_gather_rows_(max_gather_rows),
       cache_(cache_capacity) {}
 
 std::shared_ptr<const SqlCatalog> SqlEngine::Catalog(bool load) {
@@ -182,6 +185,13 @@ SqlPlanInfo SqlEngine::Info(const Bound& bound, ShardId shard) const {
     info.total_shards = resolver_.ShardCount();
     info.shard_count = info.total_shards;
     info.merge = set->Describe();
+  }
+  if (const auto& gather = bound.plan->gather; gather) {
+    info.total_shards = resolver_.ShardCount();
+    info.shard_count = info.total_shards;
+    info.shard_sql = gather->shard_sql;
+    info.merge = fmt::format("gathered (not merged: {}): every shard's rows of {} onto one shard, which runs: {}",
+                             gather->why, fmt::join(gather->tables, ", "), gather->finish_sql);
   }
   if (const auto& scatter = bound.plan->scatter; scatter) {
     info.total_shards = resolver_.ShardCount();
@@ -511,15 +521,19 @@ std::vector<std::string> SqlEngine::CastTypeNames(const std::vector<unsigned>& o
   return names;
 }
 
-SqlResult SqlEngine::Finish(const FinishStep& step, const std::vector<FinishInput>& inputs, const SqlParams& params,
-                            ScatterOptions options, ShardId shard) {
-  const FinishStatement statement = BuildFinishStatement(step, inputs, params);
-  // It reads no table: no bucket to fence, any shard computes it alike.
+ScatterResult SqlEngine::RunOn(ShardId shard, const std::string& sql, const SqlParams& params, ScatterOptions options) {
+  // It reads no sharded table: no bucket to fence, any shard computes it alike.
   options.shards = std::vector<ShardId>{shard};
   options.buckets.reset();
   options.directory_buckets = false;
   options.read_only = true;
-  const ScatterResult finished = scatter_.Run(statement.sql, statement.params, options);
+  return scatter_.Run(sql, params, options);
+}
+
+SqlResult SqlEngine::Finish(const FinishStep& step, const std::vector<FinishInput>& inputs, const SqlParams& params,
+                            ScatterOptions options, ShardId shard) {
+  const FinishStatement statement = BuildFinishStatement(step, inputs, params);
+  const ScatterResult finished = RunOn(shard, statement.sql, statement.params, std::move(options));
   SqlResult result;
   for (const ShardResult& one : finished.shards) {
     ReadColumns(one.rows, result);
@@ -616,7 +630,76 @@ SqlResult SqlEngine::Execute(const std::string& sql, const SqlParams& params, co
   return ExecuteBound(Bind(sql, params), params, options);
 }
 
+SqlResult SqlEngine::ExecuteGather(const Bound& bound, const SqlParams& params, const SqlOptions& options) {
+  const GatherPlan& gather = *bound.plan->gather;
+  const std::int64_t bound_rows = options.max_gather_rows.value_or(max_gather_rows_);
+  const auto too_many = [&](const std::string& seen) {
+    throw Refusal(bound.plan->text, 0, "this statement over every shard",
+                  fmt::format("it neither runs on one shard nor merges from each shard's answer ({}), so it runs "
+                              "on one server over the rows of {} from every shard, and that is more than "
+                              "max_gather_rows = {} rows ({})",
+                              gather.why, fmt::join(bound.plan->sharded_tables, ", "), bound_rows, seen),
+                  fmt::format("pin {} so that it runs on one shard, narrow it, or raise SqlOptions::max_gather_rows "
+                              "(or [sql] max_gather_rows)",
+                              bound.plan->key_column));
+  };
+  if (bound_rows <= 0) too_many("gathering is turned off");
+  ScatterOptions scatter_options;
+  scatter_options.deadline = options.deadline.value_or(std::chrono::steady_clock::now() + kScatterTimeout);
+  scatter_options.label = options.label;
+  scatter_options.read = options.read;
+  // Each shard sends at most one row more than the bound, per table: past
+  // it the statement is refused having shipped little.
+  SqlParams shard_params = {std::to_string(bound_rows + 1)};
+  for (const int number : gather.shard_params) shard_params.push_back(params.at(static_cast<std::size_t>(number - 1)));
+  const ScatterResult scattered = scatter_.Run(gather.shard_sql, shard_params, scatter_options);
+  // Table i's rows: every shard's array, their elements joined into one.
+  std::vector<std::string> arrays(gather.tables.size(), "{");
+  std::int64_t total = 0;
+  std::vector<std::int64_t> per_table(gather.tables.size(), 0);
+  int from_replicas = 0;
+  for (const ShardResult& shard : scattered.shards) {
+    from_replicas += shard.on_replica ? 1 : 0;
+    for (const auto& row : shard.rows) {
+      for (std::size_t t = 0; t < gather.tables.size(); ++t) {
+        const std::string_view text(row[static_cast<int>(2 * t)].c_str(), row[static_cast<int>(2 * t)].size());
+        const auto count = row[static_cast<int>(2 * t + 1)].as<std::int64_t>();
+        per_table[t] += count;
+        total += count;
+        // "{a,b}": its elements after the ones before (a row type's delimiter is a comma).
+        if (count > 0 && text.size() > 2) {
+          if (arrays[t].size() > 1) arrays[t] += ',';
+          arrays[t].append(text.substr(1, text.size() - 2));
+        }
+      }
+    }
+  }
+  if (total > bound_rows) {
+    std::string seen;
+    for (std::size_t t = 0; t < gather.tables.size(); ++t) {
+      seen += fmt::format("{}{}: {}{}", seen.empty() ? "" : ", ", bound.plan->sharded_tables[t],
+                          per_table[t] > bound_rows ? "more than " : "", std::min(per_table[t], bound_rows));
+    }
+    too_many(seen);
+  }
+  SqlParams finish_params = params;
+  for (std::string& array : arrays) finish_params.emplace_back(std::move(array += '}'));
+  const ShardId on = scattered.shards.empty() ? ShardId{0} : scattered.shards.front().shard;
+  const ScatterResult finished = RunOn(on, gather.finish_sql, finish_params, scatter_options);
+  SqlResult result;
+  for (const ShardResult& one : finished.shards) {
+    ReadColumns(one.rows, result);
+    AppendRows(one.rows, result);
+  }
+  result.plan = Info(bound, on);
+  result.rows_received = static_cast<std::size_t>(total);
+  result.from_replicas = from_replicas;
+  result.affected = result.rows.size();
+  return result;
+}
+
 SqlResult SqlEngine::ExecuteBound(const Bound& bound, const SqlParams& params, const SqlOptions& options) {
+  if (bound.plan->gather) return ExecuteGather(bound, params, options);
   if (bound.plan->set_operation) return ExecuteSetOperation(bound, params, options);
   if (bound.plan->kind == SqlPlanInfo::Kind::kScatter) return ExecuteScatter(bound, params, options);
   const std::string text = StatementText(*bound.plan, bound.route);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,7 +40,8 @@ class SqlEngine {
  public:
   static constexpr std::size_t kDefaultCacheCapacity = 1024;
   SqlEngine(BucketShardResolver& resolver, RoutedTransactions& transactions, ScatterGather& scatter,
-            std::vector<std::string> reference_tables, std::size_t cache_capacity = kDefaultCacheCapacity);
+            std::vector<std::string> reference_tables, std::int64_t max_gather_rows,
+            std::size_t cache_capacity = kDefaultCacheCapacity);
 
   [[nodiscard]] SqlResult Execute(const std::string& sql, const SqlParams& params, const SqlOptions& options);
   [[nodiscard]] SqlPlanInfo Explain(const std::string& sql, const SqlParams& params);
@@ -75,6 +77,11 @@ class SqlEngine {
   // cannot answer it exactly and the merge plan must.
   std::optional<SqlResult> ExecuteTopK(const Bound& bound, const SqlParams& params,
                                        const ScatterOptions& scatter_options, std::string* why);
+  // A gathered SELECT (gather_plan.hpp): the tables' rows from every
+  // shard, then the statement over them on one shard.
+  SqlResult ExecuteGather(const Bound& bound, const SqlParams& params, const SqlOptions& options);
+  // A statement that reads no sharded table, on `shard` alone.
+  ScatterResult RunOn(ShardId shard, const std::string& sql, const SqlParams& params, ScatterOptions options);
   // The finishing step (finish.hpp) over these inputs, on `shard`.
   SqlResult Finish(const FinishStep& step, const std::vector<FinishInput>& inputs, const SqlParams& params,
                    ScatterOptions options, ShardId shard);
@@ -98,6 +105,7 @@ class SqlEngine {
   RoutedTransactions& transactions_;
   ScatterGather& scatter_;
   const std::vector<std::string> reference_tables_;
+  const std::int64_t max_gather_rows_;
   PlanCache cache_;
   std::mutex catalog_mutex_;
   std::shared_ptr<const SqlCatalog> catalog_ SHARDKIT_GUARDED_BY(catalog_mutex_);

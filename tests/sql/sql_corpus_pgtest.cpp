@@ -41,7 +41,8 @@ struct Tally {
   int routed = 0;
   int any_shard = 0;
   int scattered = 0;
-  int topk = 0;  // of the scattered: answered by exact top-k
+  int topk = 0;      // of the scattered: answered by exact top-k
+  int gathered = 0;  // of the scattered: rows gathered onto one server
   int refused = 0;
   int wrong = 0;
   int failed = 0;
@@ -126,6 +127,7 @@ class SqlCorpusPg : public test::SqlBookstorePg {
       case SqlPlanInfo::Kind::kScatter:
         ++tally.scattered;
         if (got.plan.merge.starts_with("exact top-k")) ++tally.topk;
+        if (got.plan.merge.starts_with("gathered")) ++tally.gathered;
         break;
     }
     if (!want.rows.empty()) ++tally.nonempty;
@@ -144,9 +146,10 @@ class SqlCorpusPg : public test::SqlBookstorePg {
 
   static void Print(const char* what, const Tally& t) {
     std::printf(
-        "%s: %d statements: %d routed, %d scattered (%d by exact top-k), %d any shard, %d refused; %d wrong, %d "
-        "failed; %d answered non-empty\n",
-        what, t.total, t.routed, t.scattered, t.topk, t.any_shard, t.refused, t.wrong, t.failed, t.nonempty);
+        "%s: %d statements: %d routed, %d scattered (%d by exact top-k, %d gathered), %d any shard, %d refused; %d "
+        "wrong, %d failed; %d answered non-empty\n",
+        what, t.total, t.routed, t.scattered, t.topk, t.gathered, t.any_shard, t.refused, t.wrong, t.failed,
+        t.nonempty);
     for (const auto& [construct, n] : t.refusals) std::printf("  refused %3d x %s\n", n, construct.c_str());
   }
 };
@@ -592,20 +595,22 @@ class Generator {
   Statement Next() {
     const int kind = Pick(100);
     Statement s;
-    if (kind < 44) {
+    if (kind < 40) {
       s = Aggregate(false);
-    } else if (kind < 64) {
+    } else if (kind < 58) {
       s = PlainRows(false);
-    } else if (kind < 74) {
+    } else if (kind < 68) {
       s = Pick(2) == 0 ? Aggregate(true) : PlainRows(true);
-    } else if (kind < 80) {
+    } else if (kind < 74) {
       s = TopKShaped();
-    } else if (kind < 86) {
+    } else if (kind < 79) {
       s = DistinctRows();
-    } else if (kind < 93) {
+    } else if (kind < 85) {
       s = SetOperation();
-    } else {
+    } else if (kind < 90) {
       s = RoutedExtra();
+    } else {
+      s = Gathered();
     }
     return s;
   }
@@ -888,6 +893,62 @@ class Generator {
     if (Chance(60)) sql += LimitOffset(s);
     s.sql = sql;
     s.ordered = true;
+    return s;
+  }
+
+  // What neither routes nor merges (windows, CTEs and subqueries over every
+  // shard, statistics, DISTINCT ON, joins off the shard key, an outer join
+  // preserving the reference table): answered by gathering the rows.
+  Statement Gathered() {
+    Statement s;
+    const Source& src = OneOf(Sources());
+    const std::string where = Where(src, s, false);
+    const std::string m = OneOf(src.measures);
+    const std::string k = OneOf(src.keys).expr;
+    const std::string unique = fmt::format("{}", fmt::join(src.unique, ", "));
+    switch (Pick(7)) {
+      case 0: {
+        const std::vector<std::string> windows = {
+            fmt::format("rank() OVER (ORDER BY {})", m),
+            fmt::format("dense_rank() OVER (PARTITION BY {} ORDER BY {} DESC)", k, m),
+            fmt::format("count(*) OVER (PARTITION BY {})", k), fmt::format("sum({}) OVER ()", m)};
+        s.sql = fmt::format("SELECT {}, {} AS w FROM {}{}", unique, OneOf(windows), src.from, where);
+        break;
+      }
+      case 1:
+        s.sql =
+            fmt::format("WITH x AS (SELECT {} AS k, {} AS m FROM {}{}) SELECT k, count(*), sum(m) FROM x GROUP BY k", k,
+                        m, src.from, where);
+        break;
+      case 2:
+        s.sql = fmt::format("SELECT count(*), sum({0}) FROM {1}{2} {0} > (SELECT avg({0}) FROM {1})", m, src.from,
+                            where.empty() ? " WHERE" : where + " AND");
+        break;
+      case 3:
+        s.sql = fmt::format(
+            "SELECT {0} AS k, stddev_samp({1}), string_agg(({1})::text, ',' ORDER BY {1}, {2}) FROM {3}{4} GROUP BY 1",
+            k, m, unique, src.from, where);
+        break;
+      case 4:
+        s.sql = fmt::format("SELECT DISTINCT ON ({0}) {0} AS k, {1} FROM {2}{3} ORDER BY {0}, {4} DESC NULLS LAST, {1}",
+                            k, unique, src.from, where, m);
+        break;
+      case 5:
+        s.params.clear();  // the WHERE above is not used
+        s.sql = fmt::format(
+            "SELECT o.status, count(*), sum(i.quantity) FROM orders o JOIN order_items i ON i.book_id = o.order_id % "
+            "50 "
+            "WHERE {} GROUP BY 1",
+            Pred(Sources()[2], s));
+        break;
+      default:
+        s.params.clear();
+        s.sql = fmt::format(
+            "SELECT b.category, count(i.order_id), sum(i.quantity) FROM books b LEFT JOIN order_items i ON i.book_id = "
+            "b.book_id AND {}{} GROUP BY 1",
+            Pred(Sources()[1], s), Chance(50) ? " WHERE b.price > 10" : "");
+        break;
+    }
     return s;
   }
 
@@ -1347,6 +1408,7 @@ TEST_F(SqlCorpusPg, GeneratedStatementsAnswerAsTheReferenceOrAreRefused) {
   EXPECT_GE(tally.Answered() * 100, tally.total * 60) << "too many refusals: the generator tests little";
   if (statements >= 200) {
     EXPECT_GT(tally.topk, 0) << "no statement took exact top-k";
+    EXPECT_GT(tally.gathered, 0) << "no statement was gathered";
   }
   EXPECT_GE(tally.nonempty * 2, tally.Answered());
 }

@@ -196,6 +196,18 @@ TEST_F(SqlExecutePg, WritesLandOnTheOwningShardWithTheirBucket) {
   std::vector<std::int64_t> expected(static_cast<std::size_t>(scratch_->ShardCount()), 0);
   expected[owner] = 1;
   EXPECT_EQ(CountPerShard("customers WHERE customer_id = 4242 AND bucket = 44"), expected);
+  // An upsert on a unique key with customer_id: the conflict is decided on the row's shard.
+  EXPECT_EQ(cluster_
+                ->Execute("INSERT INTO customers (customer_id, name, email) VALUES (4242, 'Ada', 'x') ON CONFLICT "
+                          "(customer_id) DO NOTHING")
+                .affected,
+            0U);
+  const SqlResult upserted = cluster_->Execute(
+      "INSERT INTO customers (customer_id, name, email) VALUES ($1, 'Ada L.', 'ada@example.org') ON CONFLICT "
+      "(customer_id) DO UPDATE SET name = EXCLUDED.name WHERE customers.email = EXCLUDED.email RETURNING name, bucket",
+      {"4242"});
+  EXPECT_EQ(upserted.rows, (Rows{{"Ada L.", "44"}}));
+  EXPECT_EQ(CountPerShard("customers WHERE customer_id = 4242 AND name = 'Ada L.'"), expected);
 
   const SqlResult order = cluster_->Execute(
       "INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES ($1, $2, now(), 12.50), "
@@ -206,6 +218,16 @@ TEST_F(SqlExecutePg, WritesLandOnTheOwningShardWithTheirBucket) {
   EXPECT_EQ(order.rows[0][0], "44");
   expected[owner] = 2;
   EXPECT_EQ(CountPerShard("orders WHERE customer_id = 4242 AND bucket = 44"), expected);
+  // INSERT ... SELECT of the customer's own rows: on its shard, with its bucket.
+  const SqlResult copied = cluster_->Execute(
+      "INSERT INTO orders (customer_id, order_id, ordered_at, total) SELECT $1, order_id + 10, ordered_at, total * 2 "
+      "FROM orders WHERE customer_id = $1 AND order_id IN (900001, 900002) RETURNING order_id, total, bucket",
+      {"4242"});
+  EXPECT_EQ(Sorted(copied.rows), (Rows{{"900011", "25.00", "44"}, {"900012", "14.00", "44"}}));
+  expected[owner] = 4;
+  EXPECT_EQ(CountPerShard("orders WHERE customer_id = 4242 AND bucket = 44"), expected);
+  EXPECT_EQ(cluster_->Execute("DELETE FROM orders WHERE customer_id = 4242 AND order_id > 900002").affected, 2U);
+  expected[owner] = 2;
 
   const SqlResult updated =
       cluster_->Execute("UPDATE orders SET status = 'shipped' WHERE customer_id = $1 AND order_id = 900001", {"4242"});
@@ -269,6 +291,18 @@ TEST_F(SqlExecutePg, TransactionsTakeSqlThatStaysOnTheirBucket) {
                       .rows,
                   (Rows{{"3.50", "2"}}));
         EXPECT_EQ(CountPerShard("orders WHERE order_id IN (900101, 900102)"), none);
+        // An upsert, and an INSERT ... SELECT of the customer's own rows.
+        EXPECT_EQ(tx.Execute("INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES ($1, 900101, now(), "
+                             "3.50) ON CONFLICT (customer_id, order_id) DO UPDATE SET total = EXCLUDED.total",
+                             {"4242"})
+                      .affected,
+                  1U);
+        EXPECT_EQ(tx.Execute("INSERT INTO order_items (customer_id, order_id, line_no, book_id, quantity, unit_price) "
+                             "SELECT $1, order_id, line_no + 1, book_id, quantity, unit_price FROM order_items WHERE "
+                             "customer_id = $1 AND order_id = 900101 RETURNING bucket, line_no",
+                             {"4242"})
+                      .rows,
+                  (Rows{{"44", "2"}}));
         // Reference tables are on every shard.
         const SqlResult sql_books = tx.Execute("SELECT count(*) FROM books");
         EXPECT_EQ(sql_books.rows, OnReference("SELECT count(*) FROM books", {}).rows);
@@ -279,7 +313,6 @@ TEST_F(SqlExecutePg, TransactionsTakeSqlThatStaysOnTheirBucket) {
   EXPECT_EQ(ToInt(outcome.shard), static_cast<int>(owner));
   expected[owner] = 2;
   EXPECT_EQ(CountPerShard("orders WHERE order_id IN (900101, 900102) AND bucket = 44"), expected);
-  expected[owner] = 1;
   EXPECT_EQ(CountPerShard("order_items WHERE order_id = 900101 AND bucket = 44"), expected);
   (void)cluster_->Execute("DELETE FROM order_items WHERE customer_id = 4242 AND order_id = 900101");
   (void)cluster_->Execute("DELETE FROM orders WHERE customer_id = 4242 AND order_id = 900101");
@@ -341,12 +374,12 @@ TEST_F(SqlExecutePg, TransactionsRefuseWhatLeavesTheirBucketAndCommitNothing) {
 
 TEST_F(SqlExecutePg, RefusalsAndSyntaxErrorsAreSqlErrors) {
   try {
-    (void)cluster_->Execute("SELECT * FROM orders o JOIN order_items i ON i.order_id = o.order_id");
-    ADD_FAILURE() << "a join off the shard key ran";
+    (void)cluster_->Execute("SELECT * FROM orders o JOIN order_items i ON i.order_id = o.order_id FOR SHARE");
+    ADD_FAILURE() << "rows of every shard were locked";
   } catch (const SqlError& e) {
     EXPECT_EQ(e.kind(), SqlError::Kind::kRefused);
-    EXPECT_EQ(e.column(), 29);
-    EXPECT_NE(e.reason().find("repartitioning"), std::string::npos) << e.what();
+    EXPECT_EQ(e.column(), 70);
+    EXPECT_NE(e.reason().find("not locked together"), std::string::npos) << e.what();
   }
   try {
     (void)cluster_->Execute("SELECT * FROM orders WHERE customer_id = = 1");
@@ -658,9 +691,11 @@ TEST_F(SqlExecutePg, LimitAndOffsetParametersAreBoundAtExecution) {
       {rows, {"1.5", "0"}, "LIMIT $1", "is not a bigint"},
       {rows, {"1"}, "$2", "go up to $2 and 1 value was given"},
       {rows, {"9223372036854775807", "1"}, "LIMIT + OFFSET", "more than a bigint holds"},
-      {"SELECT order_id FROM orders WHERE order_id > $1 ORDER BY 1 LIMIT $1", {"5"}, "LIMIT $1", "used elsewhere"},
   };
   for (const auto& [sql, params, construct, reason] : refused) ExpectRefused(sql, params, construct, reason);
+  // A LIMIT parameter used elsewhere too is not bound by the merge: the statement is gathered.
+  const std::string shared = "SELECT order_id FROM orders WHERE order_id > $1 ORDER BY 1 LIMIT $1";
+  EXPECT_EQ(cluster_->Execute(shared, {"5"}).rows, OnReference(shared, {"5"}).rows);
 }
 
 // DISTINCT over every shard: each shard's distinct rows when the shard key
@@ -704,8 +739,6 @@ TEST_F(SqlExecutePg, DistinctIsExactWithAndWithoutTheShardKey) {
     EXPECT_EQ(ordered ? got.rows : Sorted(got.rows), ordered ? want.rows : Sorted(want.rows));
     EXPECT_FALSE(want.rows.empty());
   }
-  ExpectRefused("SELECT DISTINCT ON (status) status, total FROM orders ORDER BY status, total", {},
-                "DISTINCT ON over every shard", "");
 }
 
 // What partials cannot finish alone, the server finishes over the merged
@@ -775,10 +808,11 @@ TEST_F(SqlExecutePg, SetOperationsCombineTheirArmsExactly) {
 
 // An outer join that preserves a reference table (or a function's rows)
 // over every shard would repeat each unmatched row once per shard, and keep
-// a NULL-extended row for one matched on another shard: refused. Preserving
-// the sharded side, or pinned to one customer's shard, it is exact.
-TEST_F(SqlExecutePg, OuterJoinsPreservingReplicatedRowsAreExactOrRefused) {
-  const std::vector<std::pair<std::string, std::string>> refused = {
+// a NULL-extended row for one matched on another shard: not merged but
+// gathered onto one server. Preserving the sharded side, or pinned to one
+// customer's shard, it runs on the shards.
+TEST_F(SqlExecutePg, OuterJoinsPreservingReplicatedRowsAreExact) {
+  const std::vector<std::pair<std::string, std::string>> gathered = {
       {"SELECT b.book_id, oi.order_id FROM books b LEFT JOIN order_items oi ON oi.book_id = b.book_id AND "
        "oi.quantity < 0 WHERE b.book_id = 1",
        "the LEFT JOIN that preserves books"},
@@ -797,10 +831,11 @@ TEST_F(SqlExecutePg, OuterJoinsPreservingReplicatedRowsAreExactOrRefused) {
       {"SELECT count(*) FROM orders o RIGHT JOIN (books b JOIN books b2 USING (book_id)) ON o.total = b.price",
        "the RIGHT JOIN that preserves books"},
   };
-  for (const auto& [sql, construct] : refused) {
-    ExpectRefused(sql, {}, construct, "on every shard");
-    // On the reference server they have an answer: not an error there.
-    EXPECT_NO_THROW((void)OnReference(sql, {}));
+  for (const auto& [sql, construct] : gathered) {
+    SCOPED_TRACE(sql);
+    const SqlResult got = cluster_->Execute(sql);
+    EXPECT_NE(got.plan.merge.find("gathered (not merged: " + construct), std::string::npos) << got.plan.merge;
+    EXPECT_EQ(Sorted(got.rows), Sorted(OnReference(sql, {}).rows));
   }
   const std::vector<std::tuple<std::string, SqlParams, SqlPlanInfo::Kind>> exact = {
       {"SELECT count(*), count(b.book_id) FROM order_items oi LEFT JOIN books b ON b.book_id = oi.book_id AND "
@@ -979,38 +1014,164 @@ TEST_F(SqlExecutePg, LockingReadsRunPinnedAndAreRefusedOverSeveralShards) {
   }
 }
 
-TEST_F(SqlExecutePg, ScatterStatementsThatCannotBeMergedAreRefused) {
-  const std::vector<std::pair<std::string, std::string>> refused = {
-      {"SELECT status, 100.0 * count(*) / (SELECT count(*) FROM books) FROM orders GROUP BY status", "subquery"},
-      {"SELECT DISTINCT ON (status) status FROM orders ORDER BY status", "rows of one group"},
-      {"SELECT status, string_agg(order_id::text, ',') FROM orders GROUP BY status", ""},
-      // Answered exactly alone (sql_percentile_pgtest), not beside other aggregates.
-      {"SELECT sum(total), percentile_cont(0.5) WITHIN GROUP (ORDER BY total) FROM orders", "holds only GROUP BY keys"},
-      {"SELECT order_id, rank() OVER (ORDER BY total) FROM orders", "window"},
-      {"WITH x AS (SELECT * FROM orders) SELECT count(*) FROM x", "each shard's rows"},
-      {"SELECT count(*) FROM orders WHERE total > (SELECT avg(total) FROM orders)", "each shard's rows"},
-      {"SELECT status, count(*) FROM orders GROUP BY ROLLUP (status)", "grouping sets"},
-      {"SELECT count(*) FROM orders WHERE ordered_at > now()", ""},
-      {"SELECT status, count(*) FROM orders GROUP BY status ORDER BY status LIMIT $1 + 1", "known"},
-      {"SELECT bool_and(total > 0) FROM orders", ""},
-      // A subquery inside a merged part, even over a reference table: refused by the aggregate planner.
-      {"SELECT count(*) FROM order_items WHERE book_id IN (SELECT book_id FROM books WHERE category = 'science')",
-       "subquery"},
-      {"SELECT order_id, count(*) FROM orders GROUP BY status", "neither in GROUP BY"},
-      {"SELECT count(*) FROM orders o JOIN order_items i ON i.customer_id = 7 AND i.order_id = o.order_id",
-       "repartitioning"},
+// What neither routes nor merges from each shard's answer is gathered: the
+// sharded tables' rows from every shard onto one server, which runs the
+// statement as written. Exact, as the reference server answers it.
+TEST_F(SqlExecutePg, WhatCannotBeMergedIsGatheredAndExact) {
+  const std::vector<std::pair<std::string, SqlParams>> gathered = {
+      {"SELECT status, 100.0 * count(*) / (SELECT count(*) FROM books) FROM orders GROUP BY status", {}},
+      {"SELECT DISTINCT ON (status) status, total FROM orders ORDER BY status, total DESC", {}},
+      {"SELECT status, string_agg(order_id::text, ',' ORDER BY order_id) FROM orders GROUP BY status", {}},
+      {"SELECT sum(total), percentile_cont(0.5) WITHIN GROUP (ORDER BY total) FROM orders", {}},
+      {"SELECT order_id, rank() OVER (ORDER BY total) FROM orders", {}},
+      {"SELECT customer_id, order_id, sum(total) OVER (PARTITION BY customer_id ORDER BY order_id) FROM orders", {}},
+      {"WITH x AS (SELECT * FROM orders) SELECT count(*) FROM x", {}},
+      {"SELECT count(*) FROM orders WHERE total > (SELECT avg(total) FROM orders)", {}},
+      {"SELECT status, count(*) FROM orders GROUP BY ROLLUP (status)", {}},
+      {"SELECT count(*) FROM orders WHERE ordered_at > now() - interval '1 year'", {}},
+      {"SELECT status, count(*) FROM orders GROUP BY status ORDER BY status LIMIT $1 + 1", {"3"}},
+      {"SELECT bool_and(total > 0), stddev(total), variance(quantity) FROM orders JOIN order_items USING "
+       "(customer_id, order_id)",
+       {}},
+      {"SELECT count(*) FROM order_items WHERE book_id IN (SELECT book_id FROM books WHERE category = 'science')", {}},
+      {"SELECT count(*) FROM orders o JOIN order_items i ON i.customer_id = 7 AND i.order_id = o.order_id", {}},
+      // A join off the shard key: rows of different customers.
+      {"SELECT o.customer_id, i.customer_id, count(*) FROM orders o JOIN order_items i ON i.order_id = o.order_id "
+       "AND o.customer_id < 20 AND i.customer_id < 20 GROUP BY 1, 2",
+       {}},
+      {"SELECT * FROM (SELECT customer_id, total, row_number() OVER (PARTITION BY status ORDER BY total DESC, "
+       "order_id) AS n FROM orders WHERE total > $1) ranked WHERE n <= 3",
+       {"10"}},
+      {"SELECT c.customer_id, o.total FROM customers c, LATERAL (SELECT total FROM orders o WHERE o.total > 1 AND "
+       "o.customer_id <> c.customer_id ORDER BY total DESC, order_id LIMIT 1) o ORDER BY 1 LIMIT 3",
+       {}},
+      {"SELECT b.category, count(oi.order_id) FROM books b LEFT JOIN order_items oi ON oi.book_id = b.book_id AND "
+       "oi.quantity > $1 GROUP BY b.category",
+       {"2"}},
+      {"SELECT order_id FROM orders WHERE customer_id = 1 UNION SELECT rank() OVER (ORDER BY total) FROM orders", {}},
   };
-  for (const auto& [sql, reason] : refused) {
+  for (const auto& [sql, params] : gathered) {
     SCOPED_TRACE(sql);
-    try {
-      (void)cluster_->Execute(sql, sql.find('$') == std::string::npos ? SqlParams{} : SqlParams{"3"});
-      ADD_FAILURE() << "ran";
-    } catch (const SqlError& e) {
-      EXPECT_EQ(e.kind(), SqlError::Kind::kRefused) << e.what();
-      EXPECT_GT(e.column(), 0) << e.what();
-      EXPECT_NE(e.reason().find(reason), std::string::npos) << e.what();
-    }
+    const SqlResult got = cluster_->Execute(sql, params);
+    const Reference want = OnReference(sql, params);
+    EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kScatter);
+    EXPECT_TRUE(got.plan.merge.starts_with("gathered (not merged: ")) << got.plan.merge;
+    EXPECT_EQ(got.columns, want.columns);
+    EXPECT_EQ(Sorted(got.rows), Sorted(want.rows));
+    EXPECT_FALSE(want.rows.empty());
+    EXPECT_GT(got.rows_received, 0U);
   }
+  // Explain says what each shard sends and what the one server runs.
+  const SqlPlanInfo explained = cluster_->Explain("SELECT order_id, rank() OVER (ORDER BY total) FROM orders");
+  EXPECT_NE(explained.shard_sql.find("ARRAY(SELECT _t FROM \"public\".\"orders\" AS _t LIMIT $1)"), std::string::npos)
+      << explained.shard_sql;
+  EXPECT_NE(explained.merge.find("the window function rank"), std::string::npos) << explained.merge;
+  // An invalid statement is the server's error, as on one server.
+  try {
+    (void)cluster_->Execute("SELECT order_id, count(*) FROM orders GROUP BY status");
+    ADD_FAILURE() << "ran";
+  } catch (const ScatterError& e) {
+    ASSERT_EQ(e.failures().size(), 1U) << e.what();
+    EXPECT_EQ(e.failures()[0].sqlstate, "42803") << e.what();
+  }
+}
+
+// A top-level WHERE conjunct over one sharded table runs on the shards as
+// well, so that only rows that can pass it are shipped; never one over a
+// side an outer join fills with NULLs, one whose value differs between
+// servers (now()), or one whose parameter is also used elsewhere.
+TEST_F(SqlExecutePg, AGatherShipsOnlyTheRowsItsFiltersCanPass) {
+  struct Pushdown {
+    std::string sql;
+    SqlParams params;
+    std::string pushed;   // in the shards' statement, or empty: nothing pushed
+    std::string shipped;  // the reference's count of the rows shipped
+  };
+  const std::vector<Pushdown> cases = {
+      {"SELECT order_id, rank() OVER (ORDER BY total, order_id) FROM orders WHERE status = $1 AND total > 15",
+       {"placed"},
+       "SELECT \"orders\" FROM \"public\".\"orders\" AS \"orders\" WHERE (status = $2) AND (total > 15) LIMIT $1",
+       "SELECT count(*) FROM orders WHERE status = 'placed' AND total > 15"},
+      {"SELECT o.status, stddev(i.quantity) FROM orders o JOIN order_items i ON i.order_id = o.order_id WHERE "
+       "lower(o.status) = 'placed' AND o.total > 25 AND i.quantity BETWEEN 2 AND $1 GROUP BY o.status",
+       {"4"},
+       "AS \"o\" WHERE (lower(o.status) = 'placed') AND (o.total > 25) LIMIT $1",
+       "SELECT (SELECT count(*) FROM orders WHERE total > 25) + (SELECT count(*) FROM order_items "
+       "WHERE quantity BETWEEN 2 AND 4)"},
+      // The nullable side keeps every row: `IS NULL` is true of the rows the join fills.
+      {"SELECT b.book_id, oi.order_id FROM books b LEFT JOIN order_items oi ON oi.book_id = b.book_id AND "
+       "oi.quantity > 4 WHERE oi.quantity IS NULL AND b.book_id < 30",
+       {},
+       "",
+       "SELECT count(*) FROM order_items"},
+      {"SELECT count(*) FROM orders WHERE ordered_at > now() - interval '1 year' AND status = 'placed' "
+       "HAVING count(*) > (SELECT count(*) FROM books WHERE book_id < 0)",
+       {},
+       "WHERE (status = 'placed') LIMIT",
+       "SELECT count(*) FROM orders"},
+      {"SELECT $1::text AS s, count(*) FROM orders WHERE status = $1 GROUP BY ROLLUP (status)",
+       {"placed"},
+       "",
+       "SELECT count(*) FROM orders"},
+      {"SELECT a.order_id, b.order_id FROM orders a JOIN orders b ON a.total = b.total AND a.order_id < b.order_id "
+       "WHERE a.total > 25",
+       {},
+       "",
+       "SELECT count(*) FROM orders"},
+  };
+  for (const Pushdown& c : cases) {
+    SCOPED_TRACE(c.sql);
+    const SqlResult got = cluster_->Execute(c.sql, c.params);
+    const Reference want = OnReference(c.sql, c.params);
+    EXPECT_TRUE(got.plan.merge.starts_with("gathered")) << got.plan.merge;
+    EXPECT_EQ(got.columns, want.columns);
+    EXPECT_EQ(Sorted(got.rows), Sorted(want.rows));
+    EXPECT_FALSE(want.rows.empty());
+    if (c.pushed.empty()) {
+      EXPECT_EQ(got.plan.shard_sql.find(" WHERE "), std::string::npos) << got.plan.shard_sql;
+    } else {
+      EXPECT_NE(got.plan.shard_sql.find(c.pushed), std::string::npos) << got.plan.shard_sql;
+    }
+    EXPECT_EQ(std::to_string(got.rows_received), *OnReference(c.shipped, {}).rows.at(0).at(0));
+  }
+}
+
+// Above max_gather_rows (all tables, all shards) a gathered statement is
+// refused with what it would have brought, having shipped at most one row
+// more per table and shard; per statement or for the Cluster ([sql]).
+TEST_F(SqlExecutePg, AGatherAboveItsBoundIsRefusedWithItsSize) {
+  const std::string sql =
+      "SELECT o.order_id, rank() OVER (ORDER BY o.total) FROM orders o JOIN customers c USING "
+      "(customer_id) WHERE c.name <> ''";
+  const std::int64_t orders = std::stoll(*OnReference("SELECT count(*) FROM orders", {}).rows.at(0).at(0));
+  const std::int64_t customers = std::stoll(*OnReference("SELECT count(*) FROM customers", {}).rows.at(0).at(0));
+  SqlOptions exact;
+  exact.max_gather_rows = orders + customers;
+  EXPECT_EQ(Sorted(cluster_->Execute(sql, {}, exact).rows), Sorted(OnReference(sql, {}).rows));
+  SqlOptions small;
+  small.max_gather_rows = orders + customers - 1;
+  try {
+    (void)cluster_->Execute(sql, {}, small);
+    ADD_FAILURE() << "gathered above the bound";
+  } catch (const SqlError& e) {
+    EXPECT_EQ(e.kind(), SqlError::Kind::kRefused);
+    EXPECT_NE(e.reason().find(fmt::format("more than max_gather_rows = {} rows (orders: {}, customers: {})",
+                                          orders + customers - 1, orders, customers)),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.advice().find("max_gather_rows"), std::string::npos) << e.what();
+  }
+  small.max_gather_rows = 5;
+  try {
+    (void)cluster_->Execute(sql, {}, small);
+    ADD_FAILURE() << "gathered above the bound";
+  } catch (const SqlError& e) {
+    EXPECT_NE(e.reason().find("(orders: more than 5, customers: more than 5)"), std::string::npos) << e.what();
+  }
+  small.max_gather_rows = 0;
+  EXPECT_THROW((void)cluster_->Execute(sql, {}, small), SqlError);
+  // Routed and merged statements know no such bound.
+  EXPECT_NO_THROW((void)cluster_->Execute("SELECT count(*) FROM orders", {}, small));
 }
 
 #ifdef SHARDCTL_PATH
@@ -1068,9 +1229,11 @@ TEST_F(SqlExecutePg, ShardctlSqlExitsOneWithTheSyntaxErrorsPosition) {
             "ERROR:  syntax error at or near \"=\"\nLINE 2: FROM orders WHERE = 1\n"
             "                          ^\n");
   const auto [refused, refused_rc] =
-      RunShardctl({"--config", path.string(), "sql", "SELECT order_id, rank() OVER (ORDER BY total) FROM orders"});
+      RunShardctl({"--config", path.string(), "sql", "SELECT order_id FROM orders FOR UPDATE"});
   EXPECT_EQ(refused_rc, 1) << refused;
-  EXPECT_EQ(refused.rfind("shardkit: the window function rank at line 1, column 18: ", 0), 0U) << refused;
+  EXPECT_EQ(refused.rfind("shardkit: a locking clause (FOR UPDATE/SHARE) over every shard at line 1, column 29: ", 0),
+            0U)
+      << refused;
   // The naive best-sellers statement, as it is: the reference's answer.
   const std::string best_sellers =
       "SELECT i.book_id, sum(i.quantity) AS sold FROM order_items i JOIN orders o ON o.customer_id = i.customer_id "

@@ -1,6 +1,7 @@
 // The SQL router without a server: libpg_query's parse, which statements
 // route to one customer and which are refused (with the place and reason),
 // and the bucket spliced into an INSERT's text.
+#include "sql/gather_plan.hpp"
 #include "sql/router.hpp"
 
 #include <fmt/format.h>
@@ -48,7 +49,7 @@ std::optional<std::int32_t> RoutesTo(const std::string& sql, const SqlParams& pa
 
 SqlError RefusalOf(const std::string& sql, const SqlParams& params = {}) {
   try {
-    const auto plan = PlanStatement(sql, Catalog());
+    const auto plan = PlanStatement(sql, Catalog(), Gathering::kNever);
     const BoundRoute route = BindRoute(*plan, params);
     RequireOneShard(*plan, route, BucketDirectory::EvenSplit(2));
   } catch (const SqlError& e) {
@@ -633,6 +634,53 @@ TEST(SqlRouter, InsertsRouteByTheirRowsAndGetTheirBucket) {
             "(77777, 2, now(), 6, 53)");
 }
 
+// INSERT ... SELECT of one customer's rows, its customer_id a literal or
+// parameter: routed, the bucket added after the SELECT's last column.
+TEST(SqlRouter, InsertSelectOfOneCustomersRowsRoutesAndGetsItsBucket) {
+  const std::string sql =
+      "INSERT INTO orders (customer_id, order_id, ordered_at, total) SELECT $1, o.order_id + 1000, now(), "
+      "sum(i.quantity * i.unit_price) AS t FROM orders o JOIN order_items i USING (customer_id, order_id) "
+      "WHERE o.customer_id = $1 GROUP BY o.order_id RETURNING bucket";
+  const auto plan = PlanStatement(sql, Catalog());
+  EXPECT_TRUE(plan->AddsBucket());
+  EXPECT_FALSE(plan->read_only);
+  const BoundRoute route = BindRoute(*plan, {"4242"});
+  ASSERT_TRUE(route.key);
+  EXPECT_EQ(*route.key, CustomerId{4242});
+  EXPECT_EQ(StatementText(*plan, route),
+            "INSERT INTO orders (customer_id, order_id, ordered_at, total, bucket) SELECT $1, o.order_id + 1000, "
+            "now(), sum(i.quantity * i.unit_price) AS t, 44 FROM orders o JOIN order_items i USING (customer_id, "
+            "order_id) WHERE o.customer_id = $1 GROUP BY o.order_id RETURNING bucket");
+  // From reference tables alone, and without FROM: the key decides.
+  EXPECT_EQ(RoutesTo("INSERT INTO order_items (customer_id, order_id, line_no, book_id, quantity, unit_price) "
+                     "SELECT 7, 1, book_id, book_id, 1, price FROM books WHERE category = 'science'"),
+            7);
+  const auto no_from = PlanStatement("INSERT INTO customers (customer_id, name, email) SELECT 7, 'a', 'b'", Catalog());
+  EXPECT_EQ(StatementText(*no_from, BindRoute(*no_from, {})),
+            "INSERT INTO customers (customer_id, name, email, bucket) SELECT 7, 'a', 'b', 20");
+
+  const auto refused = [](const std::string& statement, const SqlParams& params = {}) {
+    return RefusalOf(statement, params).reason();
+  };
+  // Another customer's rows, every customer's rows, a key from a column.
+  EXPECT_NE(refused("INSERT INTO orders (customer_id, order_id) SELECT 2, order_id FROM orders WHERE customer_id = 1")
+                .find("reads customer 1's rows and writes customer 2's"),
+            std::string::npos);
+  RefusalOf("INSERT INTO orders (customer_id, order_id) SELECT $1, order_id FROM orders WHERE customer_id = $2",
+            {"1", "2"});
+  EXPECT_NE(refused("INSERT INTO orders (customer_id, order_id) SELECT 1, order_id FROM orders").find("not pinned"),
+            std::string::npos);
+  EXPECT_NE(
+      refused(
+          "INSERT INTO orders (customer_id, order_id) SELECT customer_id, order_id FROM orders WHERE customer_id = 1")
+          .find("neither a literal nor a parameter"),
+      std::string::npos);
+  EXPECT_NE(refused("INSERT INTO orders SELECT * FROM orders WHERE customer_id = 1").find("not named"),
+            std::string::npos);
+  EXPECT_NE(refused("INSERT INTO orders (customer_id, order_id) SELECT 1, 2 UNION SELECT 1, 3").find("set operation"),
+            std::string::npos);
+}
+
 TEST(SqlRouter, InsertsOnTwoShardsOrWithoutAKnownKeyAreRefused) {
   // 4242: bucket 44, shard 1; 4243: bucket 20, shard 0 (two shards).
   const SqlError two = RefusalOf(
@@ -646,15 +694,34 @@ TEST(SqlRouter, InsertsOnTwoShardsOrWithoutAKnownKeyAreRefused) {
   RefusalOf("INSERT INTO orders (customer_id, order_id, ordered_at, total) VALUES ($1, 1, now(), 5), ($2, 2, now(), 6)",
             {"4242", "4243"});
 
-  EXPECT_EQ(RefusalOf("INSERT INTO orders (customer_id, order_id) SELECT customer_id, order_id FROM orders "
-                      "WHERE customer_id = 1")
-                .construct(),
-            "INSERT ... SELECT");
   EXPECT_EQ(RefusalOf("INSERT INTO orders (customer_id, order_id) VALUES (1 + 1, 2)").construct(),
             "the customer_id of row 1");
   EXPECT_EQ(RefusalOf("INSERT INTO orders (order_id) VALUES (2)").construct(), "INSERT INTO orders");
   RefusalOf("INSERT INTO orders DEFAULT VALUES");
-  RefusalOf("INSERT INTO orders (customer_id, order_id) VALUES (1, 2) ON CONFLICT DO NOTHING");
+  // ON CONFLICT on a key with customer_id: the conflict is on the row's shard.
+  EXPECT_EQ(RefusalOf("INSERT INTO orders (customer_id, order_id) VALUES (1, 2) ON CONFLICT DO NOTHING").construct(),
+            "ON CONFLICT");
+  EXPECT_EQ(
+      RefusalOf("INSERT INTO orders (customer_id, order_id) VALUES (1, 2) ON CONFLICT (order_id) DO NOTHING").advice(),
+      "name the unique key's columns, customer_id among them: ON CONFLICT (customer_id, ...)");
+  EXPECT_EQ(RefusalOf("INSERT INTO orders (customer_id, order_id) VALUES (1, 2) ON CONFLICT ON CONSTRAINT orders_pkey "
+                      "DO NOTHING")
+                .construct(),
+            "ON CONFLICT ON CONSTRAINT");
+  EXPECT_EQ(RefusalOf("INSERT INTO orders (customer_id, order_id, total) VALUES (1, 2, 3) ON CONFLICT (customer_id, "
+                      "order_id) DO UPDATE SET customer_id = 5")
+                .construct(),
+            "DO UPDATE SET customer_id");
+  EXPECT_EQ(RoutesTo("INSERT INTO orders (customer_id, order_id) VALUES (1, 2) ON CONFLICT (customer_id, order_id) DO "
+                     "NOTHING"),
+            1);
+  EXPECT_EQ(RoutesTo("INSERT INTO orders (customer_id, order_id, total) VALUES ($1, 2, 3) ON CONFLICT (order_id, "
+                     "customer_id) DO UPDATE SET total = orders.total + EXCLUDED.total WHERE orders.status <> 'x'",
+                     {"1"}),
+            1);
+  RefusalOf(
+      "INSERT INTO orders (customer_id, order_id, total) VALUES (1, 2, 3) ON CONFLICT (customer_id, order_id) DO "
+      "UPDATE SET total = (SELECT max(total) FROM orders)");
   RefusalOf("INSERT INTO orders VALUES (1)");
   RefusalOf("INSERT INTO books (book_id, title, category, price) VALUES (1, 'a', 'b', 1)");
   RefusalOf(
@@ -792,8 +859,57 @@ TEST(SqlRouterKeys, UuidAndTextKeysPinOnTheirLiteralsAndParameters) {
   ASSERT_TRUE(route.key_values);
   EXPECT_EQ(*route.key_values, (std::vector<ShardKey>{ShardKey::Text("a"), ShardKey::Text("b")}));
   // Two different literals: refused.
-  EXPECT_THROW((void)PlanStatement("SELECT * FROM invoices WHERE tenant_id = 'a' AND tenant_id = 'b'", texts),
-               SqlError);
+  EXPECT_THROW(
+      (void)PlanStatement("SELECT * FROM invoices WHERE tenant_id = 'a' AND tenant_id = 'b'", texts, Gathering::kNever),
+      SqlError);
+}
+
+// What neither routes nor merges is gathered: each sharded table's rows from
+// every shard (one statement per shard), then the statement itself on one
+// server with every reference to a sharded table replaced by those rows.
+TEST(SqlGather, WhatNeitherRoutesNorMergesIsGatheredWithEveryShardedReferenceReplaced) {
+  const auto plan = PlanStatement(
+      "WITH big AS (SELECT * FROM public.orders WHERE total > $1) SELECT b.customer_id, c.name, rank() OVER "
+      "(ORDER BY b.total DESC) FROM big b JOIN customers AS c ON c.name = b.status JOIN books ON book_id = 1 "
+      "WHERE EXISTS (SELECT 1 FROM orders WHERE orders.total < b.total)",
+      Catalog());
+  ASSERT_NE(plan->gather, nullptr);
+  EXPECT_EQ(plan->kind, SqlPlanInfo::Kind::kScatter);
+  EXPECT_EQ(plan->parameter_count, 1);
+  EXPECT_EQ(plan->sharded_tables, (std::vector<std::string>{"public.orders", "customers"}));
+  EXPECT_EQ(plan->reference_tables, (std::vector<std::string>{"books"}));
+  const GatherPlan& gather = *plan->gather;
+  EXPECT_EQ(gather.tables, (std::vector<std::string>{"\"public\".\"orders\"", "\"public\".\"customers\""}));
+  EXPECT_EQ(gather.first_table_param, 2);
+  EXPECT_EQ(gather.shard_sql,
+            "SELECT _g1, pg_catalog.cardinality(_g1), _g2, pg_catalog.cardinality(_g2) FROM (SELECT ARRAY(SELECT _t "
+            "FROM \"public\".\"orders\" AS _t LIMIT $1) AS _g1, ARRAY(SELECT _t FROM \"public\".\"customers\" AS "
+            "_t LIMIT $1) AS _g2) AS _g");
+  EXPECT_EQ(gather.finish_sql,
+            "WITH big AS (SELECT * FROM (SELECT * FROM pg_catalog.unnest($2::\"public\".\"orders\"[])) AS \"orders\" "
+            "WHERE total > $1) SELECT b.customer_id, c.name, rank() OVER (ORDER BY b.total DESC) FROM big b JOIN "
+            "(SELECT * FROM pg_catalog.unnest($3::\"public\".\"customers\"[])) AS c ON c.name = b.status JOIN books "
+            "ON book_id = 1 WHERE EXISTS (SELECT 1 FROM (SELECT * FROM "
+            "pg_catalog.unnest($2::\"public\".\"orders\"[])) AS \"orders\" WHERE orders.total < b.total)");
+  EXPECT_FALSE(gather.why.empty());
+
+  // Refused as before: what one server cannot do for all shards' rows.
+  for (const std::string sql : {
+           "SELECT * FROM orders o JOIN order_items i ON i.order_id = o.order_id FOR UPDATE",
+           "SELECT nextval('s'), rank() OVER (ORDER BY total) FROM orders",
+           "SELECT discount_for(total), rank() OVER (ORDER BY total) FROM orders",
+           "SELECT rank() OVER (ORDER BY total) FROM ONLY orders",
+           "SELECT rank() OVER (ORDER BY total) FROM orders TABLESAMPLE SYSTEM (10)",
+           "WITH orders AS (SELECT * FROM orders WHERE total > 5) SELECT rank() OVER (ORDER BY total) FROM orders",
+           "WITH x AS (DELETE FROM orders WHERE total < 0 RETURNING *) SELECT rank() OVER (ORDER BY total) FROM x",
+           "SELECT rank() OVER (ORDER BY total) INTO copy FROM orders",
+       }) {
+    EXPECT_THROW((void)PlanStatement(sql, Catalog()), SqlError) << sql;
+  }
+  // Still routed, merged or finished as before.
+  EXPECT_EQ(PlanStatement("SELECT rank() OVER (ORDER BY total) FROM orders WHERE customer_id = 7", Catalog())->gather,
+            nullptr);
+  EXPECT_EQ(PlanStatement("SELECT status, sum(total) - min(total) FROM orders GROUP BY 1", Catalog())->gather, nullptr);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -23,6 +24,13 @@ struct SqlOptions {
   // temporary table, which a hot standby cannot make): with replicas asked
   // for, the merge plan answers it instead, as exactly.
   ReadPolicy read;
+  // A SELECT that neither routes to one shard nor merges from per-shard
+  // partials (joins off the shard key, subqueries and CTEs over every
+  // shard, windows, aggregates such as stddev) is answered by gathering the
+  // rows of the sharded tables it reads onto one server, which runs it:
+  // refused when that is more than this many rows (all tables, all shards).
+  // Default: the configuration's [sql] max_gather_rows (100,000).
+  std::optional<std::int64_t> max_gather_rows;
 };
 
 }  // namespace shardkit

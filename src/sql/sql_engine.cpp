@@ -142,7 +142,7 @@ std::shared_ptr<const SqlPlan> SqlEngine::Plan(const std::string& sql, bool* cac
 
 SqlEngine::Bound SqlEngine::Bind(const std::string& sql, const SqlParams& params) {
   bool cached = false;
-  std::shared_ptr<const SqlPlan> plan = Plan(sql, &cached);
+  std::shared_ptr<const SqlPlan> plan = Plan(WithParameterTypes(sql, params), &cached);
   return Bind(std::move(plan), cached, params);
 }
 

@@ -1076,6 +1076,67 @@ TEST_F(SqlExecutePg, WhatCannotBeMergedIsGatheredAndExact) {
   }
 }
 
+// Parameters with types: the server needs no inference where it has none
+// to make, and the router still reads typed keys, key lists and LIMITs.
+TEST_F(SqlExecutePg, TypedParametersAnswerAsTheReferenceAndStillRoute) {
+  using namespace std::chrono;
+  const auto instant = time_point_cast<system_clock::duration>(sys_days{year{2026} / 1 / 20});
+  struct Typed {
+    std::string sql;
+    SqlParams params;
+    std::string on_reference;  // the same statement with the values written in
+    SqlPlanInfo::Kind kind;
+  };
+  const std::vector<Typed> cases = {
+      {"SELECT count(*) FROM orders WHERE status LIKE CONCAT('%', $1, '%')",
+       {SqlParam::Typed("lac", "text")},
+       "SELECT count(*) FROM orders WHERE status LIKE '%lac%'",
+       SqlPlanInfo::Kind::kScatter},
+      {"SELECT sum($1), $2 IS NULL FROM orders",
+       {std::int64_t{2}, SqlParam::Typed(std::nullopt, "int4")},
+       "SELECT sum(2::int8), NULL::int4 IS NULL FROM orders",
+       SqlPlanInfo::Kind::kScatter},
+      {"SELECT order_id, total FROM orders WHERE customer_id = $1 AND total > $2 ORDER BY order_id",
+       {std::int64_t{42}, 15.5},
+       "SELECT order_id, total FROM orders WHERE customer_id = 42 AND total > 15.5 ORDER BY order_id",
+       SqlPlanInfo::Kind::kRouted},
+      {"SELECT customer_id, count(*) FROM orders WHERE customer_id = ANY($1) GROUP BY 1 ORDER BY 1",
+       {std::vector<std::int64_t>{3, 7, 42}},
+       "SELECT customer_id, count(*) FROM orders WHERE customer_id = ANY('{3,7,42}') GROUP BY 1 ORDER BY 1",
+       SqlPlanInfo::Kind::kScatter},
+      {"SELECT order_id FROM orders WHERE ordered_at >= $1 ORDER BY order_id LIMIT $2",
+       {instant, 3},
+       "SELECT order_id FROM orders WHERE ordered_at >= '2026-01-20 00:00:00+00' ORDER BY order_id LIMIT 3",
+       SqlPlanInfo::Kind::kScatter},
+      {"SELECT count(*) FROM orders WHERE status = ANY($1) AND $2",
+       {std::vector<std::string>{"placed", "it's"}, true},
+       "SELECT count(*) FROM orders WHERE status = ANY('{placed,it''s}')",
+       SqlPlanInfo::Kind::kScatter},
+  };
+  for (const Typed& c : cases) {
+    SCOPED_TRACE(c.sql);
+    const SqlResult got = cluster_->Execute(c.sql, c.params);
+    const Reference want = OnReference(c.on_reference, {});
+    EXPECT_EQ(got.columns, want.columns);
+    EXPECT_EQ(got.types, want.types);
+    EXPECT_EQ(got.rows, want.rows);
+    EXPECT_FALSE(want.rows.empty());
+    EXPECT_EQ(got.plan.kind, c.kind) << got.plan.Describe();
+  }
+  // Untyped, the server cannot tell what $1 is; typed, it is a number.
+  try {
+    (void)cluster_->Execute("SELECT $1 IS NULL FROM orders WHERE customer_id = 42", {std::nullopt});
+    ADD_FAILURE() << "answered";
+  } catch (const ShardQueryError& e) {
+    EXPECT_EQ(e.sqlstate(), "42P18") << e.what();
+  }
+  // The key list reaches only its customers' shards.
+  const SqlPlanInfo listed =
+      cluster_->Explain("SELECT count(*) FROM orders WHERE customer_id = ANY($1)", {std::vector<std::int64_t>{42}});
+  EXPECT_EQ(listed.kind, SqlPlanInfo::Kind::kScatter);
+  EXPECT_EQ(listed.shard_count, 1);
+}
+
 // A top-level WHERE conjunct over one sharded table runs on the shards as
 // well, so that only rows that can pass it are shipped; never one over a
 // side an outer join fills with NULLs, one whose value differs between

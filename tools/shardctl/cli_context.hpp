@@ -2,6 +2,7 @@
 // load from them (the configuration, a resolver, the migration files).
 #pragma once
 
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,4 +24,17 @@ struct CliContext {
   // The library's own migrations, then the application's of --sql-dir when
   // given (shardkit::ClusterMigrations).
   [[nodiscard]] std::vector<shardkit::MigrationSet> LoadMigrations() const;
+};
+
+// Thrown by a subcommand that has printed its error itself (shardctl sql
+// --json prints it as JSON on stdout): main exits with code() and prints
+// nothing more.
+class ErrorPrinted : public std::exception {
+ public:
+  explicit ErrorPrinted(int code) : code_(code) {}
+  [[nodiscard]] int code() const noexcept { return code_; }
+  [[nodiscard]] const char* what() const noexcept override { return "error printed"; }
+
+ private:
+  int code_;
 };

@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
+  } catch (const ErrorPrinted& e) {  // reported already (shardctl sql --json)
+    return e.code();
   } catch (const shardkit::ConfigError& e) {  // a bad configuration file is bad usage
     std::cerr << "shardctl: error: " << e.what() << "\n";
     return 2;

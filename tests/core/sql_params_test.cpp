@@ -13,8 +13,15 @@ namespace shardkit {
 namespace {
 
 TEST(SqlParams, ValuesCarryTheirTextAndType) {
-  const SqlParams params{"abc", std::nullopt, 7, std::int64_t{-9'000'000'000}, true, 0.1, 2.5e-300,
-                         std::vector<std::int64_t>{1, -2, 3}, std::vector<std::string>{"a b", "q\"uote", "back\\slash"},
+  const SqlParams params{"abc",
+                         std::nullopt,
+                         7,
+                         std::int64_t{-9'000'000'000},
+                         true,
+                         0.1,
+                         2.5e-300,
+                         std::vector<std::int64_t>{1, -2, 3},
+                         std::vector<std::string>{"a b", "q\"uote", "back\\slash"},
                          SqlParam::Typed(std::nullopt, "jsonb")};
   EXPECT_EQ(params[0], "abc");
   EXPECT_EQ(params[0].type(), "");

@@ -88,125 +88,12 @@
 namespace shardkit {
 namespace {
 
-struct Statement {
-  std::string sql;
-  bool ordered = false;  // ORDER BY orders the rows completely (or at most one row)
-  SqlParams params = {};
-};
-
-struct Tally {
-  int routed = 0;
-  int any_shard = 0;
-  int scattered = 0;
-  int topk = 0;      // of the scattered: answered by exact top-k
-  int gathered = 0;  // of the scattered: rows gathered onto one server
-  int refused = 0;
-  int wrong = 0;
-  int failed = 0;
-  int total = 0;
-  int nonempty = 0;
-  std::map<std::string, int> refusals;  // construct -> how many
-  [[nodiscard]] int Answered() const { return routed + any_shard + scattered; }
-};
-
-// The data varied as in sql_corpus_pgtest: each UPDATE is a function of the
-// row alone, so the reference stays the union of the shards.
-constexpr const char* kVary =
-    "UPDATE customers SET created_at = timestamptz '2025-06-01 00:00:00+00' + interval '7 hours' * customer_id; "
-    "UPDATE orders SET status = (ARRAY['placed', 'shipped', 'delivered'])[1 + (order_id * 7 + customer_id) % 3], "
-    "total = ((order_id * 37 + customer_id * 11) % 5000) / 100.0 + 0.5; "
-    "UPDATE orders SET total = 0 WHERE order_id % 17 = 0; "
-    "UPDATE order_items SET quantity = 1 + (order_id + line_no * 3) % 6, "
-    "unit_price = 2.50 + ((order_id * 13 + line_no) % 40) * 0.75; "
-    "UPDATE order_items SET book_id = 50 + order_id % 4 WHERE (order_id + line_no) % 9 = 0; "
-    "DELETE FROM order_items WHERE order_id % 11 = 3 AND line_no = 1";
+using Statement = test::CorpusStatement;
+using Tally = test::CorpusTally;
 
 class SqlForeignCorpusPg : public test::SqlBookstorePg {
  protected:
-  static void SetUpTestSuite() { SetUpBookstore("sql_foreign_corpus_pgtest", kVary); }
-
-  static std::string Show(const Rows& rows, std::size_t at_most = 8) {
-    std::string out;
-    for (std::size_t r = 0; r < rows.size() && r < at_most; ++r) {
-      out += "  (";
-      for (std::size_t c = 0; c < rows[r].size(); ++c) out += (c ? ", " : "") + rows[r][c].value_or("NULL");
-      out += ")\n";
-    }
-    if (rows.size() > at_most) out += fmt::format("  ... {} rows\n", rows.size());
-    return out;
-  }
-
-  // Runs one statement both ways and compares.
-  static void Check(const Statement& s, Tally& tally) {
-    SCOPED_TRACE(s.sql);
-    ++tally.total;
-    // SQL_CORPUS_VERBOSE=1: every statement and how it ended.
-    static const bool verbose = std::getenv("SQL_CORPUS_VERBOSE") != nullptr;
-    if (verbose) std::printf("%s%s\n", s.sql.c_str(), s.params.empty() ? "" : "  -- with parameters");
-    Reference want;
-    try {
-      want = OnReference(s.sql, s.params);
-    } catch (const std::exception& e) {
-      ++tally.failed;
-      ADD_FAILURE() << "the statement does not run on the reference server: " << e.what() << "\n" << s.sql;
-      return;
-    }
-    SqlResult got;
-    try {
-      got = cluster_->Execute(s.sql, s.params);
-    } catch (const SqlError& e) {
-      if (e.kind() == SqlError::Kind::kRefused) {
-        ++tally.refused;
-        ++tally.refusals[e.construct()];
-        if (verbose) std::printf("  refused: %s\n", e.what());
-        EXPECT_FALSE(e.reason().empty()) << e.what();
-        EXPECT_FALSE(e.advice().empty()) << e.what();
-        return;
-      }
-      ++tally.failed;
-      ADD_FAILURE() << "a syntax error for a statement the server runs: " << e.what();
-      return;
-    } catch (const std::exception& e) {
-      ++tally.failed;
-      ADD_FAILURE() << "not an SqlError: " << e.what() << "\n" << s.sql;
-      return;
-    }
-    if (verbose) std::printf("  %s\n", got.plan.Describe().c_str());
-    switch (got.plan.kind) {
-      case SqlPlanInfo::Kind::kRouted:
-        ++tally.routed;
-        break;
-      case SqlPlanInfo::Kind::kAnyShard:
-        ++tally.any_shard;
-        break;
-      case SqlPlanInfo::Kind::kScatter:
-        ++tally.scattered;
-        if (got.plan.merge.starts_with("exact top-k")) ++tally.topk;
-        if (got.plan.merge.starts_with("gathered")) ++tally.gathered;
-        break;
-    }
-    if (!want.rows.empty()) ++tally.nonempty;
-    const bool same_rows = s.ordered ? got.rows == want.rows : Sorted(got.rows) == Sorted(want.rows);
-    if (!same_rows || got.columns != want.columns || got.types != want.types) {
-      ++tally.wrong;
-      ADD_FAILURE() << "WRONG ANSWER (" << got.plan.Describe() << ")\n"
-                    << s.sql << "\ncolumns " << fmt::format("{}", fmt::join(got.columns, ", ")) << " / reference "
-                    << fmt::format("{}", fmt::join(want.columns, ", ")) << "\ntypes "
-                    << fmt::format("{}", fmt::join(got.types, ", ")) << " / reference "
-                    << fmt::format("{}", fmt::join(want.types, ", ")) << "\ngot " << got.rows.size() << " rows:\n"
-                    << Show(got.rows) << "reference " << want.rows.size() << " rows:\n"
-                    << Show(want.rows);
-    }
-  }
-
-  static void Print(const char* what, const Tally& t) {
-    std::printf(
-        "%s: %d statements: %d routed, %d scattered (%d by exact top-k, %d gathered), %d any shard, %d refused; %d "
-        "wrong, %d failed; %d answered non-empty\n",
-        what, t.total, t.routed, t.scattered, t.topk, t.gathered, t.any_shard, t.refused, t.wrong, t.failed,
-        t.nonempty);
-    for (const auto& [construct, n] : t.refusals) std::printf("  refused %3d x %s\n", n, construct.c_str());
-  }
+  static void SetUpTestSuite() { SetUpBookstore("sql_foreign_corpus_pgtest", kVariedBookstore); }
 
   static void RunCorpus(const char* what);
 };
@@ -215,16 +102,8 @@ class SqlForeignCorpusPg : public test::SqlBookstorePg {
 class SqlForeignCorpusUnevenPg : public SqlForeignCorpusPg {
  protected:
   static void SetUpTestSuite() {
-    scratch_ = new test::ScratchCluster("sql_foreign_corpus_uneven_pgtest",
-                                        test::ScratchOptions().Shards(4).Directory(test::UnevenSplit(4)));
-    test::FillBookstore(*scratch_, 300);
-    scratch_->ExecEverywhere(
-        "INSERT INTO books (book_id, title, category, price) SELECT i, 'Book ' || i, "
-        "(ARRAY['fiction', 'science', 'history'])[1 + i % 3], 5 + (i % 7) * 2.5 FROM generate_series(0, 49) i");
-    scratch_->ExecEverywhere(kVary);
-    ClusterConfig config = scratch_->Config();
-    config.reference_tables = {"books"};
-    cluster_ = Cluster::Open(config).release();
+    SetUpBookstore("sql_foreign_corpus_uneven_pgtest", kVariedBookstore,
+                   test::ScratchOptions().Shards(4).Directory(test::UnevenSplit(4)));
   }
 };
 
@@ -939,8 +818,8 @@ std::vector<Statement> Corpus() {
 
 void SqlForeignCorpusPg::RunCorpus(const char* what) {
   Tally tally;
-  for (const Statement& s : Corpus()) Check(s, tally);
-  Print(what, tally);
+  for (const Statement& s : Corpus()) CheckAgainstReference(s, tally);
+  tally.Print(what);
   EXPECT_EQ(tally.wrong, 0);
   EXPECT_EQ(tally.failed, 0);
   EXPECT_GE(tally.total, 120);

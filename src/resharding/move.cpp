@@ -10,6 +10,7 @@
 #include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/directory.hpp"
+#include "shardkit/routing/primaries.hpp"
 
 // The mover, step by step (see move.hpp for the order and the states).
 //
@@ -267,7 +268,7 @@ BucketMover::BucketMover(ClusterConfig config, MoveOptions options) {
                                                  config.origin));
   }
   Dsn catalog = *config.catalog_dsn;
-  impl_ = std::make_unique<Impl>(std::move(config), std::move(catalog), std::move(options));
+  impl_ = std::make_unique<Impl>(AtCurrentPrimaries(config), std::move(catalog), std::move(options));
 }
 
 BucketMover::~BucketMover() = default;

@@ -10,6 +10,7 @@
 
 #include "shardkit/config.hpp"
 #include "shardkit/routing/ownership.hpp"
+#include "shardkit/routing/primaries.hpp"
 
 namespace shardkit::detail::mover {
 
@@ -135,7 +136,8 @@ namespace shardkit {
 
 using detail::FirstLine;
 
-std::vector<std::string> LeftoverReplicationObjects(const ClusterConfig& config) {
+std::vector<std::string> LeftoverReplicationObjects(const ClusterConfig& as_written) {
+  const ClusterConfig config = AtCurrentPrimaries(as_written);
   std::vector<std::string> found;
   for (std::size_t i = 0; i < config.shards.size(); ++i) {
     const auto& shard = config.shards[i];

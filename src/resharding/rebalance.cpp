@@ -13,6 +13,7 @@
 #include "pg/server_message.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/ownership.hpp"
+#include "shardkit/routing/primaries.hpp"
 #include "shardkit/routing/resolver.hpp"
 
 namespace shardkit {
@@ -115,7 +116,8 @@ RebalancePlan PlanRebalance(const BucketDirectory& current, const std::vector<Sh
   return plan;
 }
 
-std::array<std::int64_t, kBucketCount> CountRowsPerBucket(const ClusterConfig& config) {
+std::array<std::int64_t, kBucketCount> CountRowsPerBucket(const ClusterConfig& as_written) {
+  const ClusterConfig config = AtCurrentPrimaries(as_written);
   std::vector<std::array<std::int64_t, kBucketCount>> per_shard(config.shards.size());
   std::vector<std::string> errors(config.shards.size());
   std::vector<std::thread> threads;

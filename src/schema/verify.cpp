@@ -14,6 +14,7 @@
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/directory.hpp"
+#include "shardkit/routing/primaries.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/schema/migrate.hpp"
 
@@ -156,8 +157,9 @@ std::vector<std::string> RegisteredReferenceTables(const ClusterConfig& config, 
 
 }  // namespace
 
-VerifyReport VerifyCluster(const ClusterConfig& config, const VerifyOptions& given) {
+VerifyReport VerifyCluster(const ClusterConfig& as_written, const VerifyOptions& given) {
   const auto started = Clock::now();
+  const ClusterConfig config = AtCurrentPrimaries(as_written);
   VerifyOptions options = given;
   if (!options.reference_tables) {
     options.reference_tables = config.reference_tables;

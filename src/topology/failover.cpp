@@ -77,6 +77,9 @@ class Run {
     return std::make_unique<pqxx::connection>(WithConnectTimeout(dsn, options_.connect_timeout).Reveal());
   }
   void LockAndReadPrimary();
+  [[nodiscard]] const Server& Member(const std::string& name) const;
+  std::optional<FailoverReport> TakeOverInterrupted();
+  void CloseInterrupted(const std::string& state, const std::string& why);
   const Server& ChooseReplica();
   void Journal(const std::string& state, const std::string& detail);
   [[noreturn]] void Fail(const std::string& message, bool promoted);
@@ -97,6 +100,15 @@ class Run {
   const Server* from_ = nullptr;
   std::int64_t epoch_ = 0;  // the shard's epoch before this failover
   std::optional<Clock::time_point> fenced_at_;
+  // An earlier failover of this shard that stopped before its last step
+  // (its process killed): its id, target and last step.
+  struct Interrupted {
+    std::int64_t id = 0;
+    std::string to;
+    std::string state;
+  };
+  std::optional<Interrupted> interrupted_;
+  std::optional<std::string> to_;  // the replica named, or the interrupted failover's
   FailoverReport report_;
 };
 
@@ -117,21 +129,99 @@ void Run::LockAndReadPrimary() {
     const auto row = tx.exec_params("SELECT server, epoch FROM shardkit_primaries WHERE shard = $1", shard_->name);
     const std::string current = row.empty() ? shard_->name : row[0][0].c_str();
     epoch_ = row.empty() ? 0 : row[0][1].as<std::int64_t>();
-    const auto it = std::find_if(members_.begin(), members_.end(), [&](const Server& s) { return s.name == current; });
-    if (it == members_.end()) {
-      throw ConfigError(fmt::format("shard[{}].replicas", shard_index_),
-                        fmt::format("the catalog names {} the primary of shard {}, and {} lists no such server "
-                                    "for it",
-                                    current, shard_->name, config_.origin));
-    }
-    from_ = &*it;
+    from_ = &Member(current);
     report_.from_server = from_->name;
+    const auto earlier = tx.exec_params(
+        "SELECT failover_id, to_server, state FROM shardkit_failovers WHERE shard = $1 AND state NOT IN ('done', "
+        "'failed') ORDER BY failover_id DESC LIMIT 1",
+        shard_->name);
+    if (!earlier.empty()) {
+      interrupted_ = Interrupted{earlier[0][0].as<std::int64_t>(), earlier[0][1].c_str(), earlier[0][2].c_str()};
+    }
   } catch (const pqxx::broken_connection& e) {
     throw FailoverError(
         fmt::format("the catalog ({}) is unreachable: {}; a failover must publish the new primary "
                     "there, so it cannot start",
                     *config_.catalog_dsn, RedactDsn(FirstLine(e.what()))));
   }
+}
+
+const Server& Run::Member(const std::string& name) const {
+  const auto it = std::find_if(members_.begin(), members_.end(), [&](const Server& s) { return s.name == name; });
+  if (it == members_.end()) {
+    throw ConfigError(fmt::format("shard[{}].replicas", shard_index_),
+                      fmt::format("the catalog names {} a server of shard {}, and {} lists no such server for it: "
+                                  "run with the configuration the failover used",
+                                  name, shard_->name, config_.origin));
+  }
+  return *it;
+}
+
+// We hold the shard's failover lock, so a failover the journal shows
+// unfinished is one whose process died (SIGKILL, a lost machine). Published
+// (the catalog names its replica), only its record was left: it is finished
+// now. Not published, this run takes over its target, and whatever step it
+// reached is done again (each step is idempotent: fencing a fenced server,
+// waiting for a position already replayed, and a replica already promoted
+// is only published). Another replica named by `to` while the interrupted
+// one's is promoted is refused: that would make two primaries.
+std::optional<FailoverReport> Run::TakeOverInterrupted() {
+  to_ = options_.to;
+  if (!interrupted_) return std::nullopt;
+  const Interrupted& earlier = *interrupted_;
+  if (earlier.to == from_->name) {
+    if (to_ && *to_ != earlier.to) {
+      CloseInterrupted("done", "found published by a later failover, which goes on from it");
+      interrupted_.reset();
+      return std::nullopt;
+    }
+    CloseInterrupted(
+        "done", fmt::format("stopped after step {}, found published (epoch {}) by a later run", earlier.state, epoch_));
+    FailoverReport done;
+    done.failover_id = earlier.id;
+    done.shard = shard_->name;
+    done.to_server = earlier.to;
+    done.epoch = epoch_;
+    done.resumed_failover_id = earlier.id;
+    done.loss =
+        fmt::format("as reported by failover {} when it ran (its journal in shardkit_failover_events)", earlier.id);
+    done.took = std::chrono::duration_cast<milliseconds>(Clock::now() - started_);
+    {
+      pqxx::nontransaction tx{*catalog_};
+      const auto from = tx.exec_params("SELECT from_server FROM shardkit_failovers WHERE failover_id = $1", earlier.id);
+      if (!from.empty()) done.from_server = from[0][0].c_str();
+    }
+    if (options_.on_step) {
+      options_.on_step("done", fmt::format("failover {} had published {} (epoch {}) before it stopped after step "
+                                           "{}; its journal is finished now",
+                                           earlier.id, earlier.to, epoch_, earlier.state));
+    }
+    return done;
+  }
+  if (to_ && *to_ != earlier.to) {
+    const StandbyState state = Standby(Member(earlier.to));
+    if (state.reachable && !state.in_recovery) {
+      throw FailoverError(
+          fmt::format("failover {} of shard {} promoted {} and stopped before publishing it: "
+                      "finish it (shardctl failover {} --to {}); promoting {} as well would make "
+                      "two primaries",
+                      earlier.id, shard_->name, earlier.to, shard_->name, earlier.to, *to_));
+    }
+    return std::nullopt;  // closed once this failover has its id
+  }
+  to_ = earlier.to;
+  return std::nullopt;
+}
+
+void Run::CloseInterrupted(const std::string& state, const std::string& why) {
+  pqxx::work tx{*catalog_};
+  tx.exec_params(
+      "UPDATE shardkit_failovers SET state = $2, finished_at = clock_timestamp(), error = CASE WHEN $2 = 'failed' "
+      "THEN $3 ELSE error END, epoch = CASE WHEN $2 = 'done' THEN $4::bigint ELSE epoch END WHERE failover_id = $1",
+      interrupted_->id, state, why, epoch_);
+  tx.exec_params("INSERT INTO shardkit_failover_events (failover_id, state, detail) VALUES ($1, $2, $3)",
+                 interrupted_->id, state, why);
+  tx.commit();
 }
 
 StandbyState Run::Standby(const Server& s) const {
@@ -160,13 +250,17 @@ const Server& Run::ChooseReplica() {
   }
   std::string names;
   for (const Server* s : candidates) names += (names.empty() ? "" : ", ") + s->name;
-  if (options_.to) {
+  if (to_) {
     const auto it =
-        std::find_if(candidates.begin(), candidates.end(), [&](const Server* s) { return s->name == *options_.to; });
+        std::find_if(candidates.begin(), candidates.end(), [&](const Server* s) { return s->name == *to_; });
     if (it == candidates.end()) {
+      if (*to_ == from_->name) {
+        throw ConfigError("to", fmt::format("{} is shard {}'s primary already (epoch {} in the catalog)", *to_,
+                                            shard_->name, epoch_));
+      }
       throw ConfigError("to", fmt::format("{} is not a replica of shard {} that can be promoted (its primary is "
                                           "{}; its replicas: {})",
-                                          *options_.to, shard_->name, from_->name, names.empty() ? "none" : names));
+                                          *to_, shard_->name, from_->name, names.empty() ? "none" : names));
     }
     return **it;
   }
@@ -176,8 +270,10 @@ const Server& Run::ChooseReplica() {
   const Server* best = nullptr;
   StandbyState best_state;
   std::string skipped;
+  std::vector<const Server*> promoted;  // out of recovery: promoted, not published
   for (const Server* s : candidates) {
     const StandbyState state = Standby(*s);
+    if (state.reachable && !state.in_recovery) promoted.push_back(s);
     if (!state.reachable || !state.in_recovery) {
       skipped += fmt::format("; {}: {}", s->name, state.reachable ? "not a standby (in recovery: no)" : state.error);
       continue;
@@ -186,6 +282,15 @@ const Server& Run::ChooseReplica() {
       best = s;
       best_state = state;
     }
+  }
+  // A replica promoted by a failover that stopped before publishing it is
+  // the only safe choice: promoting another would make two primaries.
+  if (promoted.size() == 1) return *promoted.front();
+  if (promoted.size() > 1) {
+    throw FailoverError(
+        fmt::format("shard {} has {} replicas out of recovery (promoted, none published){}: they "
+                    "may have diverged; name the one to publish with --to",
+                    shard_->name, promoted.size(), skipped));
   }
   if (best == nullptr) {
     throw FailoverError(fmt::format("no replica of shard {} can be promoted{}", shard_->name, skipped));
@@ -359,6 +464,7 @@ void Run::Publish(const Server& to) {
 
 FailoverReport Run::Go() {
   LockAndReadPrimary();
+  if (auto finished = TakeOverInterrupted()) return *finished;
   const Server& to = ChooseReplica();
   report_.to_server = to.name;
   {
@@ -370,6 +476,17 @@ FailoverReport Run::Go() {
               shard_->name, from_->name, to.name, options_.force, options_.requested_by)[0]
             .as<std::int64_t>();
     tx.commit();
+  }
+  if (interrupted_) {
+    const bool taken_over = interrupted_->to == to.name;
+    CloseInterrupted("failed", fmt::format("stopped after step {}; {} by failover {}", interrupted_->state,
+                                           taken_over ? "finished" : "replaced", report_.failover_id));
+    if (taken_over) {
+      report_.resumed_failover_id = interrupted_->id;
+      Journal("resumed", fmt::format("failover {} to {} stopped after step {}: its steps are done again from the "
+                                     "first (each is idempotent)",
+                                     interrupted_->id, to.name, interrupted_->state));
+    }
   }
   const StandbyState target = Standby(to);
   if (!target.reachable) Fail(fmt::format("{} is unreachable: {}", to.name, target.error), false);

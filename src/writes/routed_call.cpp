@@ -158,13 +158,37 @@ std::optional<ConnectionPool::Lease> RoutedCall::Acquire(const Target& target) {
       Leave(target, "unreachable: " + FirstLine(e.what()));
       return std::nullopt;
     }
-    if (!target.on_replica && Clock::now() < deadline_ && ++primary_switches_ <= 3) {
-      // An unreachable primary may have been replaced by a failover.
-      Refresh();
-      if (parts_.resolver.Servers(target.shard).primary.pool != target.pool) return std::nullopt;
+    if (!target.on_replica && Clock::now() < deadline_ && WaitForPrimary(target, e)) return std::nullopt;
+    if (primary_lost_at_ && dynamic_cast<const ShardUnavailable*>(&e) != nullptr) {
+      throw ShardUnavailable(
+          target.shard,
+          fmt::format("{}: shard {}'s primary {} stayed unreachable for {} ms, to the deadline, and no failover named "
+                      "another: {}",
+                      Describe(), target.shard, target.at.server,
+                      std::chrono::duration_cast<milliseconds>(Clock::now() - *primary_lost_at_).count(),
+                      FirstLine(e.what())),
+          e.sqlstate());
     }
     throw;
   }
+}
+
+bool RoutedCall::WaitForPrimary(const Target& target, const ShardError& failure) {
+  Refresh();
+  const ShardServers& now = parts_.resolver.Servers(target.shard);
+  if (now.primary.pool != target.pool) return ++primary_switches_ <= 3;  // a failover replaced it
+  // Only an unreachable server is waited for (a full pool has already used
+  // the deadline), and only where a failover can happen: a catalog to name
+  // the successor and a replica to promote.
+  if (dynamic_cast<const ShardUnavailable*>(&failure) == nullptr || parts_.watcher == nullptr || now.replicas.empty()) {
+    return false;
+  }
+  if (!primary_lost_at_) primary_lost_at_ = Clock::now();
+  last_failure_ = FirstLine(failure.what());
+  const auto wait = std::min(milliseconds(50), std::chrono::ceil<milliseconds>(deadline_ - Clock::now()));
+  if (wait.count() <= 0) return false;
+  std::this_thread::sleep_for(wait);
+  return Clock::now() < deadline_;
 }
 
 bool RoutedCall::ConfirmPrimary(const Target& target, ConnectionPool::Lease& lease) {

@@ -85,6 +85,10 @@ class RoutedCall {
   Target Choose();
   // nullopt: go again at once (a replica or primary to switch to).
   std::optional<ConnectionPool::Lease> Acquire(const Target& target);
+  // The primary is unreachable: true to try again (the catalog named
+  // another, or the shard has replicas and the deadline leaves time to wait
+  // for a failover to name one, or for this one to come back).
+  bool WaitForPrimary(const Target& target, const ShardError& failure);
   // A read on a primary that reports itself read-only: false to go again
   // at once (the catalog names its successor); throws if it cannot say.
   bool ConfirmPrimary(const Target& target, ConnectionPool::Lease& lease);
@@ -139,10 +143,11 @@ class RoutedCall {
   std::optional<BucketRefused> last_refusal_;
   std::string last_failure_;
   int backoff_round_ = 0;
-  int immediate_ = 0;               // retries without a pause in a row (a refusal naming the new owner)
-  int primary_switches_ = 0;        // an unreachable primary that a failover replaced
-  bool primary_confirmed_ = false;  // a read-only primary the catalog still names
-  bool committing_ = false;         // this attempt's COMMIT may have reached the server
+  int immediate_ = 0;         // retries without a pause in a row (a refusal naming the new owner)
+  int primary_switches_ = 0;  // an unreachable primary that a failover replaced
+  std::optional<Clock::time_point> primary_lost_at_;  // the first unreachable primary, while waiting
+  bool primary_confirmed_ = false;                    // a read-only primary the catalog still names
+  bool committing_ = false;                           // this attempt's COMMIT may have reached the server
 
   // Reads on replicas: the replicas this call tried and left (and why), and
   // whether it has given up on them (a bucket a replica refused).

@@ -9,8 +9,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <array>
 #include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -21,6 +24,9 @@
 
 #include "shardkit/cluster.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/routing/primaries.hpp"
+#include "shardkit/schema/migrate.hpp"
+#include "shardkit/schema/verify.hpp"
 #include "shardkit/topology/failover.hpp"
 #include "support/replica_reads.hpp"
 #include "support/temporary_server.hpp"
@@ -160,13 +166,37 @@ class Failover : public ::testing::Test {
     RecordProperty("lost_writes", static_cast<int>(lost.size()));
   }
 
+  // After a failover of shard 0: verify (as shardctl verify runs it) and
+  // the migrations' server list reach the new primary, never the old one.
+  void ExpectToolsReadTheNewPrimary() const {
+    VerifyOptions options;
+    options.mirrored_tables.clear();  // the writers wrote to the shards only
+    const VerifyReport report = VerifyCluster(cluster_->Config(), options);
+    ASSERT_FALSE(report.servers.empty());
+    const ServerCounts& shard0 = report.servers[0];
+    EXPECT_TRUE(shard0.reachable);
+    const auto orders = std::find_if(shard0.tables.begin(), shard0.tables.end(),
+                                     [](const TableCounts& t) { return t.table == "orders"; });
+    ASSERT_NE(orders, shard0.tables.end());
+    pqxx::connection c{test::WithDatabase(replica_->Dsn(), cluster_->ShardDatabaseName(0)).Reveal()};
+    EXPECT_EQ(orders->rows, pqxx::nontransaction{c}.exec1("SELECT count(*) FROM orders")[0].as<std::int64_t>());
+    for (const auto& finding : report.findings) {
+      EXPECT_NE(finding.kind, FindingKind::kUnreachable) << finding.detail;
+    }
+    const auto servers = MigrationServers(AtCurrentPrimaries(cluster_->Config()));  // as shardctl migrate
+    ASSERT_FALSE(servers.empty());
+    EXPECT_NE(servers[0].dsn.Redacted().find(fmt::format("port={}", replica_->Port())), std::string::npos)
+        << servers[0].dsn.Redacted();
+  }
+
   // shardctl with a configuration file of the scratch cluster (replicas
   // included); its exit status and what it printed.
   struct Ran {
     int status = -1;
     std::string out;
   };
-  Ran Shardctl(const std::string& args) const {
+  // A configuration file of the scratch cluster, written for shardctl.
+  std::filesystem::path WriteConfigFile() const {
     const auto path = std::filesystem::temp_directory_path() / fmt::format("failover_pgtest_{}.toml", ::getpid());
     {
       std::ofstream f{path};
@@ -185,6 +215,10 @@ class Failover : public ::testing::Test {
       f << fmt::format("[reference]\ndsn = \"{}\"\n\n[catalog]\ndsn = \"{}\"\n", c.reference_dsn->Reveal(),
                        c.catalog_dsn->Reveal());
     }
+    return path;
+  }
+  Ran Shardctl(const std::string& args) const {
+    const auto path = WriteConfigFile();
     Ran r;
     FILE* pipe = ::popen(fmt::format("'{}' --config '{}' {} 2>&1", SHARDCTL_PATH, path.string(), args).c_str(), "r");
     if (pipe == nullptr) return r;
@@ -194,6 +228,45 @@ class Failover : public ::testing::Test {
     r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     std::filesystem::remove(path);
     return r;
+  }
+
+  // shardctl SIGKILLed as soon as it prints a line that starts with
+  // `step` (a failover prints each step as it is done, before journaling
+  // it): what it printed, and whether the signal killed it.
+  struct Killed {
+    bool by_signal = false;
+    std::string out;
+  };
+  Killed ShardctlKilledAt(const std::string& args, const std::string& step) const {
+    const auto path = WriteConfigFile();
+    const std::string command = fmt::format("exec '{}' --config '{}' {} 2>&1", SHARDCTL_PATH, path.string(), args);
+    std::array<int, 2> fds{};
+    Killed k;
+    if (::pipe(fds.data()) != 0) return k;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    FILE* out = ::fdopen(fds[0], "r");
+    std::array<char, 4096> line{};
+    while (std::fgets(line.data(), static_cast<int>(line.size()), out) != nullptr) {
+      k.out += line.data();
+      if (std::string_view(line.data()).rfind(step + " ", 0) == 0) {
+        ::kill(pid, SIGKILL);
+        break;
+      }
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    std::fclose(out);
+    k.by_signal = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    std::filesystem::remove(path);
+    return k;
   }
 
   // One order of shard 0's first customer through a router that does not
@@ -257,9 +330,14 @@ TEST_F(Failover, AReachablePrimaryIsFencedAndNoAcknowledgedWriteIsLost) {
   auto later = Cluster::Open(cluster_->Config());
   EXPECT_EQ(later->Resolver().Servers(ShardId{0}).primary.name, "shard0-replica1");
 
+  // The tools follow the catalog: verify counts the new primary's rows (the
+  // old one lacks the writes after the fence) and migrations go there.
+  ExpectToolsReadTheNewPrimary();
+
   // The old primary: read-only, even for a session that never heard of the
   // failover, and after a restart.
   primary_->Stop();
+  ExpectToolsReadTheNewPrimary();  // the old one down is no finding either
   primary_->Start();
   pqxx::connection old{test::WithDatabase(primary_->AppDsn(), cluster_->ShardDatabaseName(0)).Reveal()};
   pqxx::nontransaction tx{old};
@@ -316,6 +394,17 @@ TEST_F(Failover, AKilledPrimaryUnderSynchronousReplicationLosesNoAcknowledgedWri
   writers.Start(*cluster, customers_, 4);
   ASSERT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= 50; }));
   primary_->Kill();
+  // A write waits for the primary or a failover until its deadline, then
+  // says so.
+  try {
+    RoutedOptions quick;
+    quick.deadline = std::chrono::steady_clock::now() + milliseconds(300);
+    (void)test::WriteOrder(*cluster, customers_[0], 899999998, quick);
+    FAIL() << "a write was acknowledged with the primary down and no failover";
+  } catch (const ShardUnavailable& e) {
+    EXPECT_NE(std::string(e.what()).find("stayed unreachable for"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no failover named another"), std::string::npos) << e.what();
+  }
   // As an operator would: shardctl, refused, then forced.
   const Ran refused = Shardctl("failover shard0");
   EXPECT_EQ(refused.status, 1) << refused.out;
@@ -342,6 +431,10 @@ TEST_F(Failover, AKilledPrimaryUnderSynchronousReplicationLosesNoAcknowledgedWri
   EXPECT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= before + 50; }));
   writers.Stop();
   ExpectEveryAcknowledgedWriteOnTheNewPrimary(writers);
+  // Writes in flight while the primary was down waited (10 s deadlines) for
+  // the failover and went on there: none failed (those cut at COMMIT by the
+  // kill are OutcomeUnknown).
+  EXPECT_EQ(writers.failed, 0);
 
   // The old primary comes back (crash recovery) as a primary of nobody.
   primary_->Start();
@@ -350,6 +443,55 @@ TEST_F(Failover, AKilledPrimaryUnderSynchronousReplicationLosesNoAcknowledgedWri
     FAIL() << "the old primary acknowledged a write after the failover";
   } catch (const OutcomeUnknown& e) {
     EXPECT_NE(std::string(e.what()).find("synchronous standby"), std::string::npos) << e.what();
+  }
+}
+
+// `shardctl failover` SIGKILLed after each of its steps, with writers on:
+// running the same command again finishes that failover (never a second
+// one): one primary in the catalog, the replica promoted, the old primary
+// fenced, the journal closed, and every acknowledged write on the new
+// primary.
+TEST_F(Failover, AFailoverKilledAfterAnyStepIsFinishedByRunningItAgain) {
+  for (const std::string step : {"planned", "fenced", "caught_up", "promoted", "published"}) {
+    SCOPED_TRACE("killed after " + step);
+    StartServers(Replication::kAsync);
+    {
+      auto cluster = Cluster::Open(cluster_->Config(), QuickWatcher());
+      Writers writers;
+      writers.Start(*cluster, customers_, 2);
+      ASSERT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= 20; }));
+      const Killed killed = ShardctlKilledAt("failover shard0", step);
+      ASSERT_TRUE(killed.by_signal) << "shardctl finished before the kill landed:\n" << killed.out;
+      const Ran again = Shardctl("--json failover shard0");
+      ASSERT_EQ(again.status, 0) << again.out;
+      const auto report = nlohmann::json::parse(again.out.substr(again.out.find('{')));
+      EXPECT_EQ(report["to"], "shard0-replica1") << again.out;
+      EXPECT_EQ(report["epoch"], 1) << again.out;
+      EXPECT_FALSE(report["resumed_failover_id"].is_null()) << again.out;
+      const std::size_t before = writers.Acknowledged();
+      EXPECT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= before + 20; }));
+      writers.Stop();
+      ExpectEveryAcknowledgedWriteOnTheNewPrimary(writers);  // the fence ends sessions: some OutcomeUnknown
+    }
+    {
+      pqxx::connection catalog{cluster_->CatalogDsn().Reveal()};
+      pqxx::nontransaction tx{catalog};
+      const auto primary = tx.exec("SELECT server, epoch FROM shardkit_primaries WHERE shard = 'shard0'");
+      ASSERT_EQ(primary.size(), 1U);
+      EXPECT_STREQ(primary[0][0].c_str(), "shard0-replica1");
+      EXPECT_EQ(primary[0][1].as<int>(), 1);
+      EXPECT_EQ(tx.exec1("SELECT count(*) FROM shardkit_failovers WHERE state NOT IN ('done', 'failed')")[0].as<int>(),
+                0);
+      EXPECT_EQ(tx.exec1("SELECT count(*) FROM shardkit_failovers WHERE state = 'done'")[0].as<int>(), 1);
+    }
+    pqxx::connection promoted{test::WithDatabase(replica_->Dsn(), cluster_->ShardDatabaseName(0)).Reveal()};
+    EXPECT_FALSE(pqxx::nontransaction{promoted}.exec1("SELECT pg_is_in_recovery()")[0].as<bool>());
+    pqxx::connection old{test::WithDatabase(primary_->AppDsn(), cluster_->ShardDatabaseName(0)).Reveal()};
+    pqxx::nontransaction tx{old};
+    EXPECT_THROW(
+        tx.exec("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES (1, 0, 1, now(), 1)"),
+        pqxx::sql_error);
+    TearDown();
   }
 }
 

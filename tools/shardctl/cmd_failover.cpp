@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,7 @@ void AddFailoverCommand(CLI::App& app, CliContext& context) {
     if (!context.json) {
       options->on_step = [](const std::string& step, const std::string& detail) {
         fmt::print("{:<10} {}\n", step, detail);
+        std::fflush(stdout);  // each step as it happens, also into a pipe
       };
     }
     const shardkit::FailoverReport r = shardkit::Failover(config, *shard, *options);
@@ -48,11 +50,16 @@ void AddFailoverCommand(CLI::App& app, CliContext& context) {
           {"promoted_at_lsn", shardkit::FormatLsn(r.promoted_at_lsn)},
           {"loss", r.loss},
           {"writes_paused_ms", r.writes_paused.count()},
-          {"took_ms", r.took.count()}};
+          {"took_ms", r.took.count()},
+          {"resumed_failover_id",
+           r.resumed_failover_id ? nlohmann::json(*r.resumed_failover_id) : nlohmann::json(nullptr)}};
       fmt::print("{}\n", out.dump(2));
       return;
     }
-    fmt::print("\nshard {}: primary {} -> {} (epoch {}), in {} ms; writes paused {} ms\nloss: {}\n", r.shard,
-               r.from_server, r.to_server, r.epoch, r.took.count(), r.writes_paused.count(), r.loss);
+    fmt::print(
+        "\nshard {}: primary {} -> {} (epoch {}), in {} ms; writes paused {} ms{}\nloss: {}\n", r.shard, r.from_server,
+        r.to_server, r.epoch, r.took.count(), r.writes_paused.count(),
+        r.resumed_failover_id ? fmt::format("; finished failover {}, which had stopped", *r.resumed_failover_id) : "",
+        r.loss);
   });
 }

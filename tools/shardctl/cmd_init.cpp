@@ -12,6 +12,7 @@
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "shardkit/routing/ownership.hpp"
+#include "shardkit/routing/primaries.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/schema/migrate.hpp"
 
@@ -21,7 +22,7 @@ void AddInitCommand(CLI::App& app, CliContext& context) {
       "set the cluster up: apply the migrations on every server, store the even split of the buckets in the "
       "catalog's directory if it has none, enroll every shard; idempotent");
   init->final_callback([&context] {
-    const auto config = context.LoadConfig();
+    const auto config = shardkit::AtCurrentPrimaries(context.LoadConfig());
     if (!config.catalog_dsn) {
       throw shardkit::ConfigError(
           "catalog.dsn",

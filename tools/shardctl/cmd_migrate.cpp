@@ -11,6 +11,7 @@
 #include "commands.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/routing/primaries.hpp"
 #include "shardkit/schema/migrate.hpp"
 
 namespace {
@@ -202,7 +203,7 @@ nlohmann::json ReportJson(const shardkit::MigrationReport& report, const shardki
 // Servers of the configuration; says on stderr which files no server takes
 // (a configuration without [catalog] leaves the catalog's files unapplied).
 std::vector<shardkit::MigrationServer> Servers(const CliContext& context, const shardkit::MigrationSet& set) {
-  const auto config = context.LoadConfig();
+  const auto config = shardkit::AtCurrentPrimaries(context.LoadConfig());
   auto servers = shardkit::MigrationServers(config);
   std::string orphans;
   for (const auto& m : set.All()) {

@@ -10,6 +10,7 @@
 #include "shardkit/config.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/ownership.hpp"
+#include "shardkit/routing/primaries.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/schema/migrate.hpp"
 
@@ -25,7 +26,7 @@ void AddShardsEnrollCommand(CLI::App& shards, CliContext& context) {
   enroll->add_flag("--skip-migrations", *skip_migrations,
                    "do not require every shard at the latest version of the migrations");
   enroll->final_callback([&context, replace, skip_migrations] {
-    const auto config = context.LoadConfig();
+    const auto config = shardkit::AtCurrentPrimaries(context.LoadConfig());
     if (!config.catalog_dsn) {
       throw shardkit::ConfigError(
           "catalog.dsn", fmt::format("{} has no [catalog] dsn: the directory to enroll by lives there", config.origin));
@@ -56,7 +57,7 @@ void AddOwnershipCommand(CLI::App& app, CliContext& context) {
                          "what each shard owns, receives or gave away, against the catalog's directory; exit 1 on a "
                          "mismatch that no live move explains");
   ownership->final_callback([&context] {
-    const auto config = context.LoadConfig();
+    const auto config = shardkit::AtCurrentPrimaries(context.LoadConfig());
     const shardkit::BucketDirectory directory = shardkit::LoadCatalogDirectory(config);
     nlohmann::json out = {{"directory_version", directory.Version()}, {"shards", nlohmann::json::array()}};
     std::vector<std::string> problems;

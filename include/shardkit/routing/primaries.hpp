@@ -10,6 +10,7 @@
 //
 //   for (const auto& p : shardkit::LoadPrimaries(catalog)) ...   // {"shard1", "shard1-replica1", 1}
 //   shardkit::ApplyPrimaries(resolver, shardkit::LoadPrimaries(catalog));
+//   shardkit::VerifyCluster(shardkit::AtCurrentPrimaries(config), options);  // what tools do
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@ class connection_base;
 namespace shardkit {
 
 class BucketShardResolver;
+struct ClusterConfig;
 
 struct PrimaryRecord {
   std::string shard;       // the shard's name in the configuration
@@ -39,5 +41,16 @@ struct PrimaryRecord {
 // skipped; one naming a server its shard lacks throws ConfigError (the
 // configuration is older than the failover: list the promoted replica).
 int ApplyPrimaries(BucketShardResolver& resolver, const std::vector<PrimaryRecord>& rows);
+
+// The configuration with each shard's dsn and admin_dsn those of the server
+// the catalog names its primary now: what migrations, verify, moves,
+// rebalancing and ownership checks connect to, so that they never read or
+// write a deposed primary. A shard a failover changed keeps its name and
+// loses its replicas in the copy (tools do not read replicas; a Cluster
+// follows the catalog itself: give it the configuration as written).
+// Without [catalog], or before any failover, the configuration as is.
+// Throws CatalogError when the catalog cannot be read, ConfigError as
+// ApplyPrimaries.
+[[nodiscard]] ClusterConfig AtCurrentPrimaries(const ClusterConfig& config);
 
 }  // namespace shardkit

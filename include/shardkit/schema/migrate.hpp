@@ -28,7 +28,7 @@
 // the next run resumes at the failed step once they are resolved.
 //
 //   for (const auto& set : shardkit::ClusterMigrations("migrations")) {   // shardkit's, then yours
-//     shardkit::Migrator migrator{set, shardkit::MigrationServers(config)};
+//     shardkit::Migrator migrator{set, shardkit::MigrationServers(shardkit::AtCurrentPrimaries(config))};
 //     shardkit::MigrationStatus status = migrator.Status();  // the server x version matrix
 //     shardkit::MigrationReport report = migrator.Apply();   // what is missing, everywhere
 //     if (!report.Ok()) ...                                   // a server down, a failed statement
@@ -140,7 +140,9 @@ struct MigrationServer {
 };
 
 // Every shard (named as in the config), the reference server and the catalog
-// of a configuration, in that order.
+// of a configuration, in that order. After a failover give it
+// AtCurrentPrimaries(config) (routing/primaries.hpp), as shardctl does, so
+// that the shard's current primary is migrated.
 [[nodiscard]] std::vector<MigrationServer> MigrationServers(const ClusterConfig& config);
 
 // A row of a server's shardkit_migrations table (of one set).

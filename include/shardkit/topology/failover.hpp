@@ -30,8 +30,15 @@
 // the shard replicated synchronously to it (synchronous_standby_names):
 // then no acknowledged write is, and a commit on the old primary after a
 // restart waits for a standby that never comes (shardkit reports it as
-// OutcomeUnknown, never as committed). A failover that stopped after step 4
-// is finished by running it again with `to` naming the promoted replica.
+// OutcomeUnknown, never as committed).
+//
+// A failover stopped at any step (its process killed) is finished by
+// running it again: the journal shows it unfinished, and the new run takes
+// over its replica and does its steps again (each is idempotent; a replica
+// already promoted is only published; one already published only has its
+// journal closed). Without `to`, a replica found promoted but not published
+// is the one chosen: promoting another would make two primaries. Until the
+// rerun, a stopped failover may leave the old primary fenced (no writes).
 //
 // Needs the catalog ([catalog] dsn, migrated); throws FailoverError (what
 // failed, and what to do), ConfigError (an unknown shard or replica).
@@ -69,6 +76,8 @@ struct FailoverReport {
   std::string loss;                              // what the failover may have lost, in words
   std::chrono::milliseconds writes_paused{0};    // from the fence to the publish: writes waited this long
   std::chrono::milliseconds took{0};
+  // The stopped failover this run finished (its id), if any.
+  std::optional<std::int64_t> resumed_failover_id;
 };
 
 [[nodiscard]] FailoverReport Failover(const ClusterConfig& config, const std::string& shard,

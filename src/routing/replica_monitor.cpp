@@ -42,8 +42,11 @@ constexpr const char* kReplicaProbe =
     "CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() ELSE 'not paused' END, "
     "(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000)::bigint";
 
+// The primary was no further than `lsn` at `at` (its probe's start) and at
+// least there by `by` (its answer).
 struct Sample {
   Clock::time_point at;
+  Clock::time_point by;
   std::uint64_t lsn = 0;
 };
 
@@ -57,7 +60,8 @@ struct MemberState {
   std::optional<std::uint64_t> replay;
   std::optional<std::uint64_t> receive;
   std::optional<milliseconds> replay_age;
-  Clock::time_point measured{};  // last successful probe
+  Clock::time_point asked{};     // last successful probe's start (its replay was at most `replay` then)
+  Clock::time_point measured{};  // last successful probe's answer
   std::optional<std::chrono::system_clock::time_point> measured_wall;
   std::string error = "not probed yet";
   std::uint64_t probes = 0;
@@ -216,6 +220,7 @@ void ReplicaMonitor::Impl::ProbeOnce(Probe& p) {
     m.failed_by_read = false;
     m.error.clear();
     ++m.probes;
+    m.asked = started;
     m.measured = now;
     m.measured_wall = std::chrono::system_clock::now();
     m.probe_time = duration_cast<std::chrono::microseconds>(now - started);
@@ -225,7 +230,7 @@ void ReplicaMonitor::Impl::ProbeOnce(Probe& p) {
         s.history.clear();  // positions of another primary
         s.history_of = p.member;
       }
-      s.history.push_back(Sample{started, ParseLsn(rows[0][0].c_str())});
+      s.history.push_back(Sample{started, now, ParseLsn(rows[0][0].c_str())});
       while (!s.history.empty() && s.history.front().at < now - options.history) s.history.pop_front();
     } else {
       m.in_recovery = rows[0][0].as<bool>();
@@ -428,6 +433,10 @@ std::vector<ReplicaStatus> ReplicaMonitor::Status() const {
         r.lag_bytes = primary > *m.replay ? primary - *m.replay : 0;
       }
       if (m.replay) r.lag = impl_->LagBound(s, *m.replay, now);
+      // Behind every position kept: the oldest was reached first.
+      if (m.replay && !r.lag && !s.history.empty()) {
+        r.lag_at_least = std::max(milliseconds(0), std::chrono::floor<milliseconds>(m.asked - s.history.front().by));
+      }
       r.replay_age = m.replay_age;
       r.measured_at = m.measured_wall;
       r.error = r.reachable ? std::string() : m.error.empty() ? "no probe answered lately" : m.error;
@@ -449,6 +458,24 @@ void ReplicaMonitor::ProbeNow() {
     return std::all_of(impl_->probes.begin(), impl_->probes.end(),
                        [&](const auto& p) { return p->done_round >= target; });
   });
+}
+
+void ReplicaMonitor::ProbeUntilLagKnown(milliseconds bound) {
+  const auto waiting = [this] {
+    const auto all = Status();
+    return std::any_of(all.begin(), all.end(),
+                       [](const ReplicaStatus& r) { return r.reachable && r.in_recovery && r.primary_lsn && !r.lag; });
+  };
+  ProbeNow();
+  // Every position of the primary in the history was reached by now.
+  const auto deadline = Clock::now() + bound;
+  // The last round starts at the deadline: a replica behind then is behind
+  // by at least `bound`.
+  for (auto round = Clock::now(); round < deadline && waiting();) {
+    std::this_thread::sleep_until(std::min(round + milliseconds(10), deadline));
+    round = Clock::now();
+    ProbeNow();
+  }
 }
 
 }  // namespace shardkit

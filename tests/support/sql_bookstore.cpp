@@ -82,6 +82,15 @@ void SqlBookstorePg::CheckAgainstReference(const CorpusStatement& s, CorpusTally
       if (verbose) std::printf("  refused: %s\n", e.what());
       EXPECT_FALSE(e.reason().empty()) << e.what();
       EXPECT_FALSE(e.advice().empty()) << e.what();
+      if (s.must_route) {
+        ++tally.failed;
+        ADD_FAILURE() << "refused a statement pinned to one customer: " << e.what();
+      }
+      if (!s.must_refuse.empty()) {
+        EXPECT_NE(e.construct().find(s.must_refuse), std::string::npos)
+            << "refused for another reason than " << s.must_refuse << ": " << e.what();
+        if (s.refused_at > 0) EXPECT_EQ(e.position(), s.refused_at) << e.what();
+      }
       return;
     }
     ++tally.failed;
@@ -93,6 +102,14 @@ void SqlBookstorePg::CheckAgainstReference(const CorpusStatement& s, CorpusTally
     return;
   }
   if (verbose) std::printf("  %s\n", got.plan.Describe().c_str());
+  if (!s.must_refuse.empty()) {
+    ++tally.failed;
+    ADD_FAILURE() << "answered (" << got.plan.Describe() << ") what must be refused for " << s.must_refuse;
+  }
+  if (s.must_route && got.plan.kind != SqlPlanInfo::Kind::kRouted) {
+    ++tally.failed;
+    ADD_FAILURE() << "not routed to one shard: " << got.plan.Describe();
+  }
   switch (got.plan.kind) {
     case SqlPlanInfo::Kind::kRouted:
       ++tally.routed;
@@ -118,6 +135,21 @@ void SqlBookstorePg::CheckAgainstReference(const CorpusStatement& s, CorpusTally
                   << Show(got.rows) << "reference " << want.rows.size() << " rows:\n"
                   << Show(want.rows);
   }
+}
+
+CorpusTally& CorpusTally::operator+=(const CorpusTally& other) {
+  routed += other.routed;
+  any_shard += other.any_shard;
+  scattered += other.scattered;
+  topk += other.topk;
+  gathered += other.gathered;
+  refused += other.refused;
+  wrong += other.wrong;
+  failed += other.failed;
+  total += other.total;
+  nonempty += other.nonempty;
+  for (const auto& [construct, n] : other.refusals) refusals[construct] += n;
+  return *this;
 }
 
 void CorpusTally::Print(const char* what) const {

@@ -29,6 +29,10 @@ struct CorpusStatement {
   std::string sql;
   bool ordered = false;  // ORDER BY orders the rows completely (or at most one row)
   SqlParams params = {};
+  // What Execute must do (else any answer equal to the reference, or a refusal):
+  bool must_route = false;       // answer it on one shard (SqlPlanInfo::Kind::kRouted)
+  std::string must_refuse = {};  // refuse it, construct() containing this text
+  int refused_at = 0;            // ... at this 1-based position (0: not checked)
 };
 
 // How a corpus's statements ended.
@@ -45,6 +49,7 @@ struct CorpusTally {
   int nonempty = 0;
   std::map<std::string, int> refusals;  // construct -> how many
   [[nodiscard]] int Answered() const { return routed + any_shard + scattered; }
+  CorpusTally& operator+=(const CorpusTally& other);
   void Print(const char* what) const;
 };
 
@@ -83,8 +88,9 @@ class SqlBookstorePg : public ::testing::Test {
   // Runs the statement through the Cluster and on the reference server and
   // counts how it ended. The reference's columns, types and rows (in order
   // when `ordered`) are required; a refusal is allowed if it says why and
-  // what to do; a wrong answer, any other error, or a statement the
-  // reference cannot run fails the test. SQL_CORPUS_VERBOSE=1 prints each.
+  // what to do (and required, or forbidden, when the statement says so); a
+  // wrong answer, any other error, or a statement the reference cannot run
+  // fails the test. SQL_CORPUS_VERBOSE=1 prints each.
   static void CheckAgainstReference(const CorpusStatement& s, CorpusTally& tally);
 
   static inline ScratchCluster* scratch_ = nullptr;

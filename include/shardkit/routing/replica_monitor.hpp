@@ -11,7 +11,9 @@
 //   time:    how long ago the primary was no further than where the replica
 //            is now, from the history of the primary's positions: an upper
 //            bound of how old the replica's data may be (a replica that has
-//            caught up shows at most one probe interval).
+//            caught up shows at most one probe interval); for a replica
+//            behind every position kept, a lower bound instead: how long
+//            before its probe the primary was already past it.
 // Choose() picks, for one read of one shard, a replica that is reachable,
 // in recovery, heard from lately, within the read's max_lag, and (for a
 // read token) known or checked to have replayed the token's position; a
@@ -66,6 +68,10 @@ struct ReplicaStatus {
   std::optional<std::uint64_t> primary_lsn;  // the primary's insert position at its last probe
   std::optional<std::uint64_t> lag_bytes;
   std::optional<std::chrono::milliseconds> lag;  // the upper bound above; nullopt: not known yet
+  // Without `lag`, once the primary's position is known: at its last probe
+  // the replica had not replayed a position the primary had reached this
+  // long before, so its lag is at least this.
+  std::optional<std::chrono::milliseconds> lag_at_least;
   // Now minus the replay timestamp of the last transaction it replayed, on
   // its own clock (PostgreSQL's usual figure; grows while the primary is idle).
   std::optional<std::chrono::milliseconds> replay_age;
@@ -115,6 +121,13 @@ class ReplicaMonitor {
   // Probes every server once now, in parallel, and returns when all have
   // answered or timed out (tools, tests).
   void ProbeNow();
+  // Probes every server now and again every 10 ms until each reachable
+  // replica's lag is known, for `bound` at most (the last round starts
+  // then): a one-shot tool has no history of the primary's positions, and a
+  // replica behind the first one measured has no lag bound until it replays
+  // past it. One still behind at the end has lag_at_least >= bound (if its
+  // primary answered the first round).
+  void ProbeUntilLagKnown(std::chrono::milliseconds bound);
   [[nodiscard]] const ReplicaMonitorOptions& Options() const noexcept;
 
   struct Impl;

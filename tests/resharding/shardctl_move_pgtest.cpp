@@ -5,12 +5,14 @@
 // rebalance demo and move_pgtest.)
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,10 +20,12 @@
 #include <pqxx/pqxx>
 #include <thread>
 
+#include "shardkit/cluster.hpp"
 #include "shardkit/resharding/move.hpp"
 #include "shardkit/resharding/rebalance.hpp"
 #include "shardkit/routing/directory.hpp"
 #include "support/bookstore_rows.hpp"
+#include "support/replica_reads.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -198,6 +202,125 @@ TEST_F(ShardctlMove, ARebalanceAppliedAfterAKilledOneResumesItsMoves) {
   EXPECT_EQ(LeftoverReplicationObjects(cluster_->Config()), std::vector<std::string>{});
   const Ran clean = Shardctl("verify " + sql_dir);
   EXPECT_EQ(clean.status, 0) << clean.out;
+}
+
+// `shardctl move` SIGKILLed at each of its steps (as its progress line
+// appears), with a writer on the bucket, then `shardctl move resume` of that
+// move: the bucket ends on the target with every write acknowledged to the
+// writer there once, every other row once (verify: each bucket's count
+// equals the reference server's, nothing misplaced or orphaned), no
+// replication object left; the digests per shard are the start's once
+// every bucket is back.
+TEST_F(ShardctlMove, AMoveKilledAtAnyStepIsFinishedByResume) {
+  const std::vector<test::BucketDigests> start = test::DigestsPerShard(*cluster_);
+  const std::string sql_dir = fmt::format("--sql-dir '{}/examples/bookstore-service/sql'", SHARDKIT_SOURCE_DIR);
+  const std::vector<BucketId> buckets = TwoOfThree().BucketsOf(ShardId{0});
+  const std::vector<std::string> steps = {"checking source and target",
+                                          "copying",
+                                          "catching up",
+                                          "waiting for transactions older than the move",
+                                          "freezing (draining writers)",
+                                          "frozen: waiting for the barrier",
+                                          "dropping the subscription",
+                                          "grace period",
+                                          "deleting the old rows"};
+  ASSERT_GE(buckets.size(), steps.size());
+  const std::string config = config_path_->string();
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const std::string& step = steps[i];
+    SCOPED_TRACE("killed at: " + step);
+    const int bucket = ToInt(buckets[i]);
+    std::array<int, 2> fds{};
+    ASSERT_EQ(::pipe(fds.data()), 0);
+    const std::string bucket_arg = std::to_string(bucket);
+    // A writer on the bucket's customers until the move is resumed.
+    std::vector<int> customers;
+    for (int c = 1; customers.size() < 4; ++c) {
+      if (BucketOf(CustomerId{c}) == BucketId{bucket}) customers.push_back(c);
+    }
+    auto writers_cluster = Cluster::Open(cluster_->Config());
+    std::atomic<bool> stop{false};
+    std::vector<std::int64_t> acknowledged;
+    int unknown = 0;
+    std::thread writer([&] {
+      for (std::int64_t id = 900000000 + static_cast<std::int64_t>(i) * 100000; !stop; ++id) {
+        RoutedOptions options;
+        options.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        try {
+          (void)test::WriteOrder(*writers_cluster, customers[static_cast<std::size_t>(id) % customers.size()], id,
+                                 options);
+          acknowledged.push_back(id);
+        } catch (const OutcomeUnknown&) {
+          ++unknown;
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "a write failed: " << e.what();
+          return;
+        }
+      }
+    });
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      // Progress goes to stderr, unbuffered, a line per step.
+      ::dup2(fds[1], 2);
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      ::execl(SHARDCTL_PATH, SHARDCTL_PATH, "--config", config.c_str(), "move", bucket_arg.c_str(), "--to", "2",
+              "--grace-ms", "300", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    FILE* progress = ::fdopen(fds[0], "r");
+    std::string printed;
+    std::array<char, 4096> line{};
+    while (std::fgets(line.data(), static_cast<int>(line.size()), progress) != nullptr) {
+      printed += line.data();
+      if (std::string_view(line.data()).find(": " + step) != std::string_view::npos) {
+        ::kill(child, SIGKILL);
+        break;
+      }
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    std::fclose(progress);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the move finished before the kill:\n" << printed;
+
+    BucketMover mover{cluster_->Config()};
+    const auto live = mover.List(true);
+    ASSERT_EQ(live.size(), 1U) << printed;
+    const Ran resumed = Shardctl(fmt::format("--json move resume {} --grace-ms 0", live[0].move_id));
+    ASSERT_EQ(resumed.status, 0) << resumed.out;
+    EXPECT_EQ(Json(resumed)["state"], "done") << resumed.out;
+    EXPECT_EQ(Directory().ShardOf(BucketId{bucket}), ShardId{2});
+    stop = true;
+    writer.join();
+    EXPECT_EQ(unknown, 0);
+    EXPECT_GT(acknowledged.size(), 0U);
+    {
+      // Each acknowledged order once, on the new owner; then gone again, so
+      // that the shards match the reference server for verify.
+      pqxx::connection target{cluster_->Config().shards[2].dsn.Reveal()};
+      pqxx::work tx{target};
+      const auto rows =
+          tx.exec_params("SELECT count(*), count(DISTINCT order_id) FROM orders WHERE order_id = ANY($1::bigint[])",
+                         fmt::format("{{{}}}", fmt::join(acknowledged, ",")));
+      EXPECT_EQ(rows[0][0].as<std::size_t>(), acknowledged.size());
+      EXPECT_EQ(rows[0][1].as<std::size_t>(), acknowledged.size());
+      tx.exec0("SET LOCAL shardkit.buckets = 'all'");
+      tx.exec_params0("DELETE FROM orders WHERE order_id >= 900000000 AND bucket = $1", bucket);
+      tx.commit();
+    }
+    EXPECT_TRUE(mover.List(true).empty());
+    EXPECT_EQ(LeftoverReplicationObjects(cluster_->Config()), std::vector<std::string>{});
+    const Ran verify = Shardctl("verify " + sql_dir);
+    EXPECT_EQ(verify.status, 0) << verify.out;
+  }
+  const Ran back = Shardctl("--json rebalance --apply --shards 0,1 --parallel 2 --grace-ms 0");
+  ASSERT_EQ(back.status, 0) << back.out;
+  for (const BucketId b : AllBuckets()) EXPECT_EQ(Directory().ShardOf(b), TwoOfThree().ShardOf(b)) << b;
+  EXPECT_EQ(test::DigestsPerShard(*cluster_), start);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <pqxx/pqxx>
 #include <thread>
@@ -36,11 +37,24 @@ using std::chrono::milliseconds;
 constexpr std::uint64_t kWalPageSize = 8192;    // XLOG_BLCKSZ, PostgreSQL's default
 constexpr std::uint64_t kShortPageHeader = 24;  // SizeOfXLogShortPHD
 
-constexpr const char* kPrimaryProbe = "SELECT pg_current_wal_insert_lsn()::text";
+// The primary: its insert position, its timeline (the first 8 hex digits
+// of the WAL file name: its insertion timeline), and its physical slots,
+// each with + when a WAL sender streams through it (pg_replication_slots
+// is readable by any role).
+constexpr const char* kPrimaryProbe =
+    "SELECT pg_current_wal_insert_lsn()::text, substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8), "
+    "(SELECT string_agg(slot_name || CASE WHEN active THEN '+' ELSE '-' END, ',') FROM pg_replication_slots "
+    "WHERE slot_type = 'physical')";
+// A replica: positions, pause state, and its WAL receiver: its pid (any
+// role sees it), its status, timeline and slot (NULL unless the role is a
+// superuser or has pg_read_all_stats), and the slot it is configured with.
 constexpr const char* kReplicaProbe =
     "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text, pg_last_wal_receive_lsn()::text, "
     "CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() ELSE 'not paused' END, "
-    "(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000)::bigint";
+    "(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000)::bigint, "
+    "(SELECT pid FROM pg_stat_wal_receiver), (SELECT status FROM pg_stat_wal_receiver), "
+    "(SELECT received_tli FROM pg_stat_wal_receiver), (SELECT slot_name FROM pg_stat_wal_receiver), "
+    "current_setting('primary_slot_name')";
 
 // The primary was no further than `lsn` at `at` (its probe's start) and at
 // least there by `by` (its answer).
@@ -60,6 +74,13 @@ struct MemberState {
   std::optional<std::uint64_t> replay;
   std::optional<std::uint64_t> receive;
   std::optional<milliseconds> replay_age;
+  // Its WAL receiver, as its last probe saw it: whether one runs, its
+  // status and timeline (nullopt: not shown to the probe's role), and the
+  // slot it streams through (the receiver's, else primary_slot_name).
+  bool has_receiver = false;
+  std::optional<std::string> receiver_status;
+  std::optional<std::uint32_t> received_tli;
+  std::string slot;
   Clock::time_point asked{};     // last successful probe's start (its replay was at most `replay` then)
   Clock::time_point measured{};  // last successful probe's answer
   std::optional<std::chrono::system_clock::time_point> measured_wall;
@@ -86,8 +107,12 @@ std::uint64_t InsertPositionFloor(std::uint64_t lsn) noexcept {
 struct ReplicaMonitor::Impl {
   struct ShardState {
     mutable std::mutex mutex;
-    std::deque<Sample> history SHARDKIT_GUARDED_BY(mutex);        // the primary's insert positions, oldest first
-    int history_of SHARDKIT_GUARDED_BY(mutex) = 0;                // the member whose positions `history` holds
+    std::deque<Sample> history SHARDKIT_GUARDED_BY(mutex);  // the primary's insert positions, oldest first
+    int history_of SHARDKIT_GUARDED_BY(mutex) = 0;          // the member whose positions `history` holds
+    // The primary's (history_of's) timeline and physical slots (name ->
+    // a WAL sender streams through it) at its last probe.
+    std::optional<std::uint32_t> timeline SHARDKIT_GUARDED_BY(mutex);
+    std::map<std::string, bool> slots SHARDKIT_GUARDED_BY(mutex);
     std::vector<MemberState> members SHARDKIT_GUARDED_BY(mutex);  // the configured primary, then the replicas
     mutable std::atomic<unsigned> next{0};                        // round-robin over the replicas
   };
@@ -154,6 +179,10 @@ struct ReplicaMonitor::Impl {
   pg::Rows Query(Probe& p, const std::string& sql);
   [[nodiscard]] std::optional<milliseconds> LagBound(const ShardState& s, std::uint64_t replay,
                                                      Clock::time_point now) const SHARDKIT_REQUIRES(s.mutex);
+  // Why replica `m` does not stream from the shard's current primary, or
+  // empty (it does, or nothing the probes see says otherwise).
+  [[nodiscard]] std::string NotFollowing(ShardId shard, const ShardState& s, const MemberState& m) const
+      SHARDKIT_REQUIRES(s.mutex);
   [[nodiscard]] ShardState& State(ShardId shard) const { return *shards.at(static_cast<std::size_t>(ToInt(shard))); }
 
   BucketShardResolver& resolver;
@@ -231,6 +260,16 @@ void ReplicaMonitor::Impl::ProbeOnce(Probe& p) {
         s.history_of = p.member;
       }
       s.history.push_back(Sample{started, now, ParseLsn(rows[0][0].c_str())});
+      s.timeline = static_cast<std::uint32_t>(std::stoul(rows[0][1].c_str(), nullptr, 16));
+      s.slots.clear();
+      if (!rows[0][2].is_null()) {
+        const std::string_view all = rows[0][2].c_str();
+        for (std::size_t at = 0; at < all.size();) {
+          const std::size_t end = std::min(all.find(',', at), all.size());
+          if (end - at >= 2) s.slots[std::string(all.substr(at, end - at - 1))] = all[end - 1] == '+';
+          at = end + 1;
+        }
+      }
       while (!s.history.empty() && s.history.front().at < now - options.history) s.history.pop_front();
     } else {
       m.in_recovery = rows[0][0].as<bool>();
@@ -243,6 +282,11 @@ void ReplicaMonitor::Impl::ProbeOnce(Probe& p) {
       m.replay_paused = std::string_view(rows[0][3].c_str()) != "not paused";
       m.replay_age =
           rows[0][4].is_null() ? std::nullopt : std::optional<milliseconds>(milliseconds(rows[0][4].as<long long>()));
+      m.has_receiver = !rows[0][5].is_null();
+      m.receiver_status = rows[0][6].is_null() ? std::nullopt : std::optional<std::string>(rows[0][6].c_str());
+      m.received_tli =
+          rows[0][7].is_null() ? std::nullopt : std::optional<std::uint32_t>(rows[0][7].as<std::uint32_t>());
+      m.slot = rows[0][8].is_null() ? rows[0][9].c_str() : rows[0][8].c_str();
     }
   } catch (const std::exception& e) {
     std::lock_guard lock(s.mutex);
@@ -272,6 +316,41 @@ std::optional<milliseconds> ReplicaMonitor::Impl::LagBound(const ShardState& s, 
     if (InsertPositionFloor(it->lsn) <= replay) return std::chrono::ceil<milliseconds>(now - it->at);
   }
   return std::nullopt;
+}
+
+std::string ReplicaMonitor::Impl::NotFollowing(ShardId shard, const ShardState& s, const MemberState& m) const {
+  // Host names and addresses do not identify the server a replica streams
+  // from (its receiver may reach the primary through a Unix socket, or by
+  // another name, than the configuration does); its slot and its timeline
+  // do: the primary lists a slot as active while a WAL sender streams
+  // through it, and a replica of the old primary stays on the timeline the
+  // promotion left.
+  if (!m.has_receiver) return "follows nobody: it has no WAL receiver (not streaming from any server)";
+  if (m.receiver_status && *m.receiver_status != "streaming") {
+    return fmt::format("follows nobody: its WAL receiver is {}, not streaming", *m.receiver_status);
+  }
+  const ShardServers& servers = resolver.Servers(shard);
+  // The primary's facts are those of the current primary only.
+  if (s.history_of != servers.primary.member || s.history.empty()) return {};
+  if (m.received_tli && s.timeline && *m.received_tli != *s.timeline) {
+    return fmt::format(
+        "does not follow the primary {}: it streams on timeline {}, the primary is on timeline {} (it follows "
+        "another server, or has not switched to the primary's timeline)",
+        servers.primary.name, *m.received_tli, *s.timeline);
+  }
+  if (!m.slot.empty()) {
+    const auto slot = s.slots.find(m.slot);
+    if (slot == s.slots.end()) {
+      return fmt::format(
+          "does not follow the primary {}: the primary has no slot {}, which the replica streams through",
+          servers.primary.name, m.slot);
+    }
+    if (!slot->second) {
+      return fmt::format("does not follow the primary {}: nothing streams through its slot {} there",
+                         servers.primary.name, m.slot);
+    }
+  }
+  return {};
 }
 
 ReplicaMonitor::ReplicaMonitor(BucketShardResolver& resolver, const ClusterConfig& config,
@@ -321,6 +400,8 @@ ReplicaChoice ReplicaMonitor::Choose(ShardId shard, const ReadPolicy& policy,
         reason = fmt::format("no probe answered for {}", Millis(duration_cast<milliseconds>(silent)));
       } else if (!m.in_recovery) {
         reason = "it is not in recovery (promoted, or not a standby): not a replica of this primary";
+      } else if (std::string why = impl_->NotFollowing(shard, s, m); !why.empty()) {
+        reason = std::move(why);
       } else if (!m.replay) {
         reason = "its replay position is unknown";
       } else if (const auto lag = impl_->LagBound(s, *m.replay, now); !lag) {
@@ -438,6 +519,18 @@ std::vector<ReplicaStatus> ReplicaMonitor::Status() const {
         r.lag_at_least = std::max(milliseconds(0), std::chrono::floor<milliseconds>(m.asked - s.history.front().by));
       }
       r.replay_age = m.replay_age;
+      if (m.probed_ok && m.in_recovery) {
+        r.not_following = impl_->NotFollowing(shard, s, m);
+        r.follows_primary = r.not_following.empty();
+      } else {
+        r.not_following =
+            m.in_recovery || !m.probed_ok ? "not known: no probe answered" : "not a standby (not in recovery)";
+      }
+      r.receiver_status =
+          m.has_receiver ? m.receiver_status.value_or("running (its status hidden from this role)") : "none";
+      r.timeline = m.received_tli;
+      if (s.history_of == servers.primary.member) r.primary_timeline = s.timeline;
+      r.slot = m.slot;
       r.measured_at = m.measured_wall;
       r.error = r.reachable ? std::string() : m.error.empty() ? "no probe answered lately" : m.error;
       r.probes = m.probes;

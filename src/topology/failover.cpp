@@ -2,6 +2,8 @@
 #include "shardkit/topology/failover.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <libpq-fe.h>
 
 #include <algorithm>
 #include <memory>
@@ -42,6 +44,84 @@ struct StandbyState {
 
 std::uint64_t LsnOr0(const pqxx::field& f) {
   return f.is_null() ? 0 : ParseLsn(f.c_str());
+}
+
+// A libpq connection string's keywords and values, in libpq's order (set
+// ones only); throws FailoverError if libpq cannot parse it.
+using Conninfo = std::vector<std::pair<std::string, std::string>>;
+
+Conninfo ParseConninfo(const std::string& text) {
+  char* error = nullptr;
+  std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> parsed(PQconninfoParse(text.c_str(), &error),
+                                                                      &PQconninfoFree);
+  if (!parsed) {
+    const std::string why = error != nullptr ? FirstLine(error) : std::string("out of memory");
+    PQfreemem(error);
+    throw FailoverError(fmt::format("cannot parse the connection string {}: {}", RedactDsn(text), why));
+  }
+  Conninfo pairs;
+  for (const PQconninfoOption* o = parsed.get(); o->keyword != nullptr; ++o) {
+    if (o->val != nullptr && *o->val != '\0') pairs.emplace_back(o->keyword, o->val);
+  }
+  return pairs;
+}
+
+std::string Get(const Conninfo& c, std::string_view key) {
+  const auto it = std::find_if(c.begin(), c.end(), [&](const auto& kv) { return kv.first == key; });
+  return it == c.end() ? std::string() : it->second;
+}
+
+void Set(Conninfo& c, const std::string& key, const std::string& value) {
+  std::erase_if(c, [&](const auto& kv) { return kv.first == key; });
+  if (!value.empty()) c.emplace_back(key, value);
+}
+
+std::string ConninfoText(const Conninfo& c) {
+  std::string text;
+  for (const auto& [key, value] : c) {
+    std::string quoted;
+    for (const char ch : value) {
+      if (ch == '\'' || ch == '\\') quoted += '\\';
+      quoted += ch;
+    }
+    text += fmt::format("{}{}='{}'", text.empty() ? "" : " ", key, quoted);
+  }
+  return text;
+}
+
+// A host that is a Unix socket directory (libpq: an absolute path, or @
+// for Linux's abstract namespace).
+bool IsSocketDirectory(const std::string& host) {
+  return !host.empty() && (host[0] == '/' || host[0] == '@');
+}
+
+// The primary_conninfo with which a standby follows `to`: the one it has
+// (user, password or passfile, application_name, TLS settings: what let it
+// stream from the old primary) with the address replaced by `to`'s
+// configured one. A Unix socket directory is kept when the old and new
+// primaries' configured hosts are the same machine's (a lab's servers on
+// one host, whose pg_hba lets replication in through the socket only).
+// Without a user, the configured dsn's user and password; without an
+// application_name, the replica's name.
+std::string FollowConninfo(const std::string& current, const Dsn& old_primary, const Dsn& to,
+                           const std::string& replica) {
+  Conninfo c = current.empty() ? Conninfo{} : ParseConninfo(current);
+  const Conninfo target = ParseConninfo(to.Reveal());
+  const Conninfo old = ParseConninfo(old_primary.Reveal());
+  const bool keep_socket = IsSocketDirectory(Get(c, "host")) && Get(target, "host") == Get(old, "host") &&
+                           Get(target, "hostaddr") == Get(old, "hostaddr");
+  if (!keep_socket) {
+    Set(c, "host", Get(target, "host"));
+    Set(c, "hostaddr", Get(target, "hostaddr"));
+  }
+  Set(c, "port", Get(target, "port"));
+  if (Get(c, "user").empty()) {
+    Set(c, "user", Get(target, "user"));
+    Set(c, "password", Get(target, "password"));
+  }
+  if (Get(c, "application_name").empty()) Set(c, "application_name", replica);
+  std::erase_if(c, [](const auto& kv) { return kv.first == "dbname" || kv.first == "replication"; });
+  return ConninfoText(c);
 }
 
 class Run {
@@ -88,6 +168,11 @@ class Run {
   void WaitForCatchUp(const Server& to);
   void Promote(const Server& to);
   void Publish(const Server& to);
+  // Step 6: every other standby of the shard follows `primary`; `deposed`
+  // (the old primary) is left alone.
+  void Repoint(const Server& primary, const std::string& deposed);
+  ReplicaRepointed RepointOne(const Server& replica, const Server& primary, const Server* old_primary,
+                              std::uint32_t timeline, std::optional<std::uint64_t> fork);
   StandbyState Standby(const Server& s) const;
 
   const ClusterConfig& config_;
@@ -175,9 +260,20 @@ std::optional<FailoverReport> Run::TakeOverInterrupted() {
       interrupted_.reset();
       return std::nullopt;
     }
+    // Published: what is left is re-pointing the other replicas.
+    std::string deposed;
+    {
+      pqxx::nontransaction tx{*catalog_};
+      const auto from = tx.exec_params("SELECT from_server FROM shardkit_failovers WHERE failover_id = $1", earlier.id);
+      if (!from.empty()) deposed = from[0][0].c_str();
+    }
+    report_.failover_id = earlier.id;
+    report_.epoch = epoch_;
+    Repoint(*from_, deposed);
     CloseInterrupted(
         "done", fmt::format("stopped after step {}, found published (epoch {}) by a later run", earlier.state, epoch_));
     FailoverReport done;
+    done.replicas = std::move(report_.replicas);
     done.failover_id = earlier.id;
     done.shard = shard_->name;
     done.to_server = earlier.to;
@@ -186,11 +282,7 @@ std::optional<FailoverReport> Run::TakeOverInterrupted() {
     done.loss =
         fmt::format("as reported by failover {} when it ran (its journal in shardkit_failover_events)", earlier.id);
     done.took = std::chrono::duration_cast<milliseconds>(Clock::now() - started_);
-    {
-      pqxx::nontransaction tx{*catalog_};
-      const auto from = tx.exec_params("SELECT from_server FROM shardkit_failovers WHERE failover_id = $1", earlier.id);
-      if (!from.empty()) done.from_server = from[0][0].c_str();
-    }
+    done.from_server = deposed;
     if (options_.on_step) {
       options_.on_step("done", fmt::format("failover {} had published {} (epoch {}) before it stopped after step "
                                            "{}; its journal is finished now",
@@ -462,6 +554,151 @@ void Run::Publish(const Server& to) {
                                    to.name, report_.epoch));
 }
 
+// The new primary's timeline (its WAL file names start with it) and where
+// it forked from its parent (the last line of its history file), which a
+// standby of the old timeline must not have replayed past.
+struct Timeline {
+  std::uint32_t id = 0;
+  std::optional<std::uint64_t> fork;
+};
+
+void Run::Repoint(const Server& primary, const std::string& deposed) {
+  Timeline timeline;
+  std::string unknown_fork;
+  try {
+    auto c = Connect(primary.admin);
+    pqxx::nontransaction tx{*c};
+    timeline.id = static_cast<std::uint32_t>(std::stoul(
+        tx.exec1("SELECT substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8)")[0].c_str(), nullptr, 16));
+    if (timeline.id > 1) {
+      const std::string history =
+          tx.exec_params1("SELECT pg_read_file($1)", fmt::format("pg_wal/{:08X}.history", timeline.id))[0].c_str();
+      // "<parent timeline>\t<fork LSN>\t<reason>" per line; the last is the parent's.
+      std::string last;
+      for (std::size_t at = 0; at < history.size();) {
+        const std::size_t end = std::min(history.find('\n', at), history.size());
+        if (end > at && history[at] != '#') last = history.substr(at, end - at);
+        at = end + 1;
+      }
+      const std::size_t tab = last.find('\t');
+      if (tab != std::string::npos) {
+        const std::size_t tab2 = last.find('\t', tab + 1);
+        timeline.fork = ParseLsn(last.substr(tab + 1, tab2 == std::string::npos ? tab2 : tab2 - tab - 1));
+      }
+    }
+  } catch (const std::exception& e) {
+    unknown_fork = RedactDsn(FirstLine(e.what()));
+  }
+  if (timeline.id == 0) {
+    Journal("repointed", fmt::format("the new primary {} could not be asked for its timeline ({}): no replica was "
+                                     "re-pointed; point each at it by hand (primary_conninfo), or run the failover "
+                                     "again",
+                                     primary.name, unknown_fork));
+    return;
+  }
+  const Server* old_primary = nullptr;
+  for (const Server& s : members_) {
+    if (s.name == deposed) old_primary = &s;
+  }
+  bool any = false;
+  for (const Server& s : members_) {
+    if (&s == &primary || s.name == deposed) continue;
+    any = true;
+    ReplicaRepointed outcome = RepointOne(s, primary, old_primary, timeline.id, timeline.fork);
+    Journal("repointed", fmt::format("{}: {}", outcome.name, outcome.detail));
+    report_.replicas.push_back(std::move(outcome));
+  }
+  if (!any) {
+    Journal("repointed", fmt::format("shard {} has no other replica to follow {}", shard_->name, primary.name));
+  }
+}
+
+ReplicaRepointed Run::RepointOne(const Server& replica, const Server& primary, const Server* old_primary,
+                                 std::uint32_t timeline, std::optional<std::uint64_t> fork) {
+  ReplicaRepointed out;
+  out.name = replica.name;
+  const std::string by_hand =
+      fmt::format("set its primary_conninfo to {}'s address (ALTER SYSTEM, pg_reload_conf()) once it is", primary.name);
+  try {
+    auto c = Connect(replica.admin);
+    pqxx::nontransaction tx{*c};
+    const auto state = tx.exec1(
+        "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text, current_setting('primary_conninfo'), "
+        "current_setting('primary_slot_name'), (SELECT status FROM pg_stat_wal_receiver), "
+        "(SELECT received_tli FROM pg_stat_wal_receiver)");
+    if (!state[0].as<bool>()) {
+      out.detail = "not a standby (not in recovery): left alone; rebuild it as a standby of " + primary.name +
+                   " (pg_rewind, or a new base backup) for it to serve reads again";
+      return out;
+    }
+    const std::uint64_t replay = LsnOr0(state[1]);
+    const std::string current = state[2].c_str();
+    const std::string slot = state[3].c_str();
+    const bool on_timeline = !state[5].is_null() && state[5].as<std::uint32_t>() == timeline;
+    const std::string wanted = FollowConninfo(current, old_primary != nullptr ? old_primary->admin : primary.admin,
+                                              primary.admin, replica.name);
+    // Past the promotion point on the old timeline: it cannot switch to the
+    // new one, whatever it is pointed at.
+    if (!on_timeline && fork && replay > *fork) {
+      out.detail = fmt::format(
+          "replayed {} of the old timeline, past the point {} where {} left it (timeline {}): it cannot follow "
+          "{} until rebuilt (pg_rewind, or a new base backup); left as it is, and no read goes there",
+          FormatLsn(replay), FormatLsn(*fork), primary.name, timeline, primary.name);
+      return out;
+    }
+    std::vector<std::string> done;
+    if (!slot.empty()) {
+      auto p = Connect(primary.admin);
+      pqxx::nontransaction ptx{*p};
+      const auto created = ptx.exec_params(
+          "SELECT pg_create_physical_replication_slot($1, true) WHERE NOT EXISTS (SELECT FROM pg_replication_slots "
+          "WHERE slot_name = $1)",
+          slot);
+      if (!created.empty()) done.push_back(fmt::format("slot {} created on {}", slot, primary.name));
+    }
+    if (ParseConninfo(current) != ParseConninfo(wanted)) {
+      tx.exec("ALTER SYSTEM SET primary_conninfo = " + tx.quote(wanted));
+      tx.exec("SELECT pg_reload_conf()");
+      done.push_back(fmt::format("primary_conninfo {}", RedactDsn(wanted)));
+    }
+    // Its WAL receiver restarts on the reload; confirm it streams on the
+    // new timeline (a standby at the fork streams the old timeline's end
+    // first, then switches).
+    std::string seen = "no WAL receiver";
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      const auto r = tx.exec("SELECT status, received_tli FROM pg_stat_wal_receiver");
+      if (!r.empty()) {
+        seen = fmt::format("WAL receiver {}, timeline {}", r[0][0].c_str(), r[0][1].is_null() ? "?" : r[0][1].c_str());
+        if (std::string_view(r[0][0].c_str()) == "streaming" && !r[0][1].is_null() &&
+            r[0][1].as<std::uint32_t>() == timeline) {
+          out.follows = true;
+          break;
+        }
+      }
+      if (Clock::now() > until) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    const std::string what =
+        done.empty() ? "already pointed at " + primary.name : fmt::format("{}", fmt::join(done, "; "));
+    out.detail = out.follows ? fmt::format("follows {} ({}; streaming on timeline {})", primary.name, what, timeline)
+                             : fmt::format(
+                                   "{}, but not streaming from it on timeline {} after 10 s ({}): check its "
+                                   "log; no read goes there until it does",
+                                   what, timeline, seen);
+  } catch (const FailoverError& e) {
+    out.detail = fmt::format("could not be re-pointed ({}): {}", e.what(), by_hand);
+  } catch (const pqxx::broken_connection& e) {
+    out.detail = fmt::format(
+        "unreachable ({}): it still follows the old primary, and no read goes there; {} "
+        "reachable",
+        RedactDsn(FirstLine(e.what())), by_hand);
+  } catch (const std::exception& e) {
+    out.detail = fmt::format("could not be re-pointed ({}): {} possible", RedactDsn(FirstLine(e.what())), by_hand);
+  }
+  return out;
+}
+
 FailoverReport Run::Go() {
   LockAndReadPrimary();
   if (auto finished = TakeOverInterrupted()) return *finished;
@@ -501,6 +738,7 @@ FailoverReport Run::Go() {
     Promote(to);
   }
   Publish(to);
+  Repoint(to, from_->name);
   if (fenced) {
     report_.loss = fmt::format("none: {} was fenced and {} had replayed its last position before the promotion",
                                from_->name, to.name);

@@ -42,6 +42,7 @@ using test::ScratchOptions;
 using test::TemporaryServer;
 
 constexpr const char* kReplicaName = "tmp-replica";
+constexpr const char* kSecondReplicaName = "tmp-replica2";
 
 // How the primary's commits wait for the replica, as lab/cluster's
 // SHARDKIT_REPLICATION: not at all; until it has the commit's WAL
@@ -50,9 +51,12 @@ enum class Replication { kAsync, kSync, kRemoteApply };
 
 class Failover : public ::testing::Test {
  protected:
-  void StartServers(Replication replication) {
+  // A primary and its replica (shard0-replica1), and with `two` a second
+  // replica (shard0-replica2), both streaming through slots of their own.
+  void StartServers(Replication replication, bool two = false) {
     primary_ = std::make_unique<TemporaryServer>();
     replica_ = primary_->MakeReplica(kReplicaName);
+    if (two) replica2_ = primary_->MakeReplica(kSecondReplicaName);
     if (replication != Replication::kAsync) {
       primary_->Exec("ALTER SYSTEM SET synchronous_standby_names = '*'");  // its one standby
       primary_->Exec(fmt::format("ALTER SYSTEM SET synchronous_commit = '{}'",
@@ -63,6 +67,11 @@ class Failover : public ::testing::Test {
     ReplicaConfig replica{kReplicaName, replica_->AppDsn()};
     replica.admin_dsn = replica_->Dsn();
     failing.replicas.push_back(replica);
+    if (replica2_) {
+      ReplicaConfig second{kSecondReplicaName, replica2_->AppDsn()};
+      second.admin_dsn = replica2_->Dsn();
+      failing.replicas.push_back(second);
+    }
     ShardConfig steady = test::LoadTestConfig().shards.at(1);
     steady.replicas.clear();
     cluster_ = std::make_unique<ScratchCluster>("failover_pgtest", ScratchOptions().Shards(2).On({failing, steady}));
@@ -82,6 +91,7 @@ class Failover : public ::testing::Test {
       // Down: nothing waits there.
     }
     cluster_.reset();
+    replica2_.reset();
     replica_.reset();
     primary_.reset();
   }
@@ -283,6 +293,7 @@ class Failover : public ::testing::Test {
 
   std::unique_ptr<TemporaryServer> primary_;
   std::unique_ptr<TemporaryServer> replica_;
+  std::unique_ptr<TemporaryServer> replica2_;
   std::unique_ptr<ScratchCluster> cluster_;
   std::vector<int> customers_;
 };
@@ -317,7 +328,9 @@ TEST_F(Failover, AReachablePrimaryIsFencedAndNoAcknowledgedWriteIsLost) {
   EXPECT_EQ(report.epoch, 1);
   EXPECT_TRUE(report.old_primary_fenced);
   EXPECT_EQ(report.loss.rfind("none", 0), 0U) << report.loss;
-  EXPECT_EQ(steps, (std::vector<std::string>{"planned", "fenced", "caught_up", "promoted", "published", "done"}));
+  EXPECT_EQ(steps,
+            (std::vector<std::string>{"planned", "fenced", "caught_up", "promoted", "published", "repointed", "done"}));
+  EXPECT_TRUE(report.replicas.empty());  // no other replica
   RecordProperty("writes_paused_ms", static_cast<int>(report.writes_paused.count()));
   std::cout << "failover took " << report.took.count() << " ms, writes paused " << report.writes_paused.count()
             << " ms\n";
@@ -452,7 +465,7 @@ TEST_F(Failover, AKilledPrimaryUnderSynchronousReplicationLosesNoAcknowledgedWri
 // fenced, the journal closed, and every acknowledged write on the new
 // primary.
 TEST_F(Failover, AFailoverKilledAfterAnyStepIsFinishedByRunningItAgain) {
-  for (const std::string step : {"planned", "fenced", "caught_up", "promoted", "published"}) {
+  for (const std::string step : {"planned", "fenced", "caught_up", "promoted", "published", "repointed"}) {
     SCOPED_TRACE("killed after " + step);
     StartServers(Replication::kAsync);
     {
@@ -493,6 +506,156 @@ TEST_F(Failover, AFailoverKilledAfterAnyStepIsFinishedByRunningItAgain) {
         pqxx::sql_error);
     TearDown();
   }
+}
+
+// The WAL receiver of a server: its status, timeline and the port it
+// streams from ("" and 0 when it has none).
+struct Receiver {
+  std::string status;
+  int timeline = 0;
+  int sender_port = 0;
+};
+Receiver ReceiverOf(const TemporaryServer& server) {
+  pqxx::connection c{server.Dsn().Reveal()};
+  const auto rows = pqxx::nontransaction{c}.exec("SELECT status, received_tli, sender_port FROM pg_stat_wal_receiver");
+  if (rows.empty()) return {};
+  return {rows[0][0].c_str(), rows[0][1].as<int>(0), rows[0][2].as<int>(0)};
+}
+
+const ReplicaStatus* StatusOf(const std::vector<ReplicaStatus>& all, const std::string& name) {
+  const auto it = std::find_if(all.begin(), all.end(), [&](const ReplicaStatus& r) { return r.name == name; });
+  return it == all.end() ? nullptr : &*it;
+}
+
+// Two replicas, the primary killed, a forced failover: the most caught-up
+// replica is promoted and the other follows it (re-pointed, through a slot
+// created there, on the new timeline): a row written on the new primary
+// appears there, and reads with replica preference go there again.
+TEST_F(Failover, WithTwoReplicasTheOtherOneFollowsTheNewPrimary) {
+  StartServers(Replication::kAsync, /*two=*/true);
+  auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(50)));
+  // Both replicas follow the primary before (the check passes healthy ones).
+  ASSERT_TRUE(test::WaitFor([&] {
+    cluster->Replicas()->ProbeNow();
+    const auto all = cluster->Replicas()->Status();
+    return all.size() == 2 && all[0].follows_primary && all[1].follows_primary;
+  })) << cluster->Replicas()->Status().at(0).not_following;
+  (void)test::WriteOrder(*cluster, customers_[0], 920000000);
+  primary_->Kill();
+  FailoverOptions forced;
+  forced.force = true;
+  const FailoverReport report = shardkit::Failover(cluster_->Config(), "shard0", forced);
+  const bool first = report.to_server == "shard0-replica1";
+  const std::string other_name = first ? "shard0-replica2" : "shard0-replica1";
+  TemporaryServer& promoted = first ? *replica_ : *replica2_;
+  TemporaryServer& other = first ? *replica2_ : *replica_;
+  ASSERT_EQ(report.replicas.size(), 1U);
+  EXPECT_EQ(report.replicas[0].name, other_name);
+  EXPECT_TRUE(report.replicas[0].follows) << report.replicas[0].detail;
+  std::cout << "promoted " << report.to_server << "; " << other_name << ": " << report.replicas[0].detail << "\n";
+  {
+    pqxx::connection catalog{cluster_->CatalogDsn().Reveal()};
+    const auto events =
+        pqxx::nontransaction{catalog}.exec("SELECT detail FROM shardkit_failover_events WHERE state = 'repointed'");
+    ASSERT_EQ(events.size(), 1U);
+    EXPECT_EQ(std::string(events[0][0].c_str()).rfind(other_name + ": follows", 0), 0U) << events[0][0].c_str();
+  }
+  // It streams from the new primary, on the timeline the promotion began.
+  const Receiver receiver = ReceiverOf(other);
+  EXPECT_EQ(receiver.status, "streaming");
+  EXPECT_EQ(receiver.timeline, 2);
+  EXPECT_EQ(receiver.sender_port, promoted.Port());
+  // A write through the Cluster (on the new primary) reaches it.
+  ASSERT_TRUE(test::WaitFor([&] {
+    try {
+      (void)test::WriteOrder(*cluster, customers_[0], 920000001);
+      return true;
+    } catch (const ShardError&) {
+      return false;
+    }
+  }));
+  const std::set<std::int64_t> expected{920000000, 920000001};
+  EXPECT_TRUE(test::WaitFor([&] { return OrdersOn(other.Dsn()) == expected; }));
+  // Routers read it again: it follows the current primary.
+  EXPECT_TRUE(test::WaitFor([&] {
+    cluster->Replicas()->ProbeNow();
+    const ReplicaStatus* r = StatusOf(cluster->Replicas()->Status(), other_name);
+    return r != nullptr && r->follows_primary && r->lag.has_value();
+  }));
+  ReadPolicy read;
+  read.preference = ReadPreference::kReplicaOnly;
+  read.max_lag = std::chrono::hours(1);
+  RoutedOutcome outcome;
+  const auto rows =
+      cluster->Transactions().Read(CustomerId{customers_[0]}, "SELECT count(*) FROM orders WHERE order_id >= 920000000",
+                                   {}, test::Reading(read), &outcome);
+  EXPECT_TRUE(outcome.on_replica);
+  EXPECT_EQ(outcome.server, other_name);
+}
+
+// The second replica is down during the failover, so it cannot be
+// re-pointed (the report and the journal say so); back, it streams from
+// the deposed primary, on the old timeline, and that primary (unfenced by
+// hand: two primaries) writes enough that the replica's replay position
+// looks far ahead of the new primary's: its lag in bytes and time says
+// "caught up". Reads never go there, and writes go on.
+TEST_F(Failover, ReadsNeverGoToAReplicaThatDoesNotFollowTheCurrentPrimary) {
+  StartServers(Replication::kAsync, /*two=*/true);
+  ClusterOptions options = test::QuickProbes(milliseconds(50));
+  options.watcher.check_interval = milliseconds(200);
+  auto cluster = Cluster::Open(cluster_->Config(), options);
+  replica2_->Stop();
+  FailoverOptions to_first;
+  to_first.to = "shard0-replica1";
+  const FailoverReport report = shardkit::Failover(cluster_->Config(), "shard0", to_first);
+  ASSERT_EQ(report.replicas.size(), 1U);
+  EXPECT_EQ(report.replicas[0].name, "shard0-replica2");
+  EXPECT_FALSE(report.replicas[0].follows);
+  EXPECT_NE(report.replicas[0].detail.find("unreachable"), std::string::npos) << report.replicas[0].detail;
+
+  replica2_->Start();
+  primary_->Exec("ALTER SYSTEM RESET default_transaction_read_only");
+  primary_->Exec("SELECT pg_reload_conf()");
+  primary_->Exec("CREATE TABLE wal_filler AS SELECT g, repeat('x', 100) AS pad FROM generate_series(1, 100000) g");
+  const auto ahead = [&] {
+    cluster->Replicas()->ProbeNow();
+    const ReplicaStatus* r = StatusOf(cluster->Replicas()->Status(), "shard0-replica2");
+    return r != nullptr && r->reachable && r->in_recovery && r->replay_lsn && r->primary_lsn &&
+           *r->replay_lsn > *r->primary_lsn && r->lag_bytes == 0U && r->lag.has_value();
+  };
+  // By position it looks caught up: only whom it follows tells.
+  ASSERT_TRUE(test::WaitFor(ahead));
+  const auto all = cluster->Replicas()->Status();
+  const ReplicaStatus* second = StatusOf(all, "shard0-replica2");
+  ASSERT_NE(second, nullptr);
+  EXPECT_FALSE(second->follows_primary);
+  EXPECT_NE(second->not_following.find("does not follow the primary shard0-replica1"), std::string::npos)
+      << second->not_following;
+  std::cout << "shard0-replica2: " << second->not_following << "\n";
+
+  ReadPolicy read;
+  read.preference = ReadPreference::kReplicaPreferred;
+  read.max_lag = std::chrono::hours(1);
+  for (int i = 0; i < 200; ++i) {
+    const int customer = customers_[static_cast<std::size_t>(i) % customers_.size()];
+    (void)test::WriteOrder(*cluster, customer, 930000000 + i);  // writes go on, on the new primary
+    RoutedOutcome outcome;
+    (void)cluster->Transactions().Read(CustomerId{customer}, "SELECT count(*) FROM orders", {}, test::Reading(read),
+                                       &outcome);
+    ASSERT_FALSE(outcome.on_replica) << "read on " << outcome.server;
+    EXPECT_EQ(outcome.server, "shard0-replica1");
+  }
+  read.preference = ReadPreference::kReplicaOnly;
+  try {
+    (void)cluster->Transactions().Read(CustomerId{customers_[0]}, "SELECT 1", {}, test::Reading(read));
+    FAIL() << "a replicas-only read found a replica";
+  } catch (const ReplicaUnavailable& e) {
+    EXPECT_NE(std::string(e.what()).find("shard0-replica2: does not follow"), std::string::npos) << e.what();
+  }
+  // shardctl shards says so.
+  const Ran shards = Shardctl("shards");
+  EXPECT_NE(shards.out.find("follows the primary: NO, does not follow the primary shard0-replica1"), std::string::npos)
+      << shards.out;
 }
 
 // Read-your-writes on the replica, by how the primary's commits wait:

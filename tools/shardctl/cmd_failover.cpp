@@ -38,6 +38,10 @@ void AddFailoverCommand(CLI::App& app, CliContext& context) {
     }
     const shardkit::FailoverReport r = shardkit::Failover(config, *shard, *options);
     if (context.json) {
+      nlohmann::json replicas = nlohmann::json::array();
+      for (const auto& replica : r.replicas) {
+        replicas.push_back({{"name", replica.name}, {"follows", replica.follows}, {"detail", replica.detail}});
+      }
       nlohmann::json out = {
           {"failover_id", r.failover_id},
           {"shard", r.shard},
@@ -51,6 +55,7 @@ void AddFailoverCommand(CLI::App& app, CliContext& context) {
           {"loss", r.loss},
           {"writes_paused_ms", r.writes_paused.count()},
           {"took_ms", r.took.count()},
+          {"replicas", replicas},
           {"resumed_failover_id",
            r.resumed_failover_id ? nlohmann::json(*r.resumed_failover_id) : nlohmann::json(nullptr)}};
       fmt::print("{}\n", out.dump(2));

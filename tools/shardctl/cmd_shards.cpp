@@ -75,6 +75,12 @@ nlohmann::json ReplicaJson(const shardkit::ReplicaStatus& r) {
           {"lag_ms", ms(r.lag)},
           {"lag_at_least_ms", ms(r.lag_at_least)},
           {"replay_age_ms", ms(r.replay_age)},
+          {"follows_primary", r.follows_primary},
+          {"not_following", r.not_following},
+          {"receiver_status", r.receiver_status},
+          {"timeline", r.timeline ? nlohmann::json(*r.timeline) : nlohmann::json(nullptr)},
+          {"primary_timeline", r.primary_timeline ? nlohmann::json(*r.primary_timeline) : nlohmann::json(nullptr)},
+          {"slot", r.slot},
           {"measured_at", r.measured_at ? nlohmann::json(Iso8601(*r.measured_at)) : nlohmann::json(nullptr)},
           {"probe_ms", static_cast<double>(r.probe_time.count()) / 1000.0},
           {"error", r.error}};
@@ -186,6 +192,13 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
           fmt::print("             reachable yes | lag {} | measured {} ({:.1f} ms probe)\n", LagText(*r),
                      r->measured_at ? Iso8601(*r->measured_at) : "never",
                      static_cast<double>(r->probe_time.count()) / 1000.0);
+          if (r->follows_primary) {
+            fmt::print("             follows the primary: yes (WAL receiver {}{}{}); reads may go there\n",
+                       r->receiver_status, r->slot.empty() ? "" : ", slot " + r->slot,
+                       r->timeline ? fmt::format(", timeline {}", *r->timeline) : "");
+          } else {
+            fmt::print("             follows the primary: NO, {}; no read goes there\n", r->not_following);
+          }
         } else {
           fmt::print("             reachable NO: {}\n", r->error);
         }

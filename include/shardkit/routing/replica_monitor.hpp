@@ -15,7 +15,8 @@
 //            behind every position kept, a lower bound instead: how long
 //            before its probe the primary was already past it.
 // Choose() picks, for one read of one shard, a replica that is reachable,
-// in recovery, heard from lately, within the read's max_lag, and (for a
+// in recovery, streaming from the shard's current primary (follows_primary
+// below), heard from lately, within the read's max_lag, and (for a
 // read token) known or checked to have replayed the token's position; a
 // replica that fails a read is skipped until its next successful probe.
 //
@@ -75,6 +76,19 @@ struct ReplicaStatus {
   // Now minus the replay timestamp of the last transaction it replayed, on
   // its own clock (PostgreSQL's usual figure; grows while the primary is idle).
   std::optional<std::chrono::milliseconds> replay_age;
+  // Whether it streams from the shard's current primary, as its probe and
+  // the primary's show: a WAL receiver runs there and streams, through a
+  // slot active on the primary, on the primary's timeline (what the probe's
+  // role may see: the receiver's status and timeline need a superuser or
+  // pg_read_all_stats). Otherwise `not_following` says why, and no read is
+  // sent there whatever its lag says: a replica of a deposed primary, or of
+  // nobody, may report any position.
+  bool follows_primary = false;
+  std::string not_following;
+  std::string receiver_status;  // its WAL receiver's status: streaming, ...; "none"; "running (...)" when hidden
+  std::optional<std::uint32_t> timeline;  // the timeline it receives (hidden without the privilege)
+  std::optional<std::uint32_t> primary_timeline;
+  std::string slot;                                                  // the slot it streams through
   std::optional<std::chrono::system_clock::time_point> measured_at;  // its last successful probe
   std::string error;                                                 // why it is unreachable
   std::uint64_t probes = 0;

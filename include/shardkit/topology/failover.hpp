@@ -26,6 +26,23 @@
 //   5. published the catalog's shardkit_primaries row for the shard, by
 //                compare-and-set of its epoch, with a NOTIFY: every Cluster's
 //                directory watcher switches its pools to the new primary.
+//   6. repointed every other replica of the shard (neither the promoted one
+//                nor the deposed primary) follows the new primary: its
+//                primary_conninfo (ALTER SYSTEM, pg_reload_conf(): no
+//                restart) names the new primary's host and port, from its
+//                configured dsn (a Unix socket directory the replica used
+//                is kept when both servers share the host), its user,
+//                password and application_name kept; the physical slot it
+//                streams through (primary_slot_name) is created there; with
+//                recovery_target_timeline 'latest' it switches to the new
+//                timeline. One event per replica: following (its WAL
+//                receiver streams from the new primary on its timeline,
+//                checked for a few seconds), re-pointed but not yet
+//                streaming, unreachable (it still follows the old primary),
+//                or past the promotion point (it replayed WAL of the old
+//                timeline the new primary never had: it needs pg_rewind or a
+//                new base backup). Routers never read a replica that does
+//                not follow the current primary (ReplicaMonitor).
 // Unreachable and forced, what the replica had not received is lost unless
 // the shard replicated synchronously to it (synchronous_standby_names):
 // then no acknowledged write is, and a commit on the old primary after a
@@ -35,10 +52,12 @@
 // A failover stopped at any step (its process killed) is finished by
 // running it again: the journal shows it unfinished, and the new run takes
 // over its replica and does its steps again (each is idempotent; a replica
-// already promoted is only published; one already published only has its
-// journal closed). Without `to`, a replica found promoted but not published
-// is the one chosen: promoting another would make two primaries. Until the
-// rerun, a stopped failover may leave the old primary fenced (no writes).
+// already promoted is only published; one already published only has the
+// other replicas re-pointed and its journal closed; re-pointing a replica
+// that follows the new primary already changes nothing). Without `to`, a
+// replica found promoted but not published is the one chosen: promoting
+// another would make two primaries. Until the rerun, a stopped failover may
+// leave the old primary fenced (no writes).
 //
 // Needs the catalog ([catalog] dsn, migrated); throws FailoverError (what
 // failed, and what to do), ConfigError (an unknown shard or replica).
@@ -49,6 +68,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "shardkit/config.hpp"
 
@@ -64,6 +84,13 @@ struct FailoverOptions {
   std::function<void(const std::string& step, const std::string& detail)> on_step;
 };
 
+// What the failover did with one of the shard's other replicas.
+struct ReplicaRepointed {
+  std::string name;
+  bool follows = false;  // its WAL receiver streams from the new primary on its timeline
+  std::string detail;    // what was done, or why it does not follow and what to do
+};
+
 struct FailoverReport {
   std::int64_t failover_id = 0;
   std::string shard;
@@ -76,6 +103,8 @@ struct FailoverReport {
   std::string loss;                              // what the failover may have lost, in words
   std::chrono::milliseconds writes_paused{0};    // from the fence to the publish: writes waited this long
   std::chrono::milliseconds took{0};
+  // The shard's other replicas (step 6), in configuration order.
+  std::vector<ReplicaRepointed> replicas;
   // The stopped failover this run finished (its id), if any.
   std::optional<std::int64_t> resumed_failover_id;
 };

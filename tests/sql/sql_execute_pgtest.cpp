@@ -1014,6 +1014,57 @@ TEST_F(SqlExecutePg, LockingReadsRunPinnedAndAreRefusedOverSeveralShards) {
   }
 }
 
+// A lock on a reference table's rows pinned to one customer would lock the
+// copy on that customer's shard only, and another customer's transaction on
+// another shard would lock the same book without waiting: refused at the
+// locking clause, alone and inside Transact. FOR UPDATE OF the sharded
+// alias beside the reference table runs, as the reference server answers.
+TEST_F(SqlExecutePg, LockingReferenceRowsIsRefusedEvenPinned) {
+  const std::string join =
+      "SELECT i.order_id, i.line_no, b.title FROM order_items i JOIN books b ON b.book_id = i.book_id WHERE "
+      "i.customer_id = 42 ORDER BY i.order_id, i.line_no";
+  for (const auto& [sql, clause] : std::vector<std::pair<std::string, std::string>>{
+           {join + " FOR UPDATE OF b", "FOR UPDATE OF b"},
+           {join + " FOR SHARE", "FOR SHARE"},
+           {join + " FOR UPDATE OF i FOR SHARE OF b", "FOR SHARE OF b"},
+           {"SELECT * FROM (" + join + ") s FOR NO KEY UPDATE", "FOR NO KEY UPDATE"},
+       }) {
+    SCOPED_TRACE(sql);
+    EXPECT_NO_THROW((void)OnReference(sql, {}));  // valid SQL: the refusal is shardkit's
+    const auto expect_refused = [&](const SqlError& e) {
+      EXPECT_EQ(e.kind(), SqlError::Kind::kRefused) << e.what();
+      EXPECT_EQ(e.construct(), "the locking clause " + clause + " on the reference table books") << e.what();
+      EXPECT_EQ(e.column(), static_cast<int>(sql.rfind(" " + clause)) + 2) << e.what();
+      EXPECT_NE(e.reason().find("only the copy on this customer's shard would be locked"), std::string::npos)
+          << e.what();
+      EXPECT_NE(e.advice().find("FOR UPDATE OF "), std::string::npos) << e.what();
+    };
+    try {
+      (void)cluster_->Execute(sql);
+      ADD_FAILURE() << "ran";
+    } catch (const SqlError& e) {
+      expect_refused(e);
+    }
+    try {
+      cluster_->Transact(CustomerId{42}, [&](SqlTransaction& tx) { (void)tx.Execute(sql); });
+      ADD_FAILURE() << "ran in Transact";
+    } catch (const SqlError& e) {
+      expect_refused(e);
+    }
+  }
+  for (const std::string& sql : {join + " FOR UPDATE OF i", join + " FOR NO KEY UPDATE OF i NOWAIT"}) {
+    SCOPED_TRACE(sql);
+    const SqlResult got = cluster_->Execute(sql);
+    EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kRouted);
+    EXPECT_FALSE(got.plan.read_only);
+    EXPECT_EQ(got.rows, OnReference(sql, {}).rows);
+    EXPECT_FALSE(got.rows.empty());
+    const std::size_t in_transaction =
+        cluster_->Transact(CustomerId{42}, [&](SqlTransaction& tx) { return tx.Execute(sql).rows.size(); });
+    EXPECT_EQ(in_transaction, got.rows.size());
+  }
+}
+
 // What neither routes nor merges from each shard's answer is gathered: the
 // sharded tables' rows from every shard onto one server, which runs the
 // statement as written. Exact, as the reference server answers it.

@@ -1286,6 +1286,68 @@ TEST_F(SqlExecutePg, AGatherAboveItsBoundIsRefusedWithItsSize) {
   EXPECT_NO_THROW((void)cluster_->Execute("SELECT count(*) FROM orders", {}, small));
 }
 
+// Above max_gather_bytes (the shards' arrays as the text they send, all
+// tables and shards together) a gathered statement is refused as soon as
+// the shards' answers pass it, naming each table's bytes and the bound; 0
+// is no bound, and the default answers as before.
+TEST_F(SqlExecutePg, AGatherAboveItsBytesBoundIsRefusedWithItsSize) {
+  const std::string sql =
+      "SELECT i.customer_id, i.order_id, i.line_no, rank() OVER (ORDER BY i.unit_price, i.customer_id, i.order_id, "
+      "i.line_no) FROM order_items i";
+  // What each shard sends: its rows of order_items as one array, as text.
+  std::vector<std::int64_t> sizes;
+  for (int s = 0; s < scratch_->ShardCount(); ++s) {
+    pqxx::connection c{scratch_->ShardDsn(s).Reveal()};
+    pqxx::work tx{c};  // the buckets the shard owns
+    sizes.push_back(
+        tx.exec("SELECT octet_length(ARRAY(SELECT _t FROM order_items AS _t)::text)")[0][0].as<std::int64_t>());
+  }
+  std::int64_t total = 0;
+  for (const std::int64_t size : sizes) total += size;
+  const Rows want = Sorted(OnReference(sql, {}).rows);
+  EXPECT_EQ(Sorted(cluster_->Execute(sql).rows), want);  // the default bound
+  SqlOptions options;
+  options.max_gather_bytes = total;
+  EXPECT_EQ(Sorted(cluster_->Execute(sql, {}, options).rows), want);
+  options.max_gather_bytes = 0;
+  EXPECT_EQ(Sorted(cluster_->Execute(sql, {}, options).rows), want);
+  options.max_gather_bytes = total - 1;
+  try {
+    (void)cluster_->Execute(sql, {}, options);
+    ADD_FAILURE() << "gathered above the bound";
+  } catch (const SqlError& e) {
+    EXPECT_EQ(e.kind(), SqlError::Kind::kRefused);
+    EXPECT_EQ(e.construct(), "this statement over every shard");
+    EXPECT_NE(e.reason().find(fmt::format("more than max_gather_bytes = {} bytes as text (order_items: {} bytes)",
+                                          total - 1, total)),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.reason().find("the window function rank"), std::string::npos) << e.what();
+    EXPECT_NE(e.advice().find("max_gather_bytes"), std::string::npos) << e.what();
+  }
+  // Passed by the first shard's answer: refused without adding the others.
+  ASSERT_GE(sizes.size(), 2U);
+  options.max_gather_bytes = 1;
+  try {
+    (void)cluster_->Execute(sql, {}, options);
+    ADD_FAILURE() << "gathered above the bound";
+  } catch (const SqlError& e) {
+    EXPECT_NE(e.reason().find(fmt::format("more than max_gather_bytes = 1 bytes as text (order_items: {} bytes, from 1 "
+                                          "of {} shards)",
+                                          sizes.front(), sizes.size())),
+              std::string::npos)
+        << e.what();
+  }
+  // The rows bound is checked first, as before.
+  options.max_gather_rows = 5;
+  try {
+    (void)cluster_->Execute(sql, {}, options);
+    ADD_FAILURE() << "gathered above the bound";
+  } catch (const SqlError& e) {
+    EXPECT_NE(e.reason().find("max_gather_rows = 5 rows"), std::string::npos) << e.what();
+  }
+}
+
 #ifdef SHARDCTL_PATH
 // Runs shardctl; its stdout and stderr together, and its exit status.
 std::pair<std::string, int> RunShardctl(const std::vector<std::string>& args) {

@@ -36,7 +36,7 @@ Cluster::Cluster(const ClusterConfig& config, ClusterOptions options) : config_(
   transactions_ = std::make_unique<RoutedTransactions>(*resolver_, watcher_.get());
   transactions_->ReadReplicas(replicas_.get());
   sql_ = std::make_unique<sql::SqlEngine>(*resolver_, *transactions_, *scatter_, config_.reference_tables,
-                                          config_.max_gather_rows);
+                                          config_.max_gather_rows, config_.max_gather_bytes);
 }
 
 Cluster::~Cluster() = default;

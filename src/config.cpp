@@ -276,7 +276,8 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
       RequireKnownKeys(root.at("directory"), "directory", {"source", "version", "buckets"});
     if (root.contains("reference")) RequireKnownKeys(root.at("reference"), "reference", {"dsn"});
     if (root.contains("catalog")) RequireKnownKeys(root.at("catalog"), "catalog", {"dsn"});
-    if (root.contains("sql")) RequireKnownKeys(root.at("sql"), "sql", {"reference_tables", "max_gather_rows"});
+    if (root.contains("sql"))
+      RequireKnownKeys(root.at("sql"), "sql", {"reference_tables", "max_gather_rows", "max_gather_bytes"});
     if (!root.contains("shard") || !root.at("shard").is_array() || root.at("shard").as_array().empty()) {
       throw ConfigError("shard", "no shards: add one [[shard]] table with name and dsn per shard");
     }
@@ -379,6 +380,8 @@ ClusterConfig ParseConfigText(std::string_view toml_text, const std::string& ori
     if (root.contains("sql")) {
       config.max_gather_rows =
           IntOr<std::int64_t>(root.at("sql"), "sql", "max_gather_rows", config.max_gather_rows, 0, kMaxGatherRowsLimit);
+      config.max_gather_bytes = IntOr<std::int64_t>(root.at("sql"), "sql", "max_gather_bytes", config.max_gather_bytes,
+                                                    0, kMaxGatherBytesLimit);
     }
     if (config.directory_source == DirectorySource::kCatalog && !config.catalog_dsn) {
       throw ConfigError("catalog.dsn",

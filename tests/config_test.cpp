@@ -94,6 +94,21 @@ std::string ErrorText(const std::string& text) {
   return "<no error>";
 }
 
+TEST(Config, GatherBoundsInRowsAndBytes) {
+  const auto defaults = shardkit::ParseConfig("[[shard]]\ndsn='a'\n");
+  EXPECT_EQ(defaults.max_gather_rows, shardkit::kDefaultMaxGatherRows);
+  EXPECT_EQ(defaults.max_gather_bytes, std::int64_t{256} << 20);
+  const auto set =
+      shardkit::ParseConfig("[sql]\nmax_gather_rows = 500\nmax_gather_bytes = 65536\n[[shard]]\ndsn='a'\n");
+  EXPECT_EQ(set.max_gather_rows, 500);
+  EXPECT_EQ(set.max_gather_bytes, 65536);
+  EXPECT_EQ(shardkit::ParseConfig("[sql]\nmax_gather_bytes = 0\n[[shard]]\ndsn='a'\n").max_gather_bytes, 0);
+  EXPECT_EQ(ErrorKey("[sql]\nmax_gather_bytes = -1\n[[shard]]\ndsn='a'\n"), "sql.max_gather_bytes");
+  EXPECT_EQ(ErrorKey("[sql]\nmax_gather_bytes = '1 MB'\n[[shard]]\ndsn='a'\n"), "sql.max_gather_bytes");
+  EXPECT_EQ(ErrorKey("[sql]\nmax_gather_bytes = 99999999999999\n[[shard]]\ndsn='a'\n"), "sql.max_gather_bytes");
+  EXPECT_EQ(ErrorKey("[sql]\nmax_gather_byte = 1\n[[shard]]\ndsn='a'\n"), "sql.max_gather_byte");
+}
+
 TEST(Config, UnknownKeysAreRefusedWithTheirLineAndTheClosestKnownKey) {
   const std::string typo = "[pool]\nmax_size = 4\nmax_sise = 4\n[[shard]]\ndsn='a'\n";
   EXPECT_EQ(ErrorKey(typo), "pool.max_sise");

@@ -45,6 +45,7 @@
 //   reference_tables = ["books"]   # copies on every shard, read with any customer's rows
 //   max_gather_rows = 100000  # a SELECT that neither routes nor merges is answered on one
 //                             # server over its tables' rows from every shard, up to this many
+//   max_gather_bytes = 268435456  # ... and up to this many bytes of them, as text (0: no bound)
 //
 //   [replicas]                # optional: the shards' replicas (replica_monitor.hpp)
 //   probe_interval_ms = 250   # how often each replica's lag is measured
@@ -103,6 +104,8 @@ struct ReplicaSettings {
 
 inline constexpr std::int64_t kDefaultMaxGatherRows = 100'000;
 inline constexpr std::int64_t kMaxGatherRowsLimit = 100'000'000;
+inline constexpr std::int64_t kDefaultMaxGatherBytes = std::int64_t{256} << 20;  // 256 MiB
+inline constexpr std::int64_t kMaxGatherBytesLimit = std::int64_t{64} << 30;     // 64 GiB
 
 // Plain values: copy freely; not synchronised (build once, then share read-only).
 struct ClusterConfig {
@@ -116,6 +119,9 @@ struct ClusterConfig {
   // [sql] max_gather_rows: the most rows a gathered SELECT may bring to one
   // server (sql_options.hpp); 0 refuses every such statement.
   std::int64_t max_gather_rows = kDefaultMaxGatherRows;
+  // [sql] max_gather_bytes: the most bytes of rows (the shards' arrays as
+  // text) a gathered SELECT may bring to one server; 0: no bound.
+  std::int64_t max_gather_bytes = kDefaultMaxGatherBytes;
   ReplicaSettings replica_settings;  // [replicas]
   std::string origin;                // where it was read from, for messages
 };

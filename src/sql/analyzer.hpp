@@ -11,7 +11,8 @@
 // what they analyse: the statements, the walk of their expressions and the
 // decision in analyzer_statements.cpp; FROM items and column references in
 // analyzer_from.cpp; the customer_id nodes, constants and facts in
-// analyzer_keys.cpp.
+// analyzer_keys.cpp; locking clauses on reference tables in
+// analyzer_locking.cpp.
 #pragma once
 
 #include <charconv>
@@ -246,6 +247,23 @@ class Analyzer {
   // Where the statement's first FOR UPDATE/SHARE is (the parse tree keeps no location).
   int LockingLocation() const;
 
+  // ---- locking clauses on reference tables (analyzer_locking.cpp) ----
+
+  // A SELECT level's FOR UPDATE/SHARE clauses: the first that locks rows of
+  // a reference table (named in OF, or in its FROM when it names none,
+  // subqueries in FROM included, WITH queries not, as PostgreSQL applies
+  // it) is kept in locked_reference_, refused by Finish.
+  void CheckLockedReferences(const json& select, const CteScope* ctes);
+  // The reference table (its RangeVar) a lock applied to a FROM item, or to
+  // a subquery's every FROM item, reaches; null when none.
+  const json* LockedReferenceIn(const json& from_item, const CteScope* ctes) const;
+  const json* LockedReferenceInSelect(const json& select, const CteScope* ctes) const;
+  // The FROM item of a level (joins searched) that a FOR ... OF name means.
+  static const json* FromItemNamed(const json& from_item, const std::string& name);
+  // Where the index-th locking clause of a SELECT begins: before its OF
+  // name's location when it has one, else counted after the SELECT's body.
+  int LockingClauseLocation(const json& select, std::size_t index, const json* of_rel) const;
+
   const ParsedStatement& parsed_;
   const SqlCatalog& catalog_;
   SqlPlan plan_;
@@ -259,6 +277,13 @@ class Analyzer {
   std::vector<Entry*> sharded_;
   std::vector<std::pair<const Entry*, KeySet>> key_sets_;
   bool locking_ = false;  // FOR UPDATE/SHARE at some level
+  struct LockedReference {
+    int location = -1;
+    std::string clause;         // "FOR UPDATE OF b"
+    std::string table;          // "books"
+    std::string sharded_alias;  // a sharded table's name at the clause's level, or empty
+  };
+  std::optional<LockedReference> locked_reference_;
 };
 
 }  // namespace shardkit::sql::detail

@@ -109,6 +109,7 @@ void Analyzer::AnalyzeSelect(const json& select, Level* column_parent, const Cte
     }
   }
   ctes = AnalyzeWith(Field(select, "withClause"), column_parent, ctes);
+  CheckLockedReferences(select, ctes);
   if (select.value("op", "SETOP_NONE") != "SETOP_NONE") {
     AnalyzeSelect(select.at("larg"), column_parent, ctes);
     AnalyzeSelect(select.at("rarg"), column_parent, ctes);
@@ -553,6 +554,19 @@ void Analyzer::Finish() {
            sharded_.empty() ? "reference tables are copies on every shard: locking one copy locks none of the others"
                             : "rows locked on several shards are not locked together in one transaction",
            "pin customer_id to one customer to lock its rows (Cluster::Execute, or inside Cluster::Transact)");
+  }
+  if (locked_reference_) {
+    // Pinned to one customer, a lock on a reference table's rows would
+    // lock the copy on that customer's shard only.
+    const LockedReference& locked = *locked_reference_;
+    Refuse(locked.location, fmt::format("the locking clause {} on the reference table {}", locked.clause, locked.table),
+           fmt::format("{} is a reference table, a copy on every shard: only the copy on this customer's shard would "
+                       "be locked, and transactions on the other shards would not wait for it",
+                       locked.table),
+           fmt::format("lock the sharded rows with FOR UPDATE OF {} (name only sharded tables in OF); to make "
+                       "transactions of customers on different shards wait for one another, have them all lock one "
+                       "thing in one place (an advisory lock, or a row of a table, on one server)",
+                       locked.sharded_alias.empty() ? "<sharded alias>" : locked.sharded_alias));
   }
   if (!unpinned.empty()) {
     RequireScatterable(unpinned);

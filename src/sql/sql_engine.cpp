@@ -36,12 +36,13 @@ constexpr std::chrono::seconds kScatterTimeout{30};
 
 SqlEngine::SqlEngine(BucketShardResolver& resolver, RoutedTransactions& transactions, ScatterGather& scatter,
                      std::vector<std::string> reference_tables, std::int64_t max_gather_rows,
-                     std::size_t cache_capacity)
+                     std::int64_t max_gather_bytes, std::size_t cache_capacity)
     : resolver_(resolver),
       transactions_(transactions),
       scatter_(scatter),
       reference_tables_(std::move(reference_tables)),
       max_gather_rows_(max_gather_rows),
+      max_gather_bytes_(max_gather_bytes),
       cache_(cache_capacity) {}
 
 std::shared_ptr<const SqlCatalog> SqlEngine::Catalog(bool load) {
@@ -653,24 +654,15 @@ SqlResult SqlEngine::ExecuteGather(const Bound& bound, const SqlParams& params, 
   SqlParams shard_params = {std::to_string(bound_rows + 1)};
   for (const int number : gather.shard_params) shard_params.push_back(params.at(static_cast<std::size_t>(number - 1)));
   const ScatterResult scattered = scatter_.Run(gather.shard_sql, shard_params, scatter_options);
-  // Table i's rows: every shard's array, their elements joined into one.
-  std::vector<std::string> arrays(gather.tables.size(), "{");
+  // The rows first: each shard's count per table (its second column).
   std::int64_t total = 0;
   std::vector<std::int64_t> per_table(gather.tables.size(), 0);
-  int from_replicas = 0;
   for (const ShardResult& shard : scattered.shards) {
-    from_replicas += shard.on_replica ? 1 : 0;
     for (const auto& row : shard.rows) {
       for (std::size_t t = 0; t < gather.tables.size(); ++t) {
-        const std::string_view text(row[static_cast<int>(2 * t)].c_str(), row[static_cast<int>(2 * t)].size());
         const auto count = row[static_cast<int>(2 * t + 1)].as<std::int64_t>();
         per_table[t] += count;
         total += count;
-        // "{a,b}": its elements after the ones before (a row type's delimiter is a comma).
-        if (count > 0 && text.size() > 2) {
-          if (arrays[t].size() > 1) arrays[t] += ',';
-          arrays[t].append(text.substr(1, text.size() - 2));
-        }
       }
     }
   }
@@ -681,6 +673,59 @@ SqlResult SqlEngine::ExecuteGather(const Bound& bound, const SqlParams& params, 
                           per_table[t] > bound_rows ? "more than " : "", std::min(per_table[t], bound_rows));
     }
     too_many(seen);
+  }
+  // Then the bytes: each shard's arrays as the text it sent, added shard by
+  // shard; past the bound the statement is refused before the rows are
+  // joined or sent on.
+  const std::int64_t bound_bytes = options.max_gather_bytes.value_or(max_gather_bytes_);
+  std::vector<std::int64_t> bytes_per_table(gather.tables.size(), 0);
+  std::int64_t total_bytes = 0;
+  for (std::size_t s = 0; s < scattered.shards.size(); ++s) {
+    for (const auto& row : scattered.shards[s].rows) {
+      for (std::size_t t = 0; t < gather.tables.size(); ++t) {
+        const auto size = static_cast<std::int64_t>(row[static_cast<int>(2 * t)].size());
+        bytes_per_table[t] += size;
+        total_bytes += size;
+      }
+    }
+    if (bound_bytes > 0 && total_bytes > bound_bytes) {
+      std::string seen;
+      for (std::size_t t = 0; t < gather.tables.size(); ++t) {
+        seen +=
+            fmt::format("{}{}: {} bytes", seen.empty() ? "" : ", ", bound.plan->sharded_tables[t], bytes_per_table[t]);
+      }
+      throw Refusal(
+          bound.plan->text, 0, "this statement over every shard",
+          fmt::format("it neither runs on one shard nor merges from each shard's answer ({}), so it runs on one "
+                      "server over the rows of {} from every shard, and those are more than max_gather_bytes = {} "
+                      "bytes as text ({}{})",
+                      gather.why, fmt::join(bound.plan->sharded_tables, ", "), bound_bytes, seen,
+                      s + 1 < scattered.shards.size()
+                          ? fmt::format(", from {} of {} shards", s + 1, scattered.shards.size())
+                          : std::string()),
+          fmt::format("pin {} so that it runs on one shard, narrow it, select fewer or smaller rows, or raise "
+                      "SqlOptions::max_gather_bytes (or [sql] max_gather_bytes; 0: no bound)",
+                      bound.plan->key_column));
+    }
+  }
+  // Table i's rows: every shard's array, their elements joined into one.
+  std::vector<std::string> arrays(gather.tables.size(), "{");
+  for (std::size_t t = 0; t < gather.tables.size(); ++t) {
+    arrays[t].reserve(static_cast<std::size_t>(bytes_per_table[t]) + 2);
+  }
+  int from_replicas = 0;
+  for (const ShardResult& shard : scattered.shards) {
+    from_replicas += shard.on_replica ? 1 : 0;
+    for (const auto& row : shard.rows) {
+      for (std::size_t t = 0; t < gather.tables.size(); ++t) {
+        const std::string_view text(row[static_cast<int>(2 * t)].c_str(), row[static_cast<int>(2 * t)].size());
+        // "{a,b}": its elements after the ones before (a row type's delimiter is a comma).
+        if (row[static_cast<int>(2 * t + 1)].as<std::int64_t>() > 0 && text.size() > 2) {
+          if (arrays[t].size() > 1) arrays[t] += ',';
+          arrays[t].append(text.substr(1, text.size() - 2));
+        }
+      }
+    }
   }
   SqlParams finish_params = params;
   for (std::string& array : arrays) finish_params.emplace_back(std::move(array += '}'));

@@ -40,7 +40,7 @@ class SqlEngine {
  public:
   static constexpr std::size_t kDefaultCacheCapacity = 1024;
   SqlEngine(BucketShardResolver& resolver, RoutedTransactions& transactions, ScatterGather& scatter,
-            std::vector<std::string> reference_tables, std::int64_t max_gather_rows,
+            std::vector<std::string> reference_tables, std::int64_t max_gather_rows, std::int64_t max_gather_bytes,
             std::size_t cache_capacity = kDefaultCacheCapacity);
 
   [[nodiscard]] SqlResult Execute(const std::string& sql, const SqlParams& params, const SqlOptions& options);
@@ -106,6 +106,7 @@ class SqlEngine {
   ScatterGather& scatter_;
   const std::vector<std::string> reference_tables_;
   const std::int64_t max_gather_rows_;
+  const std::int64_t max_gather_bytes_;  // 0: no bound
   PlanCache cache_;
   std::mutex catalog_mutex_;
   std::shared_ptr<const SqlCatalog> catalog_ SHARDKIT_GUARDED_BY(catalog_mutex_);

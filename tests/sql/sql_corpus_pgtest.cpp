@@ -10,14 +10,14 @@
 // path; windows partitioned by customer_id; CTEs, derived tables, LATERAL
 // and semi-joins joined on customer_id; and locking reads, which must be
 // routed when pinned to one customer and refused at the locking clause
-// over several shards. It runs on three shards, on four whose buckets are
-// placed unevenly and on two (SQL_CORPUS_SEED, SQL_CORPUS_STATEMENTS and
-// SQL_CORPUS_VERBOSE=1 hunt further), and prints how each kind of
-// statement ended. Every answered statement must return the reference's
-// columns, types and rows (in order when its ORDER BY orders them
-// completely); a refusal is allowed where the statement does not say
-// otherwise, but the statement must run on the reference; any other error
-// is a failure.
+// over several shards or on reference rows. It runs on three shards, on
+// four whose buckets are placed unevenly and on two (SQL_CORPUS_SEED,
+// SQL_CORPUS_STATEMENTS and SQL_CORPUS_VERBOSE=1 hunt further), and prints
+// how each kind of statement ended. Every answered statement must return
+// the reference's columns, types and rows (in order when its ORDER BY
+// orders them completely); a refusal is allowed where the statement does
+// not say otherwise, but the statement must run on the reference; any
+// other error is a failure.
 #include "shardkit/cluster.hpp"
 
 #include <fmt/format.h>
@@ -1337,10 +1337,11 @@ class Generator {
 
   // Locking reads (FOR UPDATE / FOR NO KEY UPDATE / FOR SHARE / FOR KEY
   // SHARE, OF some of the FROM items, NOWAIT): pinned to one customer they
-  // must be routed and answer as the reference (those that lock reference
-  // rows may be refused); over several shards (no pin, a list of customers,
-  // an OR of two, reference tables alone) they must be refused at the
-  // locking clause, never answered.
+  // must be routed and answer as the reference, unless they lock reference
+  // rows (one shard's copy only): those must be refused at the clause that
+  // locks them; over several shards (no pin, a list of customers, an OR of
+  // two, reference tables alone) they must be refused at the locking clause,
+  // never answered.
   Statement LockingRead() {
     Statement s;
     struct Lockable {
@@ -1436,12 +1437,17 @@ class Generator {
                           order, limit, lock);
     }
     s.ordered = true;
-    // A pinned statement that locks reference rows locks the copies on one
-    // shard only: routed today, which is allowed but not required here.
-    const bool locks_reference = (l.source == 3 && lock.find(" OF ") == std::string::npos) ||
-                                 lock.find(" OF b") != std::string::npos || lock.find(", b") != std::string::npos;
-    if (pinned) {
-      s.must_route = !locks_reference;
+    // A pinned statement that locks reference rows would lock the copies on
+    // one shard only: refused at the clause that locks them.
+    const bool bare_on_reference = l.source == 3 && lock.find(" OF ") == std::string::npos;
+    std::size_t of_books = lock.find(" OF b");
+    if (of_books == std::string::npos) of_books = lock.find(", b");
+    if (pinned && (bare_on_reference || of_books != std::string::npos)) {
+      s.must_refuse = "locking clause";
+      const std::size_t lock_at = s.sql.find(lock);
+      s.refused_at = static_cast<int>(bare_on_reference ? lock_at : s.sql.rfind(" FOR ", lock_at + of_books)) + 2;
+    } else if (pinned) {
+      s.must_route = true;
     } else {
       s.must_refuse = "locking clause";
       s.refused_at = static_cast<int>(s.sql.find(" FOR ")) + 2;

@@ -1014,6 +1014,57 @@ TEST_F(SqlExecutePg, LockingReadsRunPinnedAndAreRefusedOverSeveralShards) {
   }
 }
 
+// A lock on a reference table's rows pinned to one customer would lock the
+// copy on that customer's shard only, and another customer's transaction on
+// another shard would lock the same book without waiting: refused at the
+// locking clause, alone and inside Transact. FOR UPDATE OF the sharded
+// alias beside the reference table runs, as the reference server answers.
+TEST_F(SqlExecutePg, LockingReferenceRowsIsRefusedEvenPinned) {
+  const std::string join =
+      "SELECT i.order_id, i.line_no, b.title FROM order_items i JOIN books b ON b.book_id = i.book_id WHERE "
+      "i.customer_id = 42 ORDER BY i.order_id, i.line_no";
+  for (const auto& [sql, clause] : std::vector<std::pair<std::string, std::string>>{
+           {join + " FOR UPDATE OF b", "FOR UPDATE OF b"},
+           {join + " FOR SHARE", "FOR SHARE"},
+           {join + " FOR UPDATE OF i FOR SHARE OF b", "FOR SHARE OF b"},
+           {"SELECT * FROM (" + join + ") s FOR NO KEY UPDATE", "FOR NO KEY UPDATE"},
+       }) {
+    SCOPED_TRACE(sql);
+    EXPECT_NO_THROW((void)OnReference(sql, {}));  // valid SQL: the refusal is shardkit's
+    const auto expect_refused = [&](const SqlError& e) {
+      EXPECT_EQ(e.kind(), SqlError::Kind::kRefused) << e.what();
+      EXPECT_EQ(e.construct(), "the locking clause " + clause + " on the reference table books") << e.what();
+      EXPECT_EQ(e.column(), static_cast<int>(sql.rfind(" " + clause)) + 2) << e.what();
+      EXPECT_NE(e.reason().find("only the copy on this customer's shard would be locked"), std::string::npos)
+          << e.what();
+      EXPECT_NE(e.advice().find("FOR UPDATE OF "), std::string::npos) << e.what();
+    };
+    try {
+      (void)cluster_->Execute(sql);
+      ADD_FAILURE() << "ran";
+    } catch (const SqlError& e) {
+      expect_refused(e);
+    }
+    try {
+      cluster_->Transact(CustomerId{42}, [&](SqlTransaction& tx) { (void)tx.Execute(sql); });
+      ADD_FAILURE() << "ran in Transact";
+    } catch (const SqlError& e) {
+      expect_refused(e);
+    }
+  }
+  for (const std::string& sql : {join + " FOR UPDATE OF i", join + " FOR NO KEY UPDATE OF i NOWAIT"}) {
+    SCOPED_TRACE(sql);
+    const SqlResult got = cluster_->Execute(sql);
+    EXPECT_EQ(got.plan.kind, SqlPlanInfo::Kind::kRouted);
+    EXPECT_FALSE(got.plan.read_only);
+    EXPECT_EQ(got.rows, OnReference(sql, {}).rows);
+    EXPECT_FALSE(got.rows.empty());
+    const std::size_t in_transaction =
+        cluster_->Transact(CustomerId{42}, [&](SqlTransaction& tx) { return tx.Execute(sql).rows.size(); });
+    EXPECT_EQ(in_transaction, got.rows.size());
+  }
+}
+
 // What neither routes nor merges from each shard's answer is gathered: the
 // sharded tables' rows from every shard onto one server, which runs the
 // statement as written. Exact, as the reference server answers it.
@@ -1233,6 +1284,68 @@ TEST_F(SqlExecutePg, AGatherAboveItsBoundIsRefusedWithItsSize) {
   EXPECT_THROW((void)cluster_->Execute(sql, {}, small), SqlError);
   // Routed and merged statements know no such bound.
   EXPECT_NO_THROW((void)cluster_->Execute("SELECT count(*) FROM orders", {}, small));
+}
+
+// Above max_gather_bytes (the shards' arrays as the text they send, all
+// tables and shards together) a gathered statement is refused as soon as
+// the shards' answers pass it, naming each table's bytes and the bound; 0
+// is no bound, and the default answers as before.
+TEST_F(SqlExecutePg, AGatherAboveItsBytesBoundIsRefusedWithItsSize) {
+  const std::string sql =
+      "SELECT i.customer_id, i.order_id, i.line_no, rank() OVER (ORDER BY i.unit_price, i.customer_id, i.order_id, "
+      "i.line_no) FROM order_items i";
+  // What each shard sends: its rows of order_items as one array, as text.
+  std::vector<std::int64_t> sizes;
+  for (int s = 0; s < scratch_->ShardCount(); ++s) {
+    pqxx::connection c{scratch_->ShardDsn(s).Reveal()};
+    pqxx::work tx{c};  // the buckets the shard owns
+    sizes.push_back(
+        tx.exec("SELECT octet_length(ARRAY(SELECT _t FROM order_items AS _t)::text)")[0][0].as<std::int64_t>());
+  }
+  std::int64_t total = 0;
+  for (const std::int64_t size : sizes) total += size;
+  const Rows want = Sorted(OnReference(sql, {}).rows);
+  EXPECT_EQ(Sorted(cluster_->Execute(sql).rows), want);  // the default bound
+  SqlOptions options;
+  options.max_gather_bytes = total;
+  EXPECT_EQ(Sorted(cluster_->Execute(sql, {}, options).rows), want);
+  options.max_gather_bytes = 0;
+  EXPECT_EQ(Sorted(cluster_->Execute(sql, {}, options).rows), want);
+  options.max_gather_bytes = total - 1;
+  try {
+    (void)cluster_->Execute(sql, {}, options);
+    ADD_FAILURE() << "gathered above the bound";
+  } catch (const SqlError& e) {
+    EXPECT_EQ(e.kind(), SqlError::Kind::kRefused);
+    EXPECT_EQ(e.construct(), "this statement over every shard");
+    EXPECT_NE(e.reason().find(fmt::format("more than max_gather_bytes = {} bytes as text (order_items: {} bytes)",
+                                          total - 1, total)),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.reason().find("the window function rank"), std::string::npos) << e.what();
+    EXPECT_NE(e.advice().find("max_gather_bytes"), std::string::npos) << e.what();
+  }
+  // Passed by the first shard's answer: refused without adding the others.
+  ASSERT_GE(sizes.size(), 2U);
+  options.max_gather_bytes = 1;
+  try {
+    (void)cluster_->Execute(sql, {}, options);
+    ADD_FAILURE() << "gathered above the bound";
+  } catch (const SqlError& e) {
+    EXPECT_NE(e.reason().find(fmt::format("more than max_gather_bytes = 1 bytes as text (order_items: {} bytes, from 1 "
+                                          "of {} shards)",
+                                          sizes.front(), sizes.size())),
+              std::string::npos)
+        << e.what();
+  }
+  // The rows bound is checked first, as before.
+  options.max_gather_rows = 5;
+  try {
+    (void)cluster_->Execute(sql, {}, options);
+    ADD_FAILURE() << "gathered above the bound";
+  } catch (const SqlError& e) {
+    EXPECT_NE(e.reason().find("max_gather_rows = 5 rows"), std::string::npos) << e.what();
+  }
 }
 
 #ifdef SHARDCTL_PATH

@@ -735,6 +735,70 @@ TEST(SqlRouter, InsertsOnTwoShardsOrWithoutAKnownKeyAreRefused) {
       "(2, (SELECT max(order_id) FROM orders WHERE customer_id = 1), 1, 1, 1, 1)");
 }
 
+// A locking clause that reaches a reference table's rows (named in OF, or
+// in the FROM of a clause without OF, subqueries in FROM included) is
+// refused even pinned: it would lock the copy on one shard only. Refused at
+// that clause, naming it and the table.
+TEST(SqlRouter, LockingReferenceRowsIsRefusedEvenPinned) {
+  const std::string join =
+      "SELECT i.order_id, b.title FROM order_items i JOIN books b ON b.book_id = i.book_id WHERE i.customer_id = 7";
+  struct Locked {
+    std::string sql;
+    std::string clause;  // as the construct names it
+    std::string at;      // the text the refusal points at (its first occurrence)
+  };
+  const std::vector<Locked> locked = {
+      {join + " FOR UPDATE OF b", "FOR UPDATE OF b", "FOR UPDATE OF b"},
+      {join + " FOR SHARE", "FOR SHARE", "FOR SHARE"},
+      {join + " FOR NO KEY UPDATE OF i, b NOWAIT", "FOR NO KEY UPDATE OF i, b NOWAIT", "FOR NO"},
+      {join + " FOR UPDATE OF i FOR KEY SHARE OF b SKIP LOCKED", "FOR KEY SHARE OF b SKIP LOCKED", "FOR KEY"},
+      {join + " FOR SHARE OF i FOR UPDATE", "FOR UPDATE", "FOR UPDATE"},
+      {"SELECT * FROM (SELECT i.order_id, b.title FROM order_items i JOIN books b USING (book_id) WHERE "
+       "i.customer_id = 7) s FOR SHARE",
+       "FOR SHARE", "FOR SHARE"},
+      {"SELECT * FROM (SELECT i.order_id, s.title FROM order_items i JOIN (SELECT * FROM books FOR UPDATE) s USING "
+       "(book_id) WHERE i.customer_id = 7 FOR SHARE OF i) t",
+       "FOR UPDATE", "FOR UPDATE"},
+      {"WITH mine AS (" + join + " FOR UPDATE) SELECT * FROM mine", "FOR UPDATE", "FOR UPDATE"},
+      {"SELECT order_id FROM order_items WHERE customer_id = 7 AND book_id IN (SELECT book_id FROM books FOR SHARE)",
+       "FOR SHARE", "FOR SHARE"},
+      {"(" + join + ") FOR UPDATE", "FOR UPDATE", "FOR UPDATE"},
+  };
+  for (const Locked& l : locked) {
+    const SqlError e = RefusalOf(l.sql);
+    EXPECT_EQ(e.construct(), "the locking clause " + l.clause + " on the reference table books") << l.sql;
+    EXPECT_EQ(e.column(), static_cast<int>(l.sql.find(l.at)) + 1) << l.sql;
+    EXPECT_NE(e.reason().find("only the copy on this customer's shard would be locked"), std::string::npos) << l.sql;
+    EXPECT_NE(e.advice().find("FOR UPDATE OF "), std::string::npos) << l.sql;
+    EXPECT_NE(e.advice().find("advisory lock"), std::string::npos) << l.sql;
+  }
+  EXPECT_NE(RefusalOf(join + " FOR UPDATE OF b").advice().find("FOR UPDATE OF i "), std::string::npos);
+
+  // Locks on sharded rows only, beside a reference table, stay routed.
+  for (const std::string& sql : std::vector<std::string>{
+           join + " FOR UPDATE OF i",
+           join + " FOR SHARE OF i NOWAIT",
+           "SELECT i.order_id FROM order_items i LEFT JOIN books b ON b.book_id = i.book_id WHERE i.customer_id = 7 "
+           "FOR UPDATE OF i",
+           "SELECT * FROM (SELECT * FROM order_items WHERE customer_id = 7 FOR UPDATE) i JOIN books b USING (book_id)",
+           "WITH x AS (SELECT * FROM books) SELECT * FROM order_items i JOIN x USING (book_id) WHERE i.customer_id = 7 "
+           "FOR UPDATE",
+           "WITH x AS (SELECT * FROM books) SELECT * FROM order_items i JOIN x USING (book_id) WHERE i.customer_id = 7 "
+           "FOR UPDATE OF i",
+           "SELECT * FROM order_items i WHERE customer_id = 7 AND book_id IN (SELECT book_id FROM books) FOR UPDATE",
+       }) {
+    const auto plan = PlanStatement(sql, Catalog());
+    EXPECT_EQ(plan->kind, SqlPlanInfo::Kind::kRouted) << sql;
+    EXPECT_FALSE(plan->read_only) << sql;
+    EXPECT_EQ(RoutesTo(sql), 7) << sql;
+  }
+  // Reference tables alone, or several shards: refused as before.
+  EXPECT_EQ(RefusalOf("SELECT * FROM books FOR UPDATE").construct(),
+            "a locking clause (FOR UPDATE/SHARE) over every shard");
+  EXPECT_EQ(RefusalOf("SELECT * FROM order_items i JOIN books b USING (book_id) FOR UPDATE OF b").construct(),
+            "a locking clause (FOR UPDATE/SHARE) over every shard");
+}
+
 TEST(SqlRouter, OtherStatementsAndUnknownTablesAreRefused) {
   for (const char* sql : {"CREATE TABLE x (a int)", "SET search_path = x", "BEGIN", "COPY orders FROM STDIN",
                           "EXPLAIN SELECT 1", "VACUUM orders", "TRUNCATE orders"}) {

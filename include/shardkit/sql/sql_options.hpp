@@ -31,6 +31,12 @@ struct SqlOptions {
   // refused when that is more than this many rows (all tables, all shards).
   // Default: the configuration's [sql] max_gather_rows (100,000).
   std::optional<std::int64_t> max_gather_rows;
+  // ... and when the rows received, as the shards send them (each table's
+  // rows as one array in text), are more than this many bytes, all tables
+  // and shards together: refused as soon as the shards' answers pass it.
+  // 0: no bound. Default: the configuration's [sql] max_gather_bytes
+  // (256 MiB).
+  std::optional<std::int64_t> max_gather_bytes;
 };
 
 }  // namespace shardkit

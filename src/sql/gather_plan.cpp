@@ -94,7 +94,9 @@ class GatherPlanner {
                             row, where, i + 1);
       columns += fmt::format("{}_g{}, pg_catalog.cardinality(_g{})", i == 0 ? "" : ", ", i + 1, i + 1);
     }
-    plan.shard_sql = fmt::format("SELECT {} FROM (SELECT {}) AS _g", columns, arrays);
+    // OFFSET 0 keeps the subquery from being flattened: flattened, each use
+    // of _gN (the array and its cardinality) would build the array again.
+    plan.shard_sql = fmt::format("SELECT {} FROM (SELECT {} OFFSET 0) AS _g", columns, arrays);
     // Replaced from the end, so that earlier offsets stay true.
     std::vector<TableReference> references = references_;
     std::sort(references.begin(), references.end(),

@@ -13,7 +13,7 @@
 // of the WHERE that read that table alone:
 //
 //   SELECT _g1, pg_catalog.cardinality(_g1) FROM
-//     (SELECT ARRAY(SELECT o FROM "public"."orders" AS o WHERE (o.status = $2) LIMIT $1) AS _g1) AS _g
+//     (SELECT ARRAY(SELECT o FROM "public"."orders" AS o WHERE (o.status = $2) LIMIT $1) AS _g1 OFFSET 0) AS _g
 //
 // and one shard then runs the statement with each reference to a sharded
 // table replaced by the gathered rows, the statement's own parameters

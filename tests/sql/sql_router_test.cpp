@@ -948,7 +948,7 @@ TEST(SqlGather, WhatNeitherRoutesNorMergesIsGatheredWithEveryShardedReferenceRep
   EXPECT_EQ(gather.shard_sql,
             "SELECT _g1, pg_catalog.cardinality(_g1), _g2, pg_catalog.cardinality(_g2) FROM (SELECT ARRAY(SELECT _t "
             "FROM \"public\".\"orders\" AS _t LIMIT $1) AS _g1, ARRAY(SELECT _t FROM \"public\".\"customers\" AS "
-            "_t LIMIT $1) AS _g2) AS _g");
+            "_t LIMIT $1) AS _g2 OFFSET 0) AS _g");
   EXPECT_EQ(gather.finish_sql,
             "WITH big AS (SELECT * FROM (SELECT * FROM pg_catalog.unnest($2::\"public\".\"orders\"[])) AS \"orders\" "
             "WHERE total > $1) SELECT b.customer_id, c.name, rank() OVER (ORDER BY b.total DESC) FROM big b JOIN "

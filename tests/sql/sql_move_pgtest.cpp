@@ -2,9 +2,10 @@
 // a loop (routed to a customer of the moving bucket, merged over every
 // shard, restricted by customer_id IN (...) to the moving bucket's shard,
 // finished by the server, DISTINCT without the key, a set operation, exact
-// top-k, exact percentiles and COUNT(DISTINCT)) while the bucket moves to another shard and back. The data does
-// not change: every answer must equal the reference server's, and none may
-// fail.
+// top-k, exact percentiles and COUNT(DISTINCT), gathered: a window over
+// every shard, a CTE over every shard, stddev) while the bucket moves to
+// another shard and back. The data does not change: every answer must equal
+// the reference server's, and none may fail.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
@@ -35,6 +36,7 @@ struct Case {
   std::string sql;
   SqlParams params;
   bool ordered = true;
+  bool gathered = false;  // must take the gather path
 };
 
 TEST_F(SqlMovePg, EveryPlanKindAnswersExactlyWhileABucketMoves) {
@@ -65,6 +67,19 @@ TEST_F(SqlMovePg, EveryPlanKindAnswersExactlyWhileABucketMoves) {
       {"SELECT status, percentile_cont(0.5) WITHIN GROUP (ORDER BY total), count(DISTINCT book_id) FROM orders "
        "JOIN order_items USING (customer_id, order_id) GROUP BY status ORDER BY status",
        {}},
+      // Gathered: each shard ships its rows (the filter applied there), one
+      // shard runs the statement over all of them.
+      {"SELECT order_id, rank() OVER (ORDER BY total DESC, order_id) FROM orders WHERE order_id % 7 = 1 "
+       "ORDER BY order_id",
+       {},
+       true,
+       true},
+      {"WITH per_customer AS (SELECT customer_id, count(*) AS n FROM orders GROUP BY customer_id) "
+       "SELECT n, count(*) FROM per_customer GROUP BY n ORDER BY n",
+       {},
+       true,
+       true},
+      {"SELECT status, stddev_samp(total) FROM orders GROUP BY status ORDER BY status", {}, true, true},
   };
   std::vector<Rows> want;
   for (const Case& c : cases) {
@@ -82,6 +97,10 @@ TEST_F(SqlMovePg, EveryPlanKindAnswersExactlyWhileABucketMoves) {
       for (std::size_t i = 0; i < cases.size(); ++i) {
         try {
           const SqlResult got = cluster_->Execute(cases[i].sql, cases[i].params);
+          if (cases[i].gathered && !got.plan.merge.starts_with("gathered")) {
+            const std::lock_guard lock(failures_mutex);
+            failures.emplace(cases[i].sql, "not gathered: " + got.plan.Describe());
+          }
           if (got.rows != want[i]) {
             const std::lock_guard lock(failures_mutex);
             failures.emplace(cases[i].sql,

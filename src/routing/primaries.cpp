@@ -74,8 +74,7 @@ ClusterConfig AtCurrentPrimaries(const ClusterConfig& config) {
                                    [&](const ReplicaConfig& r) { return r.name == row.server; });
       if (it == shard.replicas.end()) ThrowUnknownServer(static_cast<int>(i), row);
       shard.dsn = it->dsn;
-      shard.admin_dsn = it->AdminDsn();
-      shard.replicas.clear();
+      shard.admin_dsn = it->AdminDsn();  // its replicas stay listed: applied again, the same copy
     }
   }
   return now;

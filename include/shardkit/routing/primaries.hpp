@@ -10,7 +10,7 @@
 //
 //   for (const auto& p : shardkit::LoadPrimaries(catalog)) ...   // {"shard1", "shard1-replica1", 1}
 //   shardkit::ApplyPrimaries(resolver, shardkit::LoadPrimaries(catalog));
-//   shardkit::VerifyCluster(shardkit::AtCurrentPrimaries(config), options);  // what tools do
+//   shardkit::MigrationServers(shardkit::AtCurrentPrimaries(config));   // each shard's primary now
 #pragma once
 
 #include <cstdint>
@@ -46,8 +46,9 @@ int ApplyPrimaries(BucketShardResolver& resolver, const std::vector<PrimaryRecor
 // the catalog names its primary now: what migrations, verify, moves,
 // rebalancing and ownership checks connect to, so that they never read or
 // write a deposed primary. A shard a failover changed keeps its name and
-// loses its replicas in the copy (tools do not read replicas; a Cluster
-// follows the catalog itself: give it the configuration as written).
+// its replicas list, so applying it to its own result changes nothing
+// (VerifyCluster and BucketMover apply it themselves). A Cluster follows
+// the catalog itself: give it the configuration as written.
 // Without [catalog], or before any failover, the configuration as is.
 // Throws CatalogError when the catalog cannot be read, ConfigError as
 // ApplyPrimaries.

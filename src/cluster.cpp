@@ -35,6 +35,12 @@ Cluster::Cluster(const ClusterConfig& config, ClusterOptions options) : config_(
   scatter_->ReadReplicas(replicas_.get());
   transactions_ = std::make_unique<RoutedTransactions>(*resolver_, watcher_.get());
   transactions_->ReadReplicas(replicas_.get());
+  cross_shard_ =
+      std::make_unique<CrossShardTransactions>(*resolver_, watcher_.get(), config_.catalog_dsn, config_.pool);
+  if (config_.catalog_dsn && options.in_doubt_interval.count() > 0) {
+    in_doubt_ = std::make_unique<InDoubtRecovery>(*resolver_, *config_.catalog_dsn, options.in_doubt_interval,
+                                                  options.in_doubt);
+  }
   sql_ = std::make_unique<sql::SqlEngine>(*resolver_, *transactions_, *scatter_, config_.reference_tables,
                                           config_.max_gather_rows, config_.max_gather_bytes);
 }
@@ -134,6 +140,7 @@ ClusterStats Cluster::Stats() const {
   stats.transactions = transactions_->Stats();
   if (watcher_) stats.watcher = watcher_->Stats();
   if (replicas_) stats.replicas = replicas_->Status();
+  if (in_doubt_) stats.in_doubt = in_doubt_->Stats();
   return stats;
 }
 

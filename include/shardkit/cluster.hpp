@@ -61,9 +61,12 @@
 #include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/routing/replica_monitor.hpp"
 #include "shardkit/routing/resolver.hpp"
+#include "shardkit/sql/cross_shard_transaction.hpp"
 #include "shardkit/sql/sql_options.hpp"
 #include "shardkit/sql/sql_result.hpp"
 #include "shardkit/sql/sql_transaction.hpp"
+#include "shardkit/writes/cross_shard.hpp"
+#include "shardkit/writes/in_doubt.hpp"
 #include "shardkit/writes/routed.hpp"
 
 namespace shardkit {
@@ -80,6 +83,11 @@ struct ClusterOptions {
   // How the replicas are probed (only with replicas); unset: the
   // configuration's [replicas] probe_interval_ms and the defaults.
   std::optional<ReplicaMonitorOptions> replicas;
+  // With a catalog: how often a recovery pass settles the prepared parts of
+  // cross-shard transactions whose coordinator stopped (in_doubt.hpp);
+  // zero: never (run `shardctl recover` instead).
+  std::chrono::milliseconds in_doubt_interval{std::chrono::seconds(10)};
+  InDoubtOptions in_doubt;
 };
 
 // One shard as Stats() found it.
@@ -98,6 +106,7 @@ struct ClusterStats {
   RoutedStats transactions;
   std::optional<DirectoryWatcherStats> watcher;  // with a catalog
   std::vector<ReplicaStatus> replicas;           // every configured replica, as last probed
+  std::optional<InDoubtRecoveryStats> in_doubt;  // with a catalog and a periodic recovery pass
 };
 
 class Cluster {
@@ -139,6 +148,31 @@ class Cluster {
           options, outcome);
     } catch (...) {
       RethrowAsShardError(Route(key).shard, "a transaction for " + Describe(key));
+    }
+  }
+
+  // fn(CrossShardTransaction&) in one transaction per shard the keys live
+  // on, committed on all of them or on none: a plain COMMIT when they share
+  // a shard, two-phase commit decided in the catalog otherwise
+  // (writes/cross_shard.hpp, sql/cross_shard_transaction.hpp). Statements
+  // go through tx.On(key), each pinned to that key's bucket. Follows moves
+  // and failovers as Transact does (fn may run more than once); a server's
+  // error comes out as shardkit's.
+  template <class Fn>
+  auto TransactAcross(const std::vector<ShardKey>& keys, Fn&& fn, const CrossShardOptions& options = {},
+                      CrossShardOutcome* outcome = nullptr) {
+    try {
+      return cross_shard_->Run(
+          keys,
+          [&](const std::vector<CrossShardPart>& parts) {
+            CrossShardTransaction tx(*sql_, parts);
+            return fn(tx);
+          },
+          options, outcome);
+    } catch (const Error&) {
+      throw;
+    } catch (...) {
+      RethrowAsShardError(keys.empty() ? ShardId{0} : Route(keys.front()).shard, "a cross-shard transaction");
     }
   }
 
@@ -202,6 +236,8 @@ class Cluster {
   [[nodiscard]] DirectoryWatcher* Watcher() const noexcept { return watcher_.get(); }
   // Null without replicas.
   [[nodiscard]] ReplicaMonitor* Replicas() const noexcept { return replicas_.get(); }
+  // Null without a catalog or with in_doubt_interval zero.
+  [[nodiscard]] InDoubtRecovery* InDoubt() const noexcept { return in_doubt_.get(); }
 
  private:
   Cluster(const ClusterConfig& config, ClusterOptions options);
@@ -213,6 +249,8 @@ class Cluster {
   std::unique_ptr<ReplicaMonitor> replicas_;
   std::unique_ptr<ScatterGather> scatter_;
   std::unique_ptr<RoutedTransactions> transactions_;
+  std::unique_ptr<CrossShardTransactions> cross_shard_;
+  std::unique_ptr<InDoubtRecovery> in_doubt_;  // with a catalog
   std::unique_ptr<sql::SqlEngine> sql_;
 };
 

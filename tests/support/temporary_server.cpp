@@ -107,7 +107,8 @@ void TemporaryServer::Start() {
   // primary would vacuum away.
   Run(AsPostgres(
       fmt::format("{}/pg_ctl -D '{}/data' -l '{}/data/server.log' -w -t 30 -o \"-p {} -c listen_addresses=127.0.0.1 "
-                  "-c unix_socket_directories='{}/data' -c fsync=off -c hot_standby_feedback=on\" start >/dev/null",
+                  "-c unix_socket_directories='{}/data' -c fsync=off -c hot_standby_feedback=on -c "
+                  "max_prepared_transactions=64\" start >/dev/null",
                   kBin, directory_.string(), directory_.string(), port_, directory_.string())));
 }
 

@@ -219,6 +219,11 @@ void ScratchCluster::DropAll() noexcept {
                                        "current_database() AND NOT active")) {
           tx.exec_params("SELECT pg_drop_replication_slot($1)", row[0].c_str());
         }
+        // So would prepared transactions (cross-shard transactions a test left).
+        for (const auto& row :
+             tx.exec("SELECT quote_literal(gid) FROM pg_prepared_xacts WHERE database = current_database()")) {
+          tx.exec(std::string("ROLLBACK PREPARED ") + row[0].c_str());
+        }
       } catch (const std::exception&) {
         // Not a superuser, or the server is gone: DROP DATABASE says why.
       }

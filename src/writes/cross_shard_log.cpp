@@ -1,0 +1,71 @@
+#include "writes/cross_shard_log.hpp"
+
+#include <pqxx/pqxx>
+
+#include "pg/pg_array.hpp"
+
+namespace shardkit::detail {
+namespace {
+
+std::optional<std::string> Decide(pqxx::connection_base& catalog, const std::string& transaction_id,
+                                  const char* decision) {
+  pqxx::nontransaction tx{catalog};
+  // The UPDATE decides if the row is still 'preparing'; either way the row's
+  // state after it is the decision.
+  const pqxx::result r = tx.exec_params(
+      "WITH decided AS (UPDATE shardkit_transactions SET state = $2, decided_at = clock_timestamp() "
+      "                 WHERE transaction_id = $1 AND state = 'preparing' RETURNING state) "
+      "SELECT state FROM decided UNION ALL "
+      "SELECT state FROM shardkit_transactions WHERE transaction_id = $1 AND NOT EXISTS (SELECT 1 FROM decided)",
+      transaction_id, decision);
+  if (r.empty()) return std::nullopt;
+  return r[0][0].as<std::string>();
+}
+
+}  // namespace
+
+std::string PreparedGid(const std::string& transaction_id, const std::string& shard_name) {
+  return kPreparedGidPrefix + transaction_id + ":" + shard_name;
+}
+
+std::optional<std::string> TransactionOfGid(const std::string& gid) {
+  const std::string prefix = kPreparedGidPrefix;
+  if (gid.rfind(prefix, 0) != 0) return std::nullopt;
+  const auto end = gid.find(':', prefix.size());
+  if (end == std::string::npos || end == prefix.size()) return std::nullopt;
+  return gid.substr(prefix.size(), end - prefix.size());
+}
+
+void LogPreparing(pqxx::connection_base& catalog, const std::string& transaction_id,
+                  const std::vector<std::string>& shards, const std::string& label) {
+  std::vector<std::optional<std::string>> names(shards.begin(), shards.end());
+  pqxx::nontransaction tx{catalog};
+  tx.exec_params(
+      "INSERT INTO shardkit_transactions (transaction_id, state, shards, label) VALUES ($1, 'preparing', "
+      "$2::text[], $3)",
+      transaction_id, PgTextArray(names), label);
+}
+
+std::optional<std::string> DecideCommit(pqxx::connection_base& catalog, const std::string& transaction_id) {
+  return Decide(catalog, transaction_id, "commit");
+}
+
+std::optional<std::string> DecideAbort(pqxx::connection_base& catalog, const std::string& transaction_id) {
+  return Decide(catalog, transaction_id, "abort");
+}
+
+std::optional<std::string> StateOf(pqxx::connection_base& catalog, const std::string& transaction_id) {
+  pqxx::nontransaction tx{catalog};
+  const pqxx::result r =
+      tx.exec_params("SELECT state FROM shardkit_transactions WHERE transaction_id = $1", transaction_id);
+  if (r.empty()) return std::nullopt;
+  return r[0][0].as<std::string>();
+}
+
+void Forget(pqxx::connection_base& catalog, const std::string& transaction_id) {
+  pqxx::nontransaction tx{catalog};
+  tx.exec_params("DELETE FROM shardkit_transactions WHERE transaction_id = $1 AND state <> 'preparing'",
+                 transaction_id);
+}
+
+}  // namespace shardkit::detail

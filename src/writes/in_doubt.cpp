@@ -1,0 +1,233 @@
+// The recovery pass of cross-shard transactions (in_doubt.hpp).
+#include "shardkit/writes/in_doubt.hpp"
+
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <map>
+#include <pqxx/pqxx>
+#include <set>
+#include <thread>
+
+#include "pg/server_message.hpp"
+#include "shardkit/core/dsn_format.hpp"
+#include "shardkit/errors.hpp"
+#include "shardkit/pool/pool.hpp"
+#include "shardkit/routing/resolver.hpp"
+#include "writes/cross_shard_log.hpp"
+
+namespace shardkit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using detail::FirstLine;
+using std::chrono::milliseconds;
+
+// Every shard's prepared parts; `asked` the shards that answered.
+std::vector<InDoubtPart> ListParts(BucketShardResolver& resolver, milliseconds timeout,
+                                   std::vector<std::string>& failures, std::set<ShardId>& asked) {
+  std::vector<InDoubtPart> parts;
+  for (const ShardId shard : FirstShards(resolver.ShardCount())) {
+    const ShardServers& servers = resolver.Servers(shard);
+    try {
+      auto lease = servers.primary.pool->Acquire(Clock::now() + timeout);
+      pqxx::nontransaction tx{*lease};
+      const pqxx::result r = tx.exec_params(
+          "SELECT gid, (extract(epoch FROM now() - prepared) * 1000)::bigint FROM pg_prepared_xacts "
+          "WHERE database = current_database() AND starts_with(gid, $1) AND gid LIKE '%:' || $2 ORDER BY prepared",
+          std::string(detail::kPreparedGidPrefix), resolver.ShardName(shard));
+      for (const auto& row : r) {
+        const std::string gid = row[0].as<std::string>();
+        const auto transaction = detail::TransactionOfGid(gid);
+        if (!transaction) continue;
+        parts.push_back(InDoubtPart{shard, gid, *transaction, milliseconds(row[1].as<std::int64_t>()), ""});
+      }
+      asked.insert(shard);
+    } catch (const std::exception& e) {
+      failures.push_back(fmt::format("shard {} ({}): cannot list its prepared transactions: {}", shard,
+                                     servers.primary.name, FirstLine(e.what())));
+    }
+  }
+  return parts;
+}
+
+// COMMIT PREPARED / ROLLBACK PREPARED on the part's shard; true if this call
+// ended it (false: someone else did first).
+bool Finish(BucketShardResolver& resolver, const InDoubtPart& part, bool commit, milliseconds timeout) {
+  auto lease = resolver.Servers(part.shard).primary.pool->Acquire(Clock::now() + timeout);
+  pqxx::nontransaction tx{*lease};
+  try {
+    tx.exec(fmt::format("{} {}", commit ? "COMMIT PREPARED" : "ROLLBACK PREPARED", tx.quote(part.gid)));
+    return true;
+  } catch (const pqxx::sql_error& e) {
+    if (e.sqlstate() == "42704") return false;  // already finished (by its coordinator or another pass)
+    throw;
+  }
+}
+
+}  // namespace
+
+std::vector<InDoubtPart> ListInDoubt(BucketShardResolver& resolver, const std::optional<Dsn>& catalog,
+                                     std::vector<std::string>& failures, milliseconds timeout) {
+  std::set<ShardId> asked;
+  std::vector<InDoubtPart> parts = ListParts(resolver, timeout, failures, asked);
+  if (parts.empty() || !catalog) return parts;
+  try {
+    pqxx::connection c{WithConnectTimeout(*catalog, timeout).Reveal()};
+    for (InDoubtPart& part : parts) part.decision = detail::StateOf(c, part.transaction_id).value_or("none");
+  } catch (const std::exception& e) {
+    failures.push_back(
+        fmt::format("the catalog ({}): cannot read the decisions: {}", *catalog, RedactDsn(FirstLine(e.what()))));
+  }
+  return parts;
+}
+
+InDoubtReport RecoverInDoubt(BucketShardResolver& resolver, const Dsn& catalog, const InDoubtOptions& options) {
+  InDoubtReport report;
+  std::unique_ptr<pqxx::connection> c;
+  std::string pass_began;  // by the catalog's clock, before the shards are listed
+  try {
+    c = std::make_unique<pqxx::connection>(WithConnectTimeout(catalog, options.timeout).Reveal());
+    pqxx::nontransaction tx{*c};
+    pass_began = tx.exec(fmt::format("SET statement_timeout = {}; SELECT clock_timestamp()::text",
+                                     options.timeout.count()))[0][0]
+                     .as<std::string>();
+  } catch (const std::exception& e) {
+    report.failures.push_back(
+        fmt::format("the catalog ({}): unreachable, nothing settled: {}", catalog, RedactDsn(FirstLine(e.what()))));
+    return report;
+  }
+  std::set<ShardId> asked;
+  std::vector<InDoubtPart> parts = ListParts(resolver, options.timeout, report.failures, asked);
+  std::set<std::string> seen;
+  for (InDoubtPart& part : parts) {
+    seen.insert(part.transaction_id);
+    try {
+      std::optional<std::string> state = detail::StateOf(*c, part.transaction_id);
+      const bool old = part.age >= options.settle_after;
+      if ((!state || state == "preparing") && !old) {
+        part.decision = state.value_or("none");
+        report.waiting.push_back(part);
+        continue;
+      }
+      if (state == "preparing") {
+        // Abort first: once the row says so, its coordinator cannot commit.
+        state = detail::DecideAbort(*c, part.transaction_id);
+        ++report.rows_aborted;
+      }
+      part.decision = state.value_or("none");
+      const bool commit = state == "commit";
+      if (Finish(resolver, part, commit, options.timeout)) {
+        (commit ? report.committed : report.rolled_back).push_back(part);
+      }
+    } catch (const std::exception& e) {
+      report.failures.push_back(
+          fmt::format("shard {}: cannot settle {}: {}", part.shard, part.gid, FirstLine(e.what())));
+    }
+  }
+  // Rows past the bound: a coordinator gone before any part was prepared
+  // (still 'preparing'), and decided rows of which no part is left.
+  try {
+    pqxx::result rows;
+    {
+      pqxx::nontransaction tx{*c};
+      rows = tx.exec_params(
+          "SELECT transaction_id, state, decided_at < $2::timestamptz FROM shardkit_transactions "
+          "WHERE created_at < clock_timestamp() - $1 * interval '1 millisecond' ORDER BY created_at LIMIT 1000",
+          static_cast<std::int64_t>(options.settle_after.count()), pass_began);
+    }
+    const bool every_shard_asked = static_cast<int>(asked.size()) == resolver.ShardCount();
+    for (const auto& row : rows) {
+      const std::string id = row[0].as<std::string>();
+      if (seen.count(id) != 0) continue;  // a part was listed: forgotten by a later pass
+      std::optional<std::string> state = row[1].as<std::string>();
+      if (state == "preparing") {
+        state = detail::DecideAbort(*c, id);
+        ++report.rows_aborted;
+      }
+      // Decided before the shards were listed: every part it had was
+      // prepared by then, so none was listed means none is left.
+      const bool decided_before_listing = !row[2].is_null() && row[2].as<bool>();
+      if (every_shard_asked && decided_before_listing && state != "preparing") {
+        detail::Forget(*c, id);
+        ++report.rows_forgotten;
+      }
+    }
+  } catch (const std::exception& e) {
+    report.failures.push_back(fmt::format("the catalog ({}): cannot clean up the coordinator log: {}", catalog,
+                                          RedactDsn(FirstLine(e.what()))));
+  }
+  return report;
+}
+
+struct InDoubtRecovery::Impl {
+  Impl(BucketShardResolver& r, Dsn c, milliseconds i, InDoubtOptions o)
+      : resolver(r), catalog(std::move(c)), interval(i), options(o) {}
+
+  InDoubtReport Pass() {
+    const std::lock_guard pass(pass_mutex);
+    InDoubtReport report = RecoverInDoubt(resolver, catalog, options);
+    const std::lock_guard lock(mutex);
+    ++stats.passes;
+    stats.committed += report.committed.size();
+    stats.rolled_back += report.rolled_back.size();
+    if (!report.failures.empty()) {
+      ++stats.failed_passes;
+      stats.last_failure = report.failures.front();
+    }
+    return report;
+  }
+
+  void Loop() {
+    std::unique_lock lock(mutex);
+    while (!stop) {
+      if (wake.wait_for(lock, interval, [&] { return stop; })) break;
+      lock.unlock();
+      try {
+        (void)Pass();
+      } catch (const std::exception& e) {
+        const std::lock_guard again(mutex);
+        ++stats.failed_passes;
+        stats.last_failure = FirstLine(e.what());
+      }
+      lock.lock();
+    }
+  }
+
+  BucketShardResolver& resolver;
+  const Dsn catalog;
+  const milliseconds interval;
+  const InDoubtOptions options;
+  std::mutex pass_mutex;  // one pass at a time in this process
+  mutable std::mutex mutex;
+  std::condition_variable wake;
+  bool stop SHARDKIT_GUARDED_BY(mutex) = false;
+  InDoubtRecoveryStats stats SHARDKIT_GUARDED_BY(mutex);
+  std::thread thread;
+};
+
+InDoubtRecovery::InDoubtRecovery(BucketShardResolver& resolver, Dsn catalog, milliseconds interval,
+                                 InDoubtOptions options)
+    : impl_(std::make_unique<Impl>(resolver, std::move(catalog), interval, options)) {
+  impl_->thread = std::thread([this] { impl_->Loop(); });
+}
+
+InDoubtRecovery::~InDoubtRecovery() {
+  {
+    const std::lock_guard lock(impl_->mutex);
+    impl_->stop = true;
+  }
+  impl_->wake.notify_all();
+  impl_->thread.join();
+}
+
+InDoubtReport InDoubtRecovery::RunNow() {
+  return impl_->Pass();
+}
+
+InDoubtRecoveryStats InDoubtRecovery::Stats() const {
+  const std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
+}
+
+}  // namespace shardkit

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "pg/libpq_handle.hpp"
+#include "pg/pipelined_on_each.hpp"
 #include "pg/server_message.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/pg/server_error.hpp"
@@ -129,10 +130,36 @@ class CrossShardCall {
       current_ = &p;
       p.lease.emplace(p.pool->Acquire(deadline_));
       p.tx = std::make_unique<pqxx::nontransaction>(**p.lease);
-      p.tx->exec(fmt::format("{}; SET LOCAL statement_timeout = {}; {}", BeginSql(options_.isolation), left.count(),
-                             p.buckets.FenceSql()));
-      p.begun = true;
     }
+    // Every shard's BEGIN, timeout and fence, and the coordinator's row
+    // (two-phase only), in one round trip.
+    std::vector<PGconn*> connections;
+    std::vector<std::vector<std::string>> statements;
+    for (Participant& p : participants_) {
+      connections.push_back(LibpqHandle(**p.lease));
+      statements.push_back({BeginSql(options_.isolation), fmt::format("SET LOCAL statement_timeout = {}", left.count()),
+                            p.buckets.FenceSql()});
+    }
+    if (participants_.size() > 1) {
+      current_ = nullptr;
+      transaction_id_ = NewTransactionId();
+      catalog_lease_.emplace(catalog_->Acquire(deadline_));
+      connections.push_back(LibpqHandle(**catalog_lease_));
+      statements.push_back({detail::LogPreparingSql(transaction_id_, ShardNames(), label_)});
+    }
+    const std::vector<detail::EachAnswer> answers = detail::PipelinedOnEach(connections, statements);
+    for (std::size_t i = 0; i < participants_.size(); ++i) {
+      participants_[i].begun = !answers[i].connection_lost;
+    }
+    if (participants_.size() > 1) {
+      const detail::EachAnswer& logged = answers.back();
+      logged_ = !logged.failed;
+      if (logged.failed) {
+        if (logged.connection_lost) catalog_lease_->Discard();
+        throw Retry{fmt::format("the catalog could not log the transaction: {}", logged.message), false};
+      }
+    }
+    for (std::size_t i = 0; i < participants_.size(); ++i) ThrowIfFailed(participants_[i], answers[i]);
     current_ = nullptr;
     for (const ShardKey& key : keys_) {
       Participant& p = Of(key.bucket());
@@ -192,70 +219,88 @@ class CrossShardCall {
 
   void CommitTwoPhase() {
     outcome_.two_phase = true;
-    transaction_id_ = NewTransactionId();
     outcome_.transaction_id = transaction_id_;
-    std::vector<std::string> names;
-    for (const Participant& p : participants_) names.push_back(resolver_.ShardName(p.shard));
-    {
-      current_ = nullptr;
-      auto catalog = catalog_->Acquire(deadline_);
-      detail::LogPreparing(*catalog, transaction_id_, names, label_);
-    }
-    logged_ = true;
     Step(CrossShardStep::Kind::kLogged, std::nullopt);
+    // Every PREPARE in one round trip.
+    std::vector<PGconn*> connections;
+    std::vector<std::vector<std::string>> statements;
     for (Participant& p : participants_) {
-      current_ = &p;
       p.gid = detail::PreparedGid(transaction_id_, resolver_.ShardName(p.shard));
-      p.tx->exec("PREPARE TRANSACTION " + p.tx->quote(p.gid));
-      p.begun = false;
-      p.prepared = true;
-      Step(CrossShardStep::Kind::kPrepared, p.shard);
+      connections.push_back(LibpqHandle(**p.lease));
+      statements.push_back({"PREPARE TRANSACTION " + p.tx->quote(p.gid)});
     }
+    const std::vector<detail::EachAnswer> prepared = detail::PipelinedOnEach(connections, statements);
+    for (std::size_t i = 0; i < participants_.size(); ++i) {
+      Participant& p = participants_[i];
+      // A PREPARE that failed rolled its transaction back; one whose answer
+      // was lost may have prepared: the row's 'abort' (RollBackAll) has the
+      // recovery pass roll it back.
+      p.begun = false;
+      p.prepared = !prepared[i].failed;
+    }
+    for (std::size_t i = 0; i < participants_.size(); ++i) {
+      if (participants_[i].prepared) Step(CrossShardStep::Kind::kPrepared, participants_[i].shard);
+    }
+    for (std::size_t i = 0; i < participants_.size(); ++i) ThrowIfFailed(participants_[i], prepared[i]);
     current_ = nullptr;
     Decide();
     Step(CrossShardStep::Kind::kDecided, std::nullopt);
+    // Every COMMIT PREPARED (and the WAL position after it) in one round trip.
+    statements.clear();
     for (Participant& p : participants_) {
-      try {
-        // Alone: COMMIT PREPARED cannot run in a multi-statement string
-        // (an implicit transaction block).
-        p.tx->exec("COMMIT PREPARED " + p.tx->quote(p.gid));
-        if (options_.read_token) {
-          const pqxx::result r = p.tx->exec(kWalPosition);
-          outcome_.token.Add(p.shard, ParseLsn(r[0][0].c_str()));
-        }
-        p.prepared = false;
-        Step(CrossShardStep::Kind::kCommitted, p.shard);
-      } catch (const pqxx::broken_connection&) {
-        p.lease->Discard();
-        outcome_.left_to_recovery.push_back(p.shard);
-      } catch (const pqxx::sql_error& e) {
-        // 42704: a recovery pass committed it first (the decision is
-        // 'commit', so nothing else could have ended it).
-        if (e.sqlstate() != "42704") outcome_.left_to_recovery.push_back(p.shard);
-        p.prepared = false;
-      }
+      statements.push_back({"COMMIT PREPARED " + p.tx->quote(p.gid)});
+      if (options_.read_token) statements.back().push_back(kWalPosition);
+    }
+    const std::vector<detail::EachAnswer> committed = detail::PipelinedOnEach(connections, statements);
+    for (std::size_t i = 0; i < participants_.size(); ++i) {
+      Participant& p = participants_[i];
+      const detail::EachAnswer& answer = committed[i];
       outcome_.shards.push_back(p.shard);
-    }
-    if (outcome_.left_to_recovery.empty()) {
-      try {
-        auto catalog = catalog_->Acquire(deadline_);
-        detail::Forget(*catalog, transaction_id_);
-      } catch (const std::exception&) {
-        // A recovery pass deletes the row once no shard holds a part.
+      p.prepared = false;
+      if (answer.connection_lost) p.lease->Discard();
+      if (answer.failed && answer.failed_statement <= 0 && answer.sqlstate != "42704") {
+        // Not known to be committed here (42704: a recovery pass committed
+        // it first; the decision is 'commit', nothing else could end it).
+        outcome_.left_to_recovery.push_back(p.shard);
+        continue;
       }
+      if (answer.last_value && options_.read_token && answer.failed_statement < 0) {
+        outcome_.token.Add(p.shard, ParseLsn(*answer.last_value));
+      }
+      Step(CrossShardStep::Kind::kCommitted, p.shard);
     }
+    // The row stays until a recovery pass finds no part of it (in_doubt.hpp):
+    // no round trip here.
+  }
+
+  // Throws the statement's failure as libpqxx would have, for Classify().
+  void ThrowIfFailed(Participant& p, const detail::EachAnswer& answer) {
+    if (!answer.failed) return;
+    current_ = &p;
+    if (answer.connection_lost) {
+      p.lease->Discard();
+      throw pqxx::broken_connection(answer.message);
+    }
+    throw pqxx::sql_error(answer.message, "", answer.sqlstate.c_str());
+  }
+
+  [[nodiscard]] std::vector<std::string> ShardNames() const {
+    std::vector<std::string> names;
+    for (const Participant& p : participants_) names.push_back(resolver_.ShardName(p.shard));
+    return names;
   }
 
   // The one UPDATE that decides. If its answer is lost, ask again.
   void Decide() {
     std::optional<std::string> state;
     try {
-      auto catalog = catalog_->Acquire(deadline_);
-      state = detail::DecideCommit(*catalog, transaction_id_);
+      state = detail::DecideCommit(**catalog_lease_, transaction_id_);
     } catch (const pqxx::sql_error& e) {
       throw Retry{fmt::format("the catalog refused the decision: {}", FirstLine(e.what())), false};
     } catch (const std::exception& e) {
       // Lost: read the row on a new connection.
+      catalog_lease_->Discard();
+      catalog_lease_.reset();
       try {
         auto catalog = catalog_->Acquire(deadline_);
         state = detail::StateOf(*catalog, transaction_id_);
@@ -282,6 +327,7 @@ class CrossShardCall {
       p.tx.reset();
       p.lease.reset();
     }
+    catalog_lease_.reset();
   }
 
   // After a failure: roll every part back (unless decided), then say
@@ -364,6 +410,7 @@ class CrossShardCall {
       p.tx.reset();
       p.lease.reset();
     }
+    catalog_lease_.reset();
   }
 
   void RollBackAll() noexcept {
@@ -386,16 +433,21 @@ class CrossShardCall {
       p.tx.reset();
       p.lease.reset();
     }
-    if (!logged_) return;
+    if (!logged_) {
+      catalog_lease_.reset();
+      return;
+    }
     try {
-      auto catalog = catalog_->Acquire(deadline_);
+      if (!catalog_lease_) catalog_lease_.emplace(catalog_->Acquire(deadline_));
       // The row says abort before it goes: a part still prepared (its
       // rollback failed above) is rolled back by the next recovery pass.
-      (void)detail::DecideAbort(*catalog, transaction_id_);
-      if (all_rolled_back) detail::Forget(*catalog, transaction_id_);
+      (void)detail::DecideAbort(**catalog_lease_, transaction_id_);
+      if (all_rolled_back) detail::Forget(**catalog_lease_, transaction_id_);
     } catch (...) {
       // Left 'preparing': a recovery pass aborts it after the bound.
+      if (catalog_lease_) catalog_lease_->Discard();
     }
+    catalog_lease_.reset();
   }
 
   // The shard whose statement failed: the one being worked on, else the
@@ -464,7 +516,8 @@ class CrossShardCall {
   std::int64_t directory_version_ = 0;
   std::vector<Participant> participants_;
   std::vector<CrossShardPart> parts_;
-  Participant* current_ = nullptr;  // the participant a statement of ours is running on
+  Participant* current_ = nullptr;                      // the participant a statement of ours is running on
+  std::optional<ConnectionPool::Lease> catalog_lease_;  // two-phase: the coordinator log's connection
   std::string transaction_id_;
   bool logged_ = false;
   bool decided_ = false;

@@ -36,14 +36,22 @@ std::optional<std::string> TransactionOfGid(const std::string& gid) {
   return gid.substr(prefix.size(), end - prefix.size());
 }
 
-void LogPreparing(pqxx::connection_base& catalog, const std::string& transaction_id,
-                  const std::vector<std::string>& shards, const std::string& label) {
+namespace {
+
+// A string literal (standard_conforming_strings is on: session.hpp pins it).
+std::string Literal(const std::string& text) {
+  std::string out = "'";
+  for (const char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::string LogPreparingSql(const std::string& transaction_id, const std::vector<std::string>& shards,
+                            const std::string& label) {
   std::vector<std::optional<std::string>> names(shards.begin(), shards.end());
-  pqxx::nontransaction tx{catalog};
-  tx.exec_params(
-      "INSERT INTO shardkit_transactions (transaction_id, state, shards, label) VALUES ($1, 'preparing', "
-      "$2::text[], $3)",
-      transaction_id, PgTextArray(names), label);
+  return "INSERT INTO shardkit_transactions (transaction_id, state, shards, label) VALUES (" + Literal(transaction_id) +
+         ", 'preparing', " + Literal(PgTextArray(names)) + "::text[], " + Literal(label) + ")";
 }
 
 std::optional<std::string> DecideCommit(pqxx::connection_base& catalog, const std::string& transaction_id) {

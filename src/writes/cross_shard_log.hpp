@@ -20,9 +20,10 @@ inline constexpr const char* kPreparedGidPrefix = "shardkit:";
 // The transaction id in a gid PreparedGid made; nullopt for any other gid.
 [[nodiscard]] std::optional<std::string> TransactionOfGid(const std::string& gid);
 
-// Inserts the row ('preparing'); before any part is prepared.
-void LogPreparing(pqxx::connection_base& catalog, const std::string& transaction_id,
-                  const std::vector<std::string>& shards, const std::string& label);
+// The INSERT of the row ('preparing'), as text to send beside the shards'
+// BEGINs; before any part is prepared.
+[[nodiscard]] std::string LogPreparingSql(const std::string& transaction_id, const std::vector<std::string>& shards,
+                                          const std::string& label);
 // Moves a 'preparing' row to 'commit' / 'abort'; returns the row's state
 // afterwards (whoever decided first), nullopt when there is no row.
 [[nodiscard]] std::optional<std::string> DecideCommit(pqxx::connection_base& catalog,

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "pg/pg_array.hpp"
 #include "pg/server_message.hpp"
 #include "shardkit/core/dsn_format.hpp"
 #include "shardkit/errors.hpp"
@@ -126,32 +127,28 @@ InDoubtReport RecoverInDoubt(BucketShardResolver& resolver, const Dsn& catalog, 
     }
   }
   // Rows past the bound: a coordinator gone before any part was prepared
-  // (still 'preparing'), and decided rows of which no part is left.
+  // (still 'preparing': decided 'abort'), and decided rows of which no part
+  // is left (deleted). A row decided before the shards were listed had all
+  // its parts prepared by then: none listed means none is left. Set-based:
+  // finished transactions leave their rows to this pass.
+  std::vector<std::optional<std::string>> listed(seen.begin(), seen.end());
+  const std::string listed_ids = detail::PgTextArray(listed);
+  const auto bound = static_cast<std::int64_t>(options.settle_after.count());
   try {
-    pqxx::result rows;
-    {
-      pqxx::nontransaction tx{*c};
-      rows = tx.exec_params(
-          "SELECT transaction_id, state, decided_at < $2::timestamptz FROM shardkit_transactions "
-          "WHERE created_at < clock_timestamp() - $1 * interval '1 millisecond' ORDER BY created_at LIMIT 1000",
-          static_cast<std::int64_t>(options.settle_after.count()), pass_began);
-    }
-    const bool every_shard_asked = static_cast<int>(asked.size()) == resolver.ShardCount();
-    for (const auto& row : rows) {
-      const std::string id = row[0].as<std::string>();
-      if (seen.count(id) != 0) continue;  // a part was listed: forgotten by a later pass
-      std::optional<std::string> state = row[1].as<std::string>();
-      if (state == "preparing") {
-        state = detail::DecideAbort(*c, id);
-        ++report.rows_aborted;
-      }
-      // Decided before the shards were listed: every part it had was
-      // prepared by then, so none was listed means none is left.
-      const bool decided_before_listing = !row[2].is_null() && row[2].as<bool>();
-      if (every_shard_asked && decided_before_listing && state != "preparing") {
-        detail::Forget(*c, id);
-        ++report.rows_forgotten;
-      }
+    pqxx::nontransaction tx{*c};
+    report.rows_aborted += static_cast<int>(
+        tx.exec_params("UPDATE shardkit_transactions SET state = 'abort', decided_at = clock_timestamp() "
+                       "WHERE state = 'preparing' AND created_at < clock_timestamp() - $1 * interval '1 millisecond' "
+                       "AND transaction_id <> ALL ($2::text[])",
+                       bound, listed_ids)
+            .affected_rows());
+    if (static_cast<int>(asked.size()) == resolver.ShardCount()) {
+      report.rows_forgotten += static_cast<int>(
+          tx.exec_params("DELETE FROM shardkit_transactions WHERE state <> 'preparing' AND decided_at < "
+                         "$2::timestamptz AND created_at < clock_timestamp() - $1 * interval '1 millisecond' "
+                         "AND transaction_id <> ALL ($3::text[])",
+                         bound, pass_began, listed_ids)
+              .affected_rows());
     }
   } catch (const std::exception& e) {
     report.failures.push_back(fmt::format("the catalog ({}): cannot clean up the coordinator log: {}", catalog,

@@ -17,10 +17,10 @@ namespace shardkit::detail {
 // One connection's answer.
 struct EachAnswer {
   bool failed = false;
-  bool connection_lost = false;  // the connection is gone (no SQLSTATE)
-  int failed_statement = -1;     // the index of the first statement that failed
-  std::string sqlstate;          // its SQLSTATE
-  std::string message;           // its error message (first line)
+  bool connection_lost = false;           // the connection is gone (no SQLSTATE)
+  int failed_statement = -1;              // the index of the first statement that failed
+  std::string sqlstate;                   // its SQLSTATE
+  std::string message;                    // its error message (first line)
   std::optional<std::string> last_value;  // the last statement's first field of its first row
 };
 

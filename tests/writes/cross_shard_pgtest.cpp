@@ -13,6 +13,7 @@
 
 #include "shardkit/cluster.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/resharding/move.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -285,6 +286,46 @@ TEST_F(CrossShard, UndecidedPartsAreRolledBackOnlyPastTheBound) {
   EXPECT_EQ(LogRows("abort"), 1);
   // Decided before this pass listed the shards, and no part left: deleted.
   EXPECT_EQ(RecoverInDoubt(cluster_->Resolver(), scratch_->CatalogDsn(), options).rows_forgotten, 1);
+}
+
+TEST_F(CrossShard, APreparedPartHoldsItsBucketsMoveUntilItIsSettled) {
+  // Decided and prepared on both shards, not committed (the coordinator
+  // stopped after the decision).
+  CrossShardOptions options;
+  options.on_step = [](const CrossShardStep& step) {
+    if (step.kind == CrossShardStep::Kind::kDecided) throw std::runtime_error("coordinator stops here");
+  };
+  EXPECT_THROW((void)Transfer(alice_, bob_, 30, options), std::runtime_error);
+  ASSERT_EQ(Prepared(0), 1);
+
+  // A move of Alice's bucket cannot pass it: the prepared part holds the
+  // bucket's write lock and counts as a running transaction for the move's
+  // starting point. The move is aborted, the data untouched.
+  const BucketId bucket = ShardKey(CustomerId{alice_}).bucket();
+  MoveOptions quick;
+  quick.slot_timeout = 1s;
+  quick.drain_timeout = 1s;
+  quick.cleanup_grace = 0ms;
+  {
+    BucketMover mover{scratch_->Config(), quick};
+    EXPECT_THROW((void)mover.Move(bucket, ShardId{1}), MoveError);
+  }
+  EXPECT_EQ(Prepared(0), 1);
+  EXPECT_EQ(ToInt(cluster_->Route(CustomerId{alice_}).shard), 0);
+
+  // Settled, the move goes through and carries the committed balance.
+  EXPECT_EQ(RecoverInDoubt(cluster_->Resolver(), scratch_->CatalogDsn()).committed.size(), 2U);
+  {
+    BucketMover mover{scratch_->Config(), quick};
+    (void)mover.Move(bucket, ShardId{1});
+  }
+  (void)cluster_->Watcher()->RefreshNow();
+  ASSERT_EQ(ToInt(cluster_->Route(CustomerId{alice_}).shard), 1);
+  EXPECT_EQ(Balance(alice_), 70);
+  // And the next transfer between them runs on one shard, plainly.
+  EXPECT_FALSE(Transfer(alice_, bob_, 5).two_phase);
+  EXPECT_EQ(Balance(alice_), 65);
+  EXPECT_EQ(Balance(bob_), 135);
 }
 
 TEST_F(CrossShard, WithoutACatalogSeveralShardsAreRefused) {

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <pqxx/pqxx>
 #include <string>
@@ -14,6 +16,7 @@
 #include "shardkit/cluster.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/resharding/move.hpp"
+#include "support/shardctl_run.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -286,6 +289,44 @@ TEST_F(CrossShard, UndecidedPartsAreRolledBackOnlyPastTheBound) {
   EXPECT_EQ(LogRows("abort"), 1);
   // Decided before this pass listed the shards, and no part left: deleted.
   EXPECT_EQ(RecoverInDoubt(cluster_->Resolver(), scratch_->CatalogDsn(), options).rows_forgotten, 1);
+}
+
+TEST_F(CrossShard, ShardctlShowsThePartsInDoubtAndRecoverSettlesThem) {
+  CrossShardOptions options;
+  options.on_step = [](const CrossShardStep& step) {
+    if (step.kind == CrossShardStep::Kind::kDecided) throw std::runtime_error("coordinator stops here");
+  };
+  EXPECT_THROW((void)Transfer(alice_, bob_, 10, options), std::runtime_error);
+  const auto config = test::WriteShardctlConfig(scratch_->Config(), "cross_shard_pgtest");
+
+  const auto shards = test::RunShardctl(SHARDCTL_PATH, {"--config", config.string(), "--json", "shards"});
+  ASSERT_EQ(shards.code, 0) << shards.err;
+  for (const auto& shard : nlohmann::json::parse(shards.out).at("shards")) {
+    ASSERT_EQ(shard.at("in_doubt").size(), 1U) << shards.out;
+    EXPECT_EQ(shard.at("in_doubt").at(0).at("decision"), "commit");
+    EXPECT_GE(shard.at("in_doubt").at(0).at("age_ms").get<std::int64_t>(), 0);
+  }
+  const auto text = test::RunShardctl(SHARDCTL_PATH, {"--config", config.string(), "shards"});
+  EXPECT_NE(text.out.find("in doubt   1 prepared cross-shard part(s)"), std::string::npos) << text.out;
+
+  const auto recover = test::RunShardctl(SHARDCTL_PATH, {"--config", config.string(), "--json", "recover"});
+  EXPECT_EQ(recover.code, 0) << recover.err;
+  const auto report = nlohmann::json::parse(recover.out);
+  EXPECT_EQ(report.at("committed").size(), 2U) << recover.out;
+  EXPECT_EQ(report.at("failures").size(), 0U) << recover.out;
+  EXPECT_EQ(Balance(alice_), 90);
+  EXPECT_EQ(Balance(bob_), 110);
+  EXPECT_EQ(Prepared(0) + Prepared(1), 0);
+
+  // A catalog it cannot reach: exit 1, named.
+  ClusterConfig broken = scratch_->Config();
+  broken.catalog_dsn = Dsn("host=127.0.0.1 port=1 dbname=nowhere user=nobody connect_timeout=1");
+  const auto unreachable = test::WriteShardctlConfig(broken, "cross_shard_pgtest_unreachable");
+  const auto failed = test::RunShardctl(SHARDCTL_PATH, {"--config", unreachable.string(), "recover"});
+  EXPECT_NE(failed.code, 0);
+  EXPECT_NE((failed.out + failed.err).find("catalog"), std::string::npos) << failed.out << failed.err;
+  std::filesystem::remove(config);
+  std::filesystem::remove(unreachable);
 }
 
 TEST_F(CrossShard, APreparedPartHoldsItsBucketsMoveUntilItIsSettled) {

@@ -13,6 +13,7 @@
 #include "shardkit/routing/read_token.hpp"
 #include "shardkit/routing/replica_monitor.hpp"
 #include "shardkit/routing/resolver.hpp"
+#include "shardkit/writes/in_doubt.hpp"
 
 namespace {
 
@@ -126,6 +127,10 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
       monitor.ProbeUntilLagKnown(kLagWait);
       replicas = monitor.Status();
     }
+    // Prepared parts of cross-shard transactions (hold locks and vacuum).
+    std::vector<std::string> in_doubt_failures;
+    const std::vector<shardkit::InDoubtPart> in_doubt =
+        shardkit::ListInDoubt(*resolver, config.catalog_dsn, in_doubt_failures);
     nlohmann::json out = {{"directory_version", directory->Version()}, {"shards", nlohmann::json::array()}};
     bool all_reachable = true;
     if (!context.json) {
@@ -138,6 +143,16 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
       const Probe probe = ProbeShard(pool);
       all_reachable = all_reachable && probe.reachable;
       const auto stats = pool.Stats();
+      nlohmann::json doubt_list = nlohmann::json::array();
+      std::string doubt_text;
+      std::chrono::milliseconds oldest{0};
+      int doubt_count = 0;
+      for (const auto& part : in_doubt) {
+        if (part.shard != s) continue;
+        ++doubt_count;
+        oldest = std::max(oldest, part.age);
+        doubt_list.push_back({{"gid", part.gid}, {"age_ms", part.age.count()}, {"decision", part.decision}});
+      }
       std::vector<const shardkit::ReplicaStatus*> mine;
       for (const auto& r : replicas) {
         if (r.shard == s) mine.push_back(&r);
@@ -168,7 +183,8 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
                                    {"broken", stats.broken},
                                    {"discarded_in_transaction", stats.discarded_in_transaction},
                                    {"discarded_changed_session", stats.discarded_changed_session}}},
-                                 {"replicas", replica_list}});
+                                 {"replicas", replica_list},
+                                 {"in_doubt", doubt_list}});
         continue;
       }
       fmt::print("\nshard {} ({})  {}\n", s, resolver->ShardName(s), pool.RedactedDsn());
@@ -186,6 +202,12 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
           "connects {} | connect failures {} | broken {}\n",
           stats.max_size, stats.in_use, stats.idle, stats.acquired, stats.waited, stats.timeouts, stats.connects,
           stats.connect_failures, stats.broken);
+      if (doubt_count > 0) {
+        fmt::print(
+            "  in doubt   {} prepared cross-shard part(s), the oldest {} ms (shardctl recover settles "
+            "them)\n",
+            doubt_count, oldest.count());
+      }
       for (const auto* r : mine) {
         fmt::print("  replica    {}  {}\n", r->name, r->dsn);
         if (r->reachable) {
@@ -203,6 +225,9 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
           fmt::print("             reachable NO: {}\n", r->error);
         }
       }
+    }
+    for (const auto& failure : in_doubt_failures) {
+      if (!context.json) fmt::print("\nin doubt: {}\n", failure);
     }
     if (context.json) fmt::print("{}\n", out.dump(2));
     if (!all_reachable) throw shardkit::Error("one or more shards or replicas are unreachable (see above)");

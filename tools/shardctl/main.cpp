@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   AddSqlCommand(app, context);
   AddPercentileCommand(app, context);
   AddFailoverCommand(app, context);
+  AddRecoverCommand(app, context);
 
   try {
     app.parse(argc, argv);

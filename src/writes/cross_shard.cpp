@@ -147,6 +147,7 @@ class CrossShardCall {
       connections.push_back(LibpqHandle(**catalog_lease_));
       statements.push_back({detail::LogPreparingSql(transaction_id_, ShardNames(), label_)});
     }
+    step_ = "BEGIN";
     const std::vector<detail::EachAnswer> answers = detail::PipelinedOnEach(connections, statements);
     for (std::size_t i = 0; i < participants_.size(); ++i) {
       participants_[i].begun = !answers[i].connection_lost;
@@ -167,7 +168,9 @@ class CrossShardCall {
           key, RoutedContext{key, key.bucket(), p.shard, directory_version_, outcome_.attempts, p.server, false},
           p.tx.get()});
     }
+    step_ = "a statement of the function";
     fn(parts_);
+    step_ = "COMMIT";
     for (Participant& p : participants_) {
       if (PQtransactionStatus(LibpqHandle(**p.lease)) == PQTRANS_INERROR) {
         throw ShardQueryError(p.shard, fmt::format("{} on shard {}: a statement failed inside the function and its "
@@ -229,6 +232,7 @@ class CrossShardCall {
       connections.push_back(LibpqHandle(**p.lease));
       statements.push_back({"PREPARE TRANSACTION " + p.tx->quote(p.gid)});
     }
+    step_ = "PREPARE TRANSACTION";
     const std::vector<detail::EachAnswer> prepared = detail::PipelinedOnEach(connections, statements);
     for (std::size_t i = 0; i < participants_.size(); ++i) {
       Participant& p = participants_[i];
@@ -398,7 +402,8 @@ class CrossShardCall {
                                           Describe(), shard),
                               sqlstate);
       }
-      RethrowAsShardError(shard, fmt::format("{} (nothing was committed)", Describe()));
+      RethrowAsShardError(shard,
+                          fmt::format("{}, at {} on shard {} (nothing was committed)", Describe(), step_, shard));
     } catch (...) {
       throw;  // the function's own exception, or anything else: passed on
     }
@@ -517,6 +522,7 @@ class CrossShardCall {
   std::vector<Participant> participants_;
   std::vector<CrossShardPart> parts_;
   Participant* current_ = nullptr;                      // the participant a statement of ours is running on
+  const char* step_ = "BEGIN";                          // for messages: where a failure happened
   std::optional<ConnectionPool::Lease> catalog_lease_;  // two-phase: the coordinator log's connection
   std::string transaction_id_;
   bool logged_ = false;

@@ -209,6 +209,10 @@ TEST_F(CrossShard, APrepareThatFailsRollsBackThePartsAlreadyPrepared) {
   } catch (const ShardQueryError& e) {
     EXPECT_EQ(e.sqlstate(), "P0013") << e.what();
     EXPECT_EQ(ToInt(e.shard()), 1) << e.what();
+    // The message names the customers, the step and the shard.
+    const std::string what = e.what();
+    EXPECT_NE(what.find("at PREPARE TRANSACTION on shard 1"), std::string::npos) << what;
+    EXPECT_NE(what.find(fmt::format("customer {}", bob_)), std::string::npos) << what;
   }
   EXPECT_EQ(steps, (std::vector<std::string>{"logged", "prepared"}));
   EXPECT_EQ(Balance(alice_), 100);

@@ -27,6 +27,7 @@ void AddWorkersCommand(CLI::App& app, CliContext& context);          // workers
 void AddSqlCommand(CLI::App& app, CliContext& context);              // sql
 void AddPercentileCommand(CLI::App& app, CliContext& context);       // percentile
 void AddFailoverCommand(CLI::App& app, CliContext& context);         // failover
+void AddReplicaCommands(CLI::App& app, CliContext& context);         // replica rebuild
 
 // Rows as psql aligns them (numbers right-aligned), with the row count.
 void PrintAligned(const shardkit::SqlResult& result);

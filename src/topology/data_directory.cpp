@@ -90,7 +90,29 @@ bool DataDirectory::HasData() const {
   return fs::exists(path_ / "PG_VERSION");
 }
 
+void DataDirectory::ClearDeadPostmaster() const {
+  // postmaster.pid: its pid, data directory, start time, port, socket directory, ...
+  std::ifstream in{path_ / "postmaster.pid"};
+  std::vector<std::string> lines;
+  for (std::string line; lines.size() < 5 && std::getline(in, line);) lines.push_back(line);
+  if (lines.empty() || lines[0].empty()) return;
+  std::ifstream stat{"/proc/" + lines[0] + "/stat"};
+  std::string pid, command, state;
+  if (stat >> pid >> command >> state && state != "Z") return;  // alive
+  // Killed (SIGKILL) and not reaped, or gone: its lock files would make
+  // pg_ctl, and the server itself, count it as running.
+  std::error_code ignored;
+  fs::remove(path_ / "postmaster.pid", ignored);
+  if (lines.size() >= 5 && !lines[4].empty()) {
+    const fs::path lock = fs::path(lines[4]) / (".s.PGSQL." + lines[3] + ".lock");
+    std::ifstream owner{lock};
+    std::string holder;
+    if (owner >> holder && holder == lines[0]) fs::remove(lock, ignored);
+  }
+}
+
 bool DataDirectory::Running() const {
+  ClearDeadPostmaster();
   return Run("pg_ctl", {"status", "-D", path_.string()}, "/dev/null") == 0;
 }
 

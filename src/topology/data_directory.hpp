@@ -36,7 +36,8 @@ class DataDirectory {
   [[nodiscard]] const std::filesystem::path& Programs() const noexcept { return programs_; }
   [[nodiscard]] const std::string& Owner() const noexcept { return owner_; }
   [[nodiscard]] bool HasData() const;  // PG_VERSION there
-  // A postmaster runs from it (pg_ctl status).
+  // A postmaster runs from it (pg_ctl status), once the lock files of one
+  // that died (a zombie where nobody reaps it) are gone.
   [[nodiscard]] bool Running() const;
   // pg_controldata's lines as name -> value ("Database system identifier"
   // -> "7312..."). Throws ReplicaRebuildError when it fails.
@@ -63,6 +64,7 @@ class DataDirectory {
 
  private:
   void Own(const std::filesystem::path& file) const;
+  void ClearDeadPostmaster() const;
 
   std::filesystem::path path_;
   std::filesystem::path programs_;

@@ -37,6 +37,8 @@ using std::chrono::milliseconds;
 // The catalog's advisory lock of a shard's rebuilds (failovers use 21325).
 constexpr int kRebuildLockClass = 21326;
 
+constexpr const char* kLogName = "shardkit-rebuild.log";
+
 // The order of the journal's states (the last step completed).
 const std::vector<std::string> kStates = {"planning", "planned",    "stopped", "rewinding", "copying", "rewound",
                                           "copied",   "configured", "started", "streaming", "done"};
@@ -150,7 +152,9 @@ class Run {
   [[nodiscard]] fs::path Stash() const {
     return dir_->Path().parent_path() / (dir_->Path().filename().string() + ".shardkit-rebuild");
   }
-  [[nodiscard]] fs::path Log() const { return Stash().string() + ".log"; }
+  // What PostgreSQL's programs printed: kept with the saved files, gone
+  // with them once the rebuild is done.
+  [[nodiscard]] fs::path Log() const { return Stash() / kLogName; }
   [[nodiscard]] std::string FollowConninfo() const;
   [[nodiscard]] std::vector<std::pair<std::string, std::string>> PasswordEnvironment(std::string& conninfo) const;
   void SaveConfiguration();
@@ -531,6 +535,7 @@ void Run::Configure() {
                     Stash().string()));
   }
   for (const auto& entry : fs::directory_iterator(Stash())) {
+    if (entry.path().filename() == kLogName) continue;
     dir_->CopyFile(entry.path(), dir_->Path() / entry.path().filename());
   }
   // postgresql.auto.conf wins over every other file: the standby's settings

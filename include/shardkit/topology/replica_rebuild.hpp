@@ -16,7 +16,8 @@
 //   1. planned    the server, its data directory and the primary checked
 //                 (below); the data directory's configuration files
 //                 (*.conf, postmaster.opts) saved beside it, in
-//                 <pgdata>.shardkit-rebuild/.
+//                 <pgdata>.shardkit-rebuild/ (with shardkit-rebuild.log,
+//                 what PostgreSQL's programs print; removed when done).
 //   2. stopped    the server stopped (pg_ctl stop -m fast), if it ran.
 //   3. rewound    pg_rewind against the primary (its admin_dsn): only what
 //                 changed since the timelines forked is copied. It needs

@@ -100,6 +100,9 @@ class ReplicaRebuild : public ::testing::Test {
     EXPECT_EQ(receiver[0][1].as<int>(), 2);
     EXPECT_EQ(receiver[0][2].as<int>(), replica_->Port());
     EXPECT_STREQ(receiver[0][3].c_str(), "shard0");
+    // No slot left from its days as a primary (one would keep its WAL forever).
+    EXPECT_EQ(tx.exec1("SELECT string_agg(slot_name, ', ') FROM pg_replication_slots")[0].as<std::string>("none"),
+              "none");
     pqxx::connection p{replica_->Dsn().Reveal()};
     const auto sender =
         pqxx::nontransaction{p}.exec("SELECT state FROM pg_stat_replication WHERE application_name = 'shard0'");

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 #include <set>
@@ -34,9 +35,10 @@ using test::TemporaryServer;
 
 class ReplicaRebuild : public ::testing::Test {
  protected:
-  // A primary and its replica (shard0-replica1). With `rewindable`, the
-  // primary runs with wal_log_hints = on, which pg_rewind needs.
-  void StartServers(bool rewindable) {
+  // A primary and its replica (shard0-replica1), with `two` a second one
+  // (shard0-replica2). With `rewindable`, the servers run with
+  // wal_log_hints = on, which pg_rewind needs.
+  void StartServers(bool rewindable, bool two = false) {
     primary_ = std::make_unique<TemporaryServer>();
     if (rewindable) {
       primary_->Exec("ALTER SYSTEM SET wal_log_hints = on");
@@ -44,10 +46,16 @@ class ReplicaRebuild : public ::testing::Test {
       primary_->Start();
     }
     replica_ = primary_->MakeReplica("tmp-replica");
+    if (two) replica2_ = primary_->MakeReplica("tmp-replica2");
     ShardConfig failing{"tmp", primary_->AppDsn(), primary_->Dsn()};
     ReplicaConfig replica{"tmp-replica", replica_->AppDsn()};
     replica.admin_dsn = replica_->Dsn();
     failing.replicas.push_back(replica);
+    if (replica2_) {
+      ReplicaConfig second{"tmp-replica2", replica2_->AppDsn()};
+      second.admin_dsn = replica2_->Dsn();
+      failing.replicas.push_back(second);
+    }
     ShardConfig steady = test::LoadTestConfig().shards.at(1);
     steady.replicas.clear();
     cluster_ =
@@ -60,6 +68,7 @@ class ReplicaRebuild : public ::testing::Test {
   }
   void TearDown() override {
     cluster_.reset();
+    replica2_.reset();
     replica_.reset();
     primary_.reset();
   }
@@ -90,8 +99,10 @@ class ReplicaRebuild : public ::testing::Test {
 
   // The old primary is a hot standby streaming from the new primary on
   // timeline 2; every acknowledged write reaches it.
-  void ExpectTheOldPrimaryFollows(test::OrderWriters& writers) {
-    pqxx::connection c{primary_->Dsn().Reveal()};
+  void ExpectTheOldPrimaryFollows(test::OrderWriters& writers) { ExpectFollows(*primary_, "shard0", writers); }
+  void ExpectFollows(const TemporaryServer& server, const std::string& name, test::OrderWriters& writers) {
+    const std::string slot = name == "shard0" ? name : "shard0_replica2";
+    pqxx::connection c{server.Dsn().Reveal()};
     pqxx::nontransaction tx{c};
     EXPECT_TRUE(tx.exec1("SELECT pg_is_in_recovery()")[0].as<bool>());
     const auto receiver = tx.exec("SELECT status, received_tli, sender_port, slot_name FROM pg_stat_wal_receiver");
@@ -99,18 +110,18 @@ class ReplicaRebuild : public ::testing::Test {
     EXPECT_STREQ(receiver[0][0].c_str(), "streaming");
     EXPECT_EQ(receiver[0][1].as<int>(), 2);
     EXPECT_EQ(receiver[0][2].as<int>(), replica_->Port());
-    EXPECT_STREQ(receiver[0][3].c_str(), "shard0");
+    EXPECT_EQ(receiver[0][3].c_str(), slot);
     // No slot left from its days as a primary (one would keep its WAL forever).
     EXPECT_EQ(tx.exec1("SELECT string_agg(slot_name, ', ') FROM pg_replication_slots")[0].as<std::string>("none"),
               "none");
     pqxx::connection p{replica_->Dsn().Reveal()};
     const auto sender =
-        pqxx::nontransaction{p}.exec("SELECT state FROM pg_stat_replication WHERE application_name = 'shard0'");
+        pqxx::nontransaction{p}.exec_params("SELECT state FROM pg_stat_replication WHERE application_name = $1", name);
     ASSERT_EQ(sender.size(), 1U);
     EXPECT_STREQ(sender[0][0].c_str(), "streaming");
     std::vector<std::int64_t> missing;
     EXPECT_TRUE(test::WaitFor([&] {
-      const std::set<std::int64_t> present = OrdersOn(*primary_);
+      const std::set<std::int64_t> present = OrdersOn(server);
       missing.clear();
       for (const std::int64_t id : writers.acknowledged) {
         if (present.count(id) == 0) missing.push_back(id);
@@ -136,6 +147,7 @@ class ReplicaRebuild : public ::testing::Test {
 
   std::unique_ptr<TemporaryServer> primary_;
   std::unique_ptr<TemporaryServer> replica_;
+  std::unique_ptr<TemporaryServer> replica2_;
   std::unique_ptr<ScratchCluster> cluster_;
   std::vector<int> customers_;
 };
@@ -238,6 +250,82 @@ TEST_F(ReplicaRebuild, ADivergedOldPrimaryThatCannotBeRewoundIsCopiedAgain) {
   pqxx::connection c{primary_->Dsn().Reveal()};
   EXPECT_TRUE(pqxx::nontransaction{c}.exec1("SELECT to_regclass('diverged_after_failover') IS NULL")[0].as<bool>());
   EXPECT_EQ(Rebuilds(), (std::vector<std::pair<std::string, std::string>>{{"done", "basebackup"}}));
+}
+
+// A primary killed (SIGKILL) under writers and failed over with --force:
+// its data directory, not shut down cleanly and with WAL the replica never
+// received, is recovered and rewound by pg_rewind.
+TEST_F(ReplicaRebuild, AKilledOldPrimaryIsRewoundAfterAForcedFailover) {
+  StartServers(/*rewindable=*/true);
+  auto cluster = Cluster::Open(cluster_->Config(), QuickRouter());
+  test::OrderWriters writers;
+  writers.Start(*cluster, customers_, 4);
+  ASSERT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= 50; }));
+  primary_->Kill();
+  FailoverOptions forced;
+  forced.force = true;
+  (void)shardkit::Failover(cluster_->Config(), "shard0", forced);
+  const std::size_t before = writers.Acknowledged();
+  ASSERT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= before + 50; }));
+  const auto rebuilt = Shardctl(RebuildOldPrimary());
+  ASSERT_EQ(rebuilt.status, 0) << rebuilt.out;
+  EXPECT_NE(rebuilt.out.find("stopped    it was not running"), std::string::npos) << rebuilt.out;
+  EXPECT_NE(rebuilt.out.find("(by pg_rewind)"), std::string::npos) << rebuilt.out;
+  std::cout << rebuilt.out.substr(rebuilt.out.rfind("shard shard0:"));
+  writers.Stop();
+  // Acknowledged before the kill and not received by the replica: lost
+  // with asynchronous replication (the failover was forced); the rest, and
+  // everything after, is on the rebuilt server.
+  {
+    std::lock_guard lock(writers.mutex);
+    const std::set<std::int64_t> on_new_primary = OrdersOn(*replica_);
+    std::erase_if(writers.acknowledged, [&](std::int64_t id) { return on_new_primary.count(id) == 0; });
+  }
+  ExpectTheOldPrimaryFollows(writers);
+}
+
+// A replica that streamed from the deposed primary past the point where the
+// new primary's timeline began (it was down during the failover, and the
+// old primary, unfenced by hand, wrote on): rebuilt by name, it follows the
+// new primary.
+TEST_F(ReplicaRebuild, AReplicaPastTheForkIsRewoundByName) {
+  StartServers(/*rewindable=*/true, /*two=*/true);
+  auto cluster = Cluster::Open(cluster_->Config(), QuickRouter());
+  replica2_->Stop();
+  FailoverOptions to_first;
+  to_first.to = "shard0-replica1";
+  const FailoverReport report = shardkit::Failover(cluster_->Config(), "shard0", to_first);
+  ASSERT_EQ(report.replicas.size(), 1U);
+  EXPECT_FALSE(report.replicas[0].follows);
+  replica2_->Start();
+  primary_->Exec("ALTER SYSTEM RESET default_transaction_read_only");
+  primary_->Exec("SELECT pg_reload_conf()");
+  primary_->Exec("CREATE TABLE written_by_the_deposed_primary AS SELECT generate_series(1, 10000) AS x");
+  ASSERT_TRUE(test::WaitFor([&] {
+    pqxx::connection c{replica2_->Dsn().Reveal()};
+    return pqxx::nontransaction{c}
+        .exec1("SELECT to_regclass('written_by_the_deposed_primary') IS NOT NULL")[0]
+        .as<bool>();
+  }));
+  test::OrderWriters writers;
+  writers.Start(*cluster, customers_, 2);
+  ASSERT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= 50; }));
+  const auto rebuilt = Shardctl(fmt::format("replica rebuild shard0 --server shard0-replica2 --pgdata '{}'",
+                                            replica2_->DataDirectory().string()));
+  ASSERT_EQ(rebuilt.status, 0) << rebuilt.out;
+  EXPECT_NE(rebuilt.out.find("(by pg_rewind)"), std::string::npos) << rebuilt.out;
+  writers.Stop();
+  ExpectFollows(*replica2_, "shard0-replica2", writers);
+  pqxx::connection c{replica2_->Dsn().Reveal()};
+  EXPECT_TRUE(
+      pqxx::nontransaction{c}.exec1("SELECT to_regclass('written_by_the_deposed_primary') IS NULL")[0].as<bool>());
+  // Routers read it again.
+  EXPECT_TRUE(test::WaitFor([&] {
+    cluster->Replicas()->ProbeNow();
+    const auto all = cluster->Replicas()->Status();
+    return std::any_of(all.begin(), all.end(),
+                       [](const ReplicaStatus& r) { return r.name == "shard0-replica2" && r.follows_primary; });
+  }));
 }
 
 // `shardctl replica rebuild` SIGKILLed after each of its steps (and in the

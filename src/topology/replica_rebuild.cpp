@@ -448,7 +448,8 @@ std::string Run::EnsureStopped() {
 
 // Why pg_rewind cannot be used, or "".
 std::string Run::WhyNoRewind() const {
-  if (options_.basebackup) return "a full copy was asked for";
+  // (A rerun keeps the method the rebuild began with.)
+  if (options_.basebackup || method_ == "basebackup") return "a full copy was asked for";
   const auto control = dir_->ControlData();
   const auto hints = control.find("wal_log_hints setting");
   const auto checksums = control.find("Data page checksum version");
@@ -656,8 +657,9 @@ ReplicaRebuildReport Run::Go() {
       if (std::string_view(earlier[0][2].c_str()) != report_.pgdata) {
         throw ReplicaRebuildError(Refusal(
             fmt::format("rebuild {} of it, into {}, stopped after step {}: finish that one (--pgdata {}); two data "
-                        "directories cannot both be it",
-                        id, earlier[0][2].c_str(), earlier[0][3].c_str(), earlier[0][2].c_str())));
+                        "directories cannot both be it (to give that one up: UPDATE shardkit_replica_rebuilds SET "
+                        "state = 'failed' WHERE rebuild_id = {}, in the catalog)",
+                        id, earlier[0][2].c_str(), earlier[0][3].c_str(), earlier[0][2].c_str(), id)));
       }
       if (std::string_view(earlier[0][1].c_str()) != primary_->name) {
         tx.exec_params(

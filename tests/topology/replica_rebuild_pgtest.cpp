@@ -328,6 +328,48 @@ TEST_F(ReplicaRebuild, AReplicaPastTheForkIsRewoundByName) {
   }));
 }
 
+// The whole cycle twice: fail over, rebuild the old primary, fail back to
+// it (a rebuilt primary may be promoted again), and rebuild the other one:
+// the shard ends with its configured primary and its replica, both
+// following, every acknowledged write on both.
+TEST_F(ReplicaRebuild, AFailbackToTheRebuiltPrimaryThenTheOtherRebuilt) {
+  StartServers(/*rewindable=*/true);
+  auto cluster = Cluster::Open(cluster_->Config(), QuickRouter());
+  test::OrderWriters writers;
+  writers.Start(*cluster, customers_, 2);
+  ASSERT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= 30; }));
+  (void)shardkit::Failover(cluster_->Config(), "shard0");
+  ASSERT_EQ(Shardctl(RebuildOldPrimary()).status, 0);
+  FailoverOptions back;
+  back.to = "shard0";
+  const FailoverReport failback = shardkit::Failover(cluster_->Config(), "shard0", back);
+  EXPECT_EQ(failback.from_server, "shard0-replica1");
+  EXPECT_EQ(failback.to_server, "shard0");
+  EXPECT_EQ(failback.epoch, 2);
+  std::size_t before = writers.Acknowledged();
+  ASSERT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= before + 30; }));
+  const auto rebuilt = Shardctl(fmt::format("--json replica rebuild shard0 --from-old-primary --pgdata '{}'",
+                                            replica_->DataDirectory().string()));
+  ASSERT_EQ(rebuilt.status, 0) << rebuilt.out;
+  const auto report = nlohmann::json::parse(rebuilt.out.substr(rebuilt.out.find('{')));
+  EXPECT_EQ(report["server"], "shard0-replica1") << rebuilt.out;
+  EXPECT_EQ(report["primary"], "shard0") << rebuilt.out;
+  EXPECT_EQ(report["timeline"], 3) << rebuilt.out;
+  before = writers.Acknowledged();
+  ASSERT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= before + 30; }));
+  writers.Stop();
+  EXPECT_EQ(writers.failed, 0);
+  const std::set<std::int64_t> on_primary = OrdersOn(*primary_);
+  for (const std::int64_t id : writers.acknowledged) ASSERT_EQ(on_primary.count(id), 1U) << "order " << id;
+  EXPECT_TRUE(test::WaitFor([&] { return OrdersOn(*replica_) == on_primary; }));
+  EXPECT_TRUE(test::WaitFor([&] {
+    cluster->Replicas()->ProbeNow();
+    const auto all = cluster->Replicas()->Status();
+    return all.size() == 1 && all[0].name == "shard0-replica1" && all[0].follows_primary;
+  }));
+  std::cout << writers.acknowledged.size() << " acknowledged writes on both servers after a failover and a failback\n";
+}
+
 // `shardctl replica rebuild` SIGKILLed after each of its steps (and in the
 // middle of a pg_basebackup), with writers on: running the same command
 // again finishes that rebuild: one rebuild, done, and the old primary

@@ -252,6 +252,16 @@ class FailoverError : public Error {
   bool promoted_;
 };
 
+// A replica rebuild (topology/replica_rebuild.hpp) was refused (the server
+// is the shard's primary, the catalog cannot say which server is, the data
+// directory is not the server's) or failed at a step; the message names the
+// server and says what to do. Running the same rebuild again finishes one
+// that failed after it began.
+class ReplicaRebuildError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A scatter over several shards failed on one or more of them.
 class ScatterError : public Error {
  public:

@@ -43,8 +43,9 @@ void BucketShardResolver::Publish(Shard& shard, int primary) {
   auto servers = std::make_unique<ShardServers>();
   servers->primary = shard.members[static_cast<std::size_t>(primary)];
   for (const ShardServer& member : shard.members) {
-    // The configured primary is a replica only while it is not replaced.
-    if (member.member != primary && (member.member != 0 || primary == 0)) servers->replicas.push_back(member);
+    // A deposed primary stays listed: the ReplicaMonitor reads it only
+    // once it streams from the current primary (rebuilt as its standby).
+    if (member.member != primary) servers->replicas.push_back(member);
   }
   shard.snapshots.push_back(std::move(servers));
   shard.servers.store(shard.snapshots.back().get());

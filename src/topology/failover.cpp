@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <libpq-fe.h>
 
 #include <algorithm>
 #include <memory>
@@ -16,12 +15,15 @@
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/read_token.hpp"
 #include "shardkit/routing/replica_monitor.hpp"
+#include "topology/conninfo.hpp"
 
 namespace shardkit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using detail::FirstLine;
+using detail::FollowConninfo;
+using detail::ParseConninfo;
 using std::chrono::milliseconds;
 
 // The catalog's advisory lock of a shard's failovers (the fence uses 21323).
@@ -44,84 +46,6 @@ struct StandbyState {
 
 std::uint64_t LsnOr0(const pqxx::field& f) {
   return f.is_null() ? 0 : ParseLsn(f.c_str());
-}
-
-// A libpq connection string's keywords and values, in libpq's order (set
-// ones only); throws FailoverError if libpq cannot parse it.
-using Conninfo = std::vector<std::pair<std::string, std::string>>;
-
-Conninfo ParseConninfo(const std::string& text) {
-  char* error = nullptr;
-  std::unique_ptr<PQconninfoOption, decltype(&PQconninfoFree)> parsed(PQconninfoParse(text.c_str(), &error),
-                                                                      &PQconninfoFree);
-  if (!parsed) {
-    const std::string why = error != nullptr ? FirstLine(error) : std::string("out of memory");
-    PQfreemem(error);
-    throw FailoverError(fmt::format("cannot parse the connection string {}: {}", RedactDsn(text), why));
-  }
-  Conninfo pairs;
-  for (const PQconninfoOption* o = parsed.get(); o->keyword != nullptr; ++o) {
-    if (o->val != nullptr && *o->val != '\0') pairs.emplace_back(o->keyword, o->val);
-  }
-  return pairs;
-}
-
-std::string Get(const Conninfo& c, std::string_view key) {
-  const auto it = std::find_if(c.begin(), c.end(), [&](const auto& kv) { return kv.first == key; });
-  return it == c.end() ? std::string() : it->second;
-}
-
-void Set(Conninfo& c, const std::string& key, const std::string& value) {
-  std::erase_if(c, [&](const auto& kv) { return kv.first == key; });
-  if (!value.empty()) c.emplace_back(key, value);
-}
-
-std::string ConninfoText(const Conninfo& c) {
-  std::string text;
-  for (const auto& [key, value] : c) {
-    std::string quoted;
-    for (const char ch : value) {
-      if (ch == '\'' || ch == '\\') quoted += '\\';
-      quoted += ch;
-    }
-    text += fmt::format("{}{}='{}'", text.empty() ? "" : " ", key, quoted);
-  }
-  return text;
-}
-
-// A host that is a Unix socket directory (libpq: an absolute path, or @
-// for Linux's abstract namespace).
-bool IsSocketDirectory(const std::string& host) {
-  return !host.empty() && (host[0] == '/' || host[0] == '@');
-}
-
-// The primary_conninfo with which a standby follows `to`: the one it has
-// (user, password or passfile, application_name, TLS settings: what let it
-// stream from the old primary) with the address replaced by `to`'s
-// configured one. A Unix socket directory is kept when the old and new
-// primaries' configured hosts are the same machine's (a lab's servers on
-// one host, whose pg_hba lets replication in through the socket only).
-// Without a user, the configured dsn's user and password; without an
-// application_name, the replica's name.
-std::string FollowConninfo(const std::string& current, const Dsn& old_primary, const Dsn& to,
-                           const std::string& replica) {
-  Conninfo c = current.empty() ? Conninfo{} : ParseConninfo(current);
-  const Conninfo target = ParseConninfo(to.Reveal());
-  const Conninfo old = ParseConninfo(old_primary.Reveal());
-  const bool keep_socket = IsSocketDirectory(Get(c, "host")) && Get(target, "host") == Get(old, "host") &&
-                           Get(target, "hostaddr") == Get(old, "hostaddr");
-  if (!keep_socket) {
-    Set(c, "host", Get(target, "host"));
-    Set(c, "hostaddr", Get(target, "hostaddr"));
-  }
-  Set(c, "port", Get(target, "port"));
-  if (Get(c, "user").empty()) {
-    Set(c, "user", Get(target, "user"));
-    Set(c, "password", Get(target, "password"));
-  }
-  if (Get(c, "application_name").empty()) Set(c, "application_name", replica);
-  std::erase_if(c, [](const auto& kv) { return kv.first == "dbname" || kv.first == "replication"; });
-  return ConninfoText(c);
 }
 
 class Run {
@@ -336,8 +260,14 @@ StandbyState Run::Standby(const Server& s) const {
 const Server& Run::ChooseReplica() {
   std::vector<const Server*> candidates;
   for (const Server& s : members_) {
-    // Not the primary, nor the configured primary once it lost its place.
-    if (&s == from_ || (s.member == 0 && from_->member != 0)) continue;
+    // Not the primary, nor the configured primary once it lost its place,
+    // unless it was rebuilt as a standby since (replica_rebuild.hpp): out
+    // of recovery it is a deposed primary, not a promoted replica.
+    if (&s == from_) continue;
+    if (s.member == 0 && from_->member != 0) {
+      const StandbyState deposed = Standby(s);
+      if (!deposed.reachable || !deposed.in_recovery) continue;
+    }
     candidates.push_back(&s);
   }
   std::string names;
@@ -686,7 +616,7 @@ ReplicaRepointed Run::RepointOne(const Server& replica, const Server& primary, c
                                    "{}, but not streaming from it on timeline {} after 10 s ({}): check its "
                                    "log; no read goes there until it does",
                                    what, timeline, seen);
-  } catch (const FailoverError& e) {
+  } catch (const Error& e) {  // a connection string libpq cannot parse
     out.detail = fmt::format("could not be re-pointed ({}): {}", e.what(), by_hand);
   } catch (const pqxx::broken_connection& e) {
     out.detail = fmt::format(

@@ -1,11 +1,14 @@
 // The resolver against real shards: a routed statement lands on the shard
 // that owns the customer, the bucket CHECK guards misplaced rows, and the
-// directory round-trips through the catalog's shard_directory table.
+// directory round-trips through the catalog's shard_directory table; after
+// a failover the deposed primary is listed among the shard's replicas.
 #include "shardkit/routing/resolver.hpp"
 
 #include <gtest/gtest.h>
 
 #include <pqxx/pqxx>
+#include <string>
+#include <vector>
 
 #include "shardkit/errors.hpp"
 #include "support/test_cluster.hpp"
@@ -130,6 +133,37 @@ TEST(BucketShardResolver, AnUnmigratedCatalogSaysToMigrate) {
   } catch (const shardkit::CatalogError& e) {
     EXPECT_NE(std::string(e.what()).find("shardctl migrate"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<std::string> ReplicaNames(const shardkit::BucketShardResolver& resolver) {
+  std::vector<std::string> names;
+  for (const auto& r : resolver.Servers(shardkit::ShardId{0}).replicas) names.push_back(r.name);
+  return names;
+}
+
+// After a failover every server of the shard but its primary is listed
+// among its replicas, the deposed primary too: the ReplicaMonitor reads
+// one only while it streams from the current primary, so a deposed
+// primary rebuilt as a standby is read again.
+TEST(BucketShardResolver, ADeposedPrimaryIsListedAmongTheShardsReplicas) {
+  auto config = shardkit::test::LoadTestConfig();
+  config.directory_source = shardkit::DirectorySource::kConfig;
+  config.catalog_dsn.reset();
+  auto& shard = config.shards.at(0);
+  shard.replicas.clear();
+  shard.replicas.push_back(shardkit::ReplicaConfig{"shard0-replica1", shard.dsn});
+  shard.replicas.push_back(shardkit::ReplicaConfig{"shard0-replica2", shard.dsn});
+  auto resolver = shardkit::BucketShardResolver::FromConfig(config);
+  EXPECT_EQ(ReplicaNames(*resolver), (std::vector<std::string>{"shard0-replica1", "shard0-replica2"}));
+  ASSERT_TRUE(resolver->SetPrimary(shardkit::ShardId{0}, "shard0-replica1"));
+  EXPECT_EQ(resolver->Servers(shardkit::ShardId{0}).primary.name, "shard0-replica1");
+  EXPECT_EQ(ReplicaNames(*resolver), (std::vector<std::string>{"shard0", "shard0-replica2"}));
+  ASSERT_TRUE(resolver->SetPrimary(shardkit::ShardId{0}, "shard0"));  // failed back
+  EXPECT_EQ(ReplicaNames(*resolver), (std::vector<std::string>{"shard0-replica1", "shard0-replica2"}));
 }
 
 }  // namespace

@@ -104,10 +104,11 @@ void TemporaryServer::Start() {
     return;
   }
   // hot_standby_feedback: a replica's reads are not cancelled for rows the
-  // primary would vacuum away.
+  // primary would vacuum away. The socket beside the data directory, not in
+  // it: pg_rewind and pg_basebackup copy a data directory's files.
   Run(AsPostgres(
       fmt::format("{}/pg_ctl -D '{}/data' -l '{}/data/server.log' -w -t 30 -o \"-p {} -c listen_addresses=127.0.0.1 "
-                  "-c unix_socket_directories='{}/data' -c fsync=off -c hot_standby_feedback=on -c "
+                  "-c unix_socket_directories='{}' -c fsync=off -c hot_standby_feedback=on -c "
                   "max_prepared_transactions=64\" start >/dev/null",
                   kBin, directory_.string(), directory_.string(), port_, directory_.string())));
 }
@@ -129,13 +130,13 @@ void TemporaryServer::ClearDeadLock() const {
   // A postmaster killed with SIGKILL stays a zombie where the first process
   // of the machine (a container's) does not reap: pg_ctl and the server
   // itself would count it as running. Its lock files (the data directory's
-  // and its socket's, in the data directory here) go.
+  // and its socket's, beside the data directory here) go.
   Run(
       fmt::format("d='{}/data'; pid=$(head -n 1 \"$d/postmaster.pid\" 2>/dev/null); "
                   "if [ -n \"$pid\" ]; then state=$(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null); "
                   "if [ -z \"$state\" ] || [ \"$state\" = Z ]; then rm -f \"$d/postmaster.pid\" "
-                  "\"$d\"/.s.PGSQL.*.lock; fi; fi; true",
-                  directory_.string()));
+                  "'{}'/.s.PGSQL.*.lock; fi; fi; true",
+                  directory_.string(), directory_.string()));
 }
 
 void TemporaryServer::Stop() {

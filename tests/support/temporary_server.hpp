@@ -31,6 +31,8 @@ class TemporaryServer {
   void Kill();   // SIGKILL, as a crash: Start() recovers it
   void Start();  // pg_ctl start (if it is not running), waits until it accepts connections
   [[nodiscard]] int Port() const noexcept { return port_; }
+  // Its data directory (owned by the postgres user when the test runs as root).
+  [[nodiscard]] std::filesystem::path DataDirectory() const { return directory_ / "data"; }
   [[nodiscard]] shardkit::Dsn Dsn() const;  // database postgres, user postgres (trust on 127.0.0.1)
   // Role `bookstore` (LOGIN CREATEDB, not a superuser: row-level security
   // applies to it as to an application), database postgres.

@@ -9,14 +9,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-#include <unistd.h>
-#include <array>
-#include <atomic>
-#include <csignal>
 #include <filesystem>
-#include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 #include <set>
@@ -28,7 +21,9 @@
 #include "shardkit/schema/migrate.hpp"
 #include "shardkit/schema/verify.hpp"
 #include "shardkit/topology/failover.hpp"
+#include "support/order_writers.hpp"
 #include "support/replica_reads.hpp"
+#include "support/shardctl_runner.hpp"
 #include "support/temporary_server.hpp"
 #include "support/test_cluster.hpp"
 #include "support/wait.hpp"
@@ -113,53 +108,8 @@ class Failover : public ::testing::Test {
     return ids;
   }
 
-  // Writers on shard 0's customers until stopped: what was acknowledged,
-  // what failed, and the failures' texts (a few).
-  struct Writers {
-    std::atomic<bool> stop{false};
-    std::atomic<std::int64_t> next_id{900000000};
-    std::mutex mutex;
-    std::set<std::int64_t> acknowledged;
-    int failed = 0;
-    int unknown = 0;
-    std::vector<std::string> errors;
-    std::vector<std::thread> threads;
-
-    void Start(Cluster& cluster, const std::vector<int>& customers, int count) {
-      for (int t = 0; t < count; ++t) {
-        threads.emplace_back([this, &cluster, &customers, t] {
-          for (std::size_t i = 0; !stop.load(); ++i) {
-            const int customer = customers[(i * 7 + static_cast<std::size_t>(t)) % customers.size()];
-            const std::int64_t id = next_id++;
-            RoutedOptions options;
-            options.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-            try {
-              (void)test::WriteOrder(cluster, customer, id, options);
-              std::lock_guard lock(mutex);
-              acknowledged.insert(id);
-            } catch (const OutcomeUnknown& e) {
-              std::lock_guard lock(mutex);
-              ++unknown;
-              if (errors.size() < 5) errors.emplace_back(e.what());
-            } catch (const std::exception& e) {
-              std::lock_guard lock(mutex);
-              ++failed;
-              if (errors.size() < 5) errors.emplace_back(e.what());
-            }
-          }
-        });
-      }
-    }
-    void Stop() {
-      stop = true;
-      for (auto& t : threads) t.join();
-      threads.clear();
-    }
-    std::size_t Acknowledged() {
-      std::lock_guard lock(mutex);
-      return acknowledged.size();
-    }
-  };
+  // Writers on shard 0's customers until stopped.
+  using Writers = test::OrderWriters;
 
   void ExpectEveryAcknowledgedWriteOnTheNewPrimary(Writers& writers) {
     const std::set<std::int64_t> present = OrdersOn(replica_->Dsn());
@@ -202,82 +152,15 @@ class Failover : public ::testing::Test {
 
   // shardctl with a configuration file of the scratch cluster (replicas
   // included); its exit status and what it printed.
-  struct Ran {
-    int status = -1;
-    std::string out;
-  };
-  // A configuration file of the scratch cluster, written for shardctl.
-  std::filesystem::path WriteConfigFile() const {
-    const auto path = std::filesystem::temp_directory_path() / fmt::format("failover_pgtest_{}.toml", ::getpid());
-    {
-      std::ofstream f{path};
-      const ClusterConfig& c = cluster_->Config();
-      f << "[directory]\nsource = \"catalog\"\n\n";
-      for (const auto& s : c.shards) {
-        f << fmt::format("[[shard]]\nname = \"{}\"\ndsn = \"{}\"\n", s.name, s.dsn.Reveal());
-        if (!s.admin_dsn.empty()) f << fmt::format("admin_dsn = \"{}\"\n", s.admin_dsn.Reveal());
-        f << "replicas = [";
-        for (const auto& r : s.replicas) {
-          f << fmt::format("{{ name = \"{}\", dsn = \"{}\", admin_dsn = \"{}\" }}, ", r.name, r.dsn.Reveal(),
-                           r.AdminDsn().Reveal());
-        }
-        f << "]\n\n";
-      }
-      f << fmt::format("[reference]\ndsn = \"{}\"\n\n[catalog]\ndsn = \"{}\"\n", c.reference_dsn->Reveal(),
-                       c.catalog_dsn->Reveal());
-    }
-    return path;
-  }
-  Ran Shardctl(const std::string& args) const {
-    const auto path = WriteConfigFile();
-    Ran r;
-    FILE* pipe = ::popen(fmt::format("'{}' --config '{}' {} 2>&1", SHARDCTL_PATH, path.string(), args).c_str(), "r");
-    if (pipe == nullptr) return r;
-    std::array<char, 4096> buffer{};
-    while (std::fgets(buffer.data(), static_cast<int>(buffer.size()), pipe) != nullptr) r.out += buffer.data();
-    const int status = ::pclose(pipe);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::filesystem::remove(path);
-    return r;
-  }
+  using Ran = test::ShardctlRun;
+  Ran Shardctl(const std::string& args) const { return test::RunShardctl(SHARDCTL_PATH, cluster_->Config(), args); }
 
   // shardctl SIGKILLed as soon as it prints a line that starts with
   // `step` (a failover prints each step as it is done, before journaling
   // it): what it printed, and whether the signal killed it.
-  struct Killed {
-    bool by_signal = false;
-    std::string out;
-  };
+  using Killed = test::ShardctlKilled;
   Killed ShardctlKilledAt(const std::string& args, const std::string& step) const {
-    const auto path = WriteConfigFile();
-    const std::string command = fmt::format("exec '{}' --config '{}' {} 2>&1", SHARDCTL_PATH, path.string(), args);
-    std::array<int, 2> fds{};
-    Killed k;
-    if (::pipe(fds.data()) != 0) return k;
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::dup2(fds[1], STDOUT_FILENO);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    FILE* out = ::fdopen(fds[0], "r");
-    std::array<char, 4096> line{};
-    while (std::fgets(line.data(), static_cast<int>(line.size()), out) != nullptr) {
-      k.out += line.data();
-      if (std::string_view(line.data()).rfind(step + " ", 0) == 0) {
-        ::kill(pid, SIGKILL);
-        break;
-      }
-    }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    std::fclose(out);
-    k.by_signal = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-    std::filesystem::remove(path);
-    return k;
+    return test::RunShardctlKilledAt(SHARDCTL_PATH, cluster_->Config(), args, step);
   }
 
   // One order of shard 0's first customer through a router that does not

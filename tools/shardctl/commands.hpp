@@ -28,6 +28,7 @@ void AddSqlCommand(CLI::App& app, CliContext& context);              // sql
 void AddPercentileCommand(CLI::App& app, CliContext& context);       // percentile
 void AddFailoverCommand(CLI::App& app, CliContext& context);         // failover
 void AddRecoverCommand(CLI::App& app, CliContext& context);          // recover
+void AddReplicaCommands(CLI::App& app, CliContext& context);         // replica rebuild
 
 // Rows as psql aligns them (numbers right-aligned), with the row count.
 void PrintAligned(const shardkit::SqlResult& result);

@@ -10,6 +10,7 @@
 //   shardctl moves [--live]                     shardctl rebalance --plan|--apply [--shards 0,1] [--parallel 2]
 //   shardctl placement-sim --nodes 4 --add 1
 //   shardctl workers
+//   shardctl failover shard1                   shardctl replica rebuild shard1 --from-old-primary --pgdata DIR
 //
 // Exit codes: 0 success, 1 a shardkit error (message on stderr), 2 bad usage.
 // This file only wires the subcommands (commands.hpp) to their options
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   AddPercentileCommand(app, context);
   AddFailoverCommand(app, context);
   AddRecoverCommand(app, context);
+  AddReplicaCommands(app, context);
 
   try {
     app.parse(argc, argv);

@@ -105,9 +105,11 @@ class BucketShardResolver {
   // replica j), whichever is the primary now. Throws UnknownShard.
   [[nodiscard]] const std::vector<ShardServer>& Members(ShardId shard) const { return At(shard).members; }
   // Makes `server` (the shard's own name for the configured primary, or one
-  // of its replicas' names) the shard's primary; the others but the
-  // configured primary stay its replicas (a primary that lost its place is
-  // no standby until it is rebuilt as one). False if it already was.
+  // of its replicas' names) the shard's primary; every other server is
+  // listed among its replicas, the deposed primary too: the ReplicaMonitor
+  // sends reads only to a standby that streams from the current primary,
+  // so a deposed primary is read once rebuilt as one
+  // (topology/replica_rebuild.hpp). False if it already was.
   // Throws UnknownShard, or Error for a name that is none of the shard's.
   bool SetPrimary(ShardId shard, const std::string& server);
 

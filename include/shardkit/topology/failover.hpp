@@ -7,7 +7,8 @@
 // The steps, each journaled in the catalog (shardkit_failovers and
 // shardkit_failover_events, sql/037) under a per-shard lock there:
 //   1. planned   the replica to promote: the one named, else the reachable
-//                standby that has received the most WAL.
+//                standby that has received the most WAL (a deposed primary
+//                too, once rebuilt as a standby: topology/replica_rebuild.hpp).
 //   2. fenced    the old primary, when reachable, takes no more writes:
 //                default_transaction_read_only = on (ALTER SYSTEM: it
 //                survives a restart), every other session terminated; its

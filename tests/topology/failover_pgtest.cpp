@@ -21,6 +21,7 @@
 #include "shardkit/schema/migrate.hpp"
 #include "shardkit/schema/verify.hpp"
 #include "shardkit/topology/failover.hpp"
+#include "shardkit/writes/in_doubt.hpp"
 #include "support/order_writers.hpp"
 #include "support/replica_reads.hpp"
 #include "support/shardctl_runner.hpp"
@@ -585,6 +586,63 @@ TEST_F(Failover, UnderRemoteApplyTokenReadsFindTheirWritesOnTheReplica) {
     cluster.reset();
     TearDown();
   }
+}
+
+// A cross-shard transaction decided in the catalog and prepared on both
+// shards, its coordinator stopped before COMMIT PREPARED; the primary of
+// one shard then dies. Synchronous replication carried the PREPARE to the
+// replica: after the forced failover the recovery pass finds the part on
+// the new primary and commits it there, as the catalog decided.
+TEST_F(Failover, APreparedCrossShardPartIsSettledOnTheNewPrimary) {
+  StartServers(Replication::kSync);
+  ClusterOptions options = QuickWatcher();
+  options.in_doubt_interval = milliseconds(0);  // the test runs the pass
+  auto cluster = Cluster::Open(cluster_->Config(), options);
+  const int a = customers_[0];  // shard 0: the one that fails over
+  int b = 1;
+  while (cluster_->Config().directory.ShardFor(CustomerId{b}) != ShardId{1}) ++b;
+  for (const int id : {a, b}) {
+    (void)cluster->Execute("INSERT INTO store_credit (customer_id, balance_cents) VALUES ($1, 100)",
+                           {std::to_string(id)});
+  }
+  CrossShardOptions stop_after_decision;
+  stop_after_decision.on_step = [](const CrossShardStep& step) {
+    if (step.kind == CrossShardStep::Kind::kDecided) throw std::runtime_error("coordinator stops here");
+  };
+  EXPECT_THROW(cluster->TransactAcross(
+                   {CustomerId{a}, CustomerId{b}},
+                   [&](CrossShardTransaction& tx) {
+                     tx.On(CustomerId{a})
+                         .Execute("UPDATE store_credit SET balance_cents = balance_cents - 40 WHERE customer_id = $1",
+                                  {std::to_string(a)});
+                     tx.On(CustomerId{b})
+                         .Execute("UPDATE store_credit SET balance_cents = balance_cents + 40 WHERE customer_id = $1",
+                                  {std::to_string(b)});
+                   },
+                   stop_after_decision),
+               std::runtime_error);
+
+  primary_->Kill();
+  const Ran forced = Shardctl("failover shard0 --force");
+  ASSERT_EQ(forced.status, 0) << forced.out;
+  ASSERT_TRUE(test::WaitFor([&] {
+    return cluster->Resolver().Servers(ShardId{0}).primary.name != cluster->Resolver().ShardName(ShardId{0});
+  }));
+
+  std::vector<std::string> failures;
+  const auto listed = ListInDoubt(cluster->Resolver(), cluster_->Config().catalog_dsn, failures);
+  ASSERT_EQ(listed.size(), 2U) << "the replica replayed the PREPARE: the part is on the new primary";
+  const InDoubtReport report = RecoverInDoubt(cluster->Resolver(), cluster_->CatalogDsn());
+  EXPECT_EQ(report.committed.size(), 2U);
+  EXPECT_TRUE(report.failures.empty()) << report.failures.front();
+  const auto balance = [&](int id) {
+    return cluster->Execute("SELECT balance_cents FROM store_credit WHERE customer_id = $1", {std::to_string(id)})
+        .rows.at(0)
+        .at(0)
+        .value_or("?");
+  };
+  EXPECT_EQ(balance(a), "60");
+  EXPECT_EQ(balance(b), "140");
 }
 
 }  // namespace

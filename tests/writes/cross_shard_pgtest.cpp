@@ -16,7 +16,7 @@
 #include "shardkit/cluster.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/resharding/move.hpp"
-#include "support/shardctl_run.hpp"
+#include "support/shardctl_runner.hpp"
 #include "support/test_cluster.hpp"
 
 namespace shardkit {
@@ -301,20 +301,19 @@ TEST_F(CrossShard, ShardctlShowsThePartsInDoubtAndRecoverSettlesThem) {
     if (step.kind == CrossShardStep::Kind::kDecided) throw std::runtime_error("coordinator stops here");
   };
   EXPECT_THROW((void)Transfer(alice_, bob_, 10, options), std::runtime_error);
-  const auto config = test::WriteShardctlConfig(scratch_->Config(), "cross_shard_pgtest");
-
-  const auto shards = test::RunShardctl(SHARDCTL_PATH, {"--config", config.string(), "--json", "shards"});
-  ASSERT_EQ(shards.code, 0) << shards.err;
+  const ClusterConfig& config = scratch_->Config();
+  const auto shards = test::RunShardctl(SHARDCTL_PATH, config, "--json shards");
+  ASSERT_EQ(shards.status, 0) << shards.out;
   for (const auto& shard : nlohmann::json::parse(shards.out).at("shards")) {
     ASSERT_EQ(shard.at("in_doubt").size(), 1U) << shards.out;
     EXPECT_EQ(shard.at("in_doubt").at(0).at("decision"), "commit");
     EXPECT_GE(shard.at("in_doubt").at(0).at("age_ms").get<std::int64_t>(), 0);
   }
-  const auto text = test::RunShardctl(SHARDCTL_PATH, {"--config", config.string(), "shards"});
+  const auto text = test::RunShardctl(SHARDCTL_PATH, config, "shards");
   EXPECT_NE(text.out.find("in doubt   1 prepared cross-shard part(s)"), std::string::npos) << text.out;
 
-  const auto recover = test::RunShardctl(SHARDCTL_PATH, {"--config", config.string(), "--json", "recover"});
-  EXPECT_EQ(recover.code, 0) << recover.err;
+  const auto recover = test::RunShardctl(SHARDCTL_PATH, config, "--json recover");
+  ASSERT_EQ(recover.status, 0) << recover.out;
   const auto report = nlohmann::json::parse(recover.out);
   EXPECT_EQ(report.at("committed").size(), 2U) << recover.out;
   EXPECT_EQ(report.at("failures").size(), 0U) << recover.out;
@@ -323,14 +322,11 @@ TEST_F(CrossShard, ShardctlShowsThePartsInDoubtAndRecoverSettlesThem) {
   EXPECT_EQ(Prepared(0) + Prepared(1), 0);
 
   // A catalog it cannot reach: exit 1, named.
-  ClusterConfig broken = scratch_->Config();
+  ClusterConfig broken = config;
   broken.catalog_dsn = Dsn("host=127.0.0.1 port=1 dbname=nowhere user=nobody connect_timeout=1");
-  const auto unreachable = test::WriteShardctlConfig(broken, "cross_shard_pgtest_unreachable");
-  const auto failed = test::RunShardctl(SHARDCTL_PATH, {"--config", unreachable.string(), "recover"});
-  EXPECT_NE(failed.code, 0);
-  EXPECT_NE((failed.out + failed.err).find("catalog"), std::string::npos) << failed.out << failed.err;
-  std::filesystem::remove(config);
-  std::filesystem::remove(unreachable);
+  const auto failed = test::RunShardctl(SHARDCTL_PATH, broken, "recover");
+  EXPECT_EQ(failed.status, 1) << failed.out;
+  EXPECT_NE(failed.out.find("catalog"), std::string::npos) << failed.out;
 }
 
 TEST_F(CrossShard, APreparedPartHoldsItsBucketsMoveUntilItIsSettled) {

@@ -5,8 +5,9 @@
 // commit; after each kill a shard server crashes and restarts, a recovery
 // pass settles what was left in doubt, and the checker finds the total
 // exact, nothing prepared, every acknowledged transfer applied once on both
-// sides and every refused one not at all. A planted fault (each side
-// committed on its own) must make the checker fail.
+// sides and every refused one not at all; also with a failover of a shard
+// in between (its prepared parts settled on the new primary). A planted
+// fault (each side committed on its own) must make the checker fail.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,8 +17,10 @@
 #include <memory>
 
 #include "shardkit/cluster.hpp"
+#include "shardkit/topology/failover.hpp"
 #include "support/temporary_server.hpp"
 #include "support/test_cluster.hpp"
+#include "support/wait.hpp"
 #include "transfers.hpp"
 #include "transfers_process.hpp"
 #include "worker_process.hpp"
@@ -50,13 +53,20 @@ class Bank : public ::testing::Test {
     for (int i = 0; i < 2; ++i) {
       on.push_back(ShardConfig{fmt::format("bank{}", i), servers_[i]->AppDsn(), servers_[i]->Dsn()});
     }
+    Open(on);
+  }
+
+  // The scratch cluster on these shard servers, the bank's accounts, the
+  // coordinators' config file and journal.
+  void Open(const std::vector<ShardConfig>& on) {
     scratch_ = std::make_unique<ScratchCluster>("lab_transfers_pgtest", ScratchOptions().Shards(2).On(on));
     ClusterOptions options;
     options.in_doubt_interval = 0ms;  // the test runs its recovery passes itself
+    options.watcher.check_interval = 200ms;
     cluster_ = Cluster::Open(scratch_->Config(), options);
     dir_ = std::filesystem::temp_directory_path() / fmt::format("lab_transfers_pgtest-{}", ::getpid());
     std::filesystem::create_directories(dir_);
-    config_file_ = lab::WriteConfigFile(scratch_->Config(), dir_);
+    config_file_ = lab::WriteConfigFile(scratch_->Config(), dir_, /*with_replicas=*/true);
     journal_ = dir_ / "journal.txt";
     std::filesystem::remove(journal_);
     lab::SetUpBank(*cluster_, bank_);
@@ -157,6 +167,71 @@ TEST_F(Bank, CoordinatorKilledAtEveryStepShardsRestartedThenRecovered) {
       {"transfers", "--check", "--config", config_file_.string(), "--journal", journal_.string(), "--customers",
        std::to_string(bank_.customers), "--first-customer", std::to_string(bank_.first_customer)}};
   EXPECT_EQ(checker.Wait(), 0);
+}
+
+// Shard 0 on a primary of its own with a synchronous replica (PREPARE
+// waits for it as COMMIT does): a coordinator killed after its decision,
+// then the primary killed and the replica promoted; recovery finds the
+// prepared parts on the new primary and commits them.
+class BankFailover : public Bank {
+ protected:
+  void SetUp() override {
+    primary_ = std::make_unique<TemporaryServer>();
+    replica_ = primary_->MakeReplica("shard0-replica1");
+    primary_->Exec("ALTER SYSTEM SET synchronous_standby_names = '*'");
+    primary_->Exec("SELECT pg_reload_conf()");
+    ShardConfig failing{"bank0", primary_->AppDsn(), primary_->Dsn()};
+    ReplicaConfig replica{"shard0-replica1", replica_->AppDsn()};
+    replica.admin_dsn = replica_->Dsn();
+    failing.replicas.push_back(replica);
+    Open({failing, ShardConfig{"bank1", servers_[1]->AppDsn(), servers_[1]->Dsn()}});
+    scratch_->CatchUpReplicas();
+  }
+  void TearDown() override {
+    // The old primary, back, must not wait for a standby it no longer has.
+    try {
+      primary_->Start();
+      primary_->Exec("ALTER SYSTEM RESET synchronous_standby_names");
+      primary_->Exec("SELECT pg_reload_conf()");
+    } catch (const std::exception&) {
+      // Gone: nothing waits there.
+    }
+    Bank::TearDown();
+    replica_.reset();
+    primary_.reset();
+  }
+  std::unique_ptr<TemporaryServer> primary_;
+  std::unique_ptr<TemporaryServer> replica_;
+};
+
+TEST_F(BankFailover, PreparedPartsAreSettledOnTheNewPrimary) {
+  const auto coordinator = Coordinator(100, "decided:5", 7);
+  ASSERT_TRUE(coordinator->WaitForLine("stopped ", std::chrono::steady_clock::now() + 60s).has_value());
+  coordinator->Kill();
+  primary_->Kill();
+  FailoverOptions force;
+  force.force = true;  // the old primary is down
+  const FailoverReport failover = Failover(scratch_->Config(), "shard0", force);
+  EXPECT_EQ(failover.to_server, "shard0-replica1");
+  ASSERT_TRUE(
+      test::WaitFor([&] { return cluster_->Resolver().Servers(ShardId{0}).primary.name == "shard0-replica1"; }, 20s));
+  std::vector<std::string> failures;
+  const auto in_doubt = ListInDoubt(cluster_->Resolver(), scratch_->Config().catalog_dsn, failures);
+  int on_new_primary = 0;
+  for (const InDoubtPart& part : in_doubt) on_new_primary += part.shard == ShardId{0} ? 1 : 0;
+  EXPECT_GE(on_new_primary, 1) << "the decided transaction's part, carried by the replica";
+  const InDoubtReport report = Settle();
+  EXPECT_TRUE(report.failures.empty()) << report.failures.front();
+  EXPECT_GE(report.committed.size(), 2U);
+  const BankCheck check = Check();
+  EXPECT_TRUE(check.Ok()) << check.Describe();
+  EXPECT_EQ(check.prepared.at("shard0"), 0);
+  fmt::print("after the kill at decided:5 and the failover of shard0: {}", check.Describe());
+  // And on, on the new primary.
+  const auto after = Coordinator(60, "", 8);
+  EXPECT_EQ(after->Wait(), 0);
+  const BankCheck end = Check();
+  EXPECT_TRUE(end.Ok()) << end.Describe();
 }
 
 TEST_F(Bank, APlantedFaultIsCaught) {

@@ -49,6 +49,19 @@ std::vector<std::string> BankArgs(const std::filesystem::path& config, const Tra
           options.journal.string()};
 }
 
+// Every line indented (the checker's report under a kill's heading).
+std::string Indented(const std::string& text) {
+  std::string out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = text.find('\n', start);
+    const std::size_t stop = end == std::string::npos ? text.size() : end + 1;
+    out += "   " + text.substr(start, stop - start);
+    start = stop;
+  }
+  return out;
+}
+
 std::string InDoubtText(Cluster& cluster, const ClusterConfig& config) {
   std::vector<std::string> failures;
   const auto parts = ListInDoubt(cluster.Resolver(), config.catalog_dsn, failures);
@@ -179,7 +192,7 @@ int RunTransfersDemo(Cluster& cluster, const ClusterConfig& config, const std::f
         recovery.settle_after.count(), report.committed.size(), report.rolled_back.size(), report.rows_aborted,
         report.rows_forgotten, took.count(), report.failures.empty() ? "" : "; " + report.failures.front());
     const BankCheck check = CheckBank(cluster, options.bank, ReadJournal(options.journal));
-    fmt::print("   {}", check.Describe());
+    fmt::print("{}", Indented(check.Describe()));
     if (!check.Ok() || !stopped) ++failed;
     table.AddRow({kill.step, std::to_string(acked), std::to_string(in_doubt.size()),
                   std::to_string(report.committed.size()), std::to_string(report.rolled_back.size()),
@@ -209,10 +222,10 @@ int RunTransfersDemo(Cluster& cluster, const ClusterConfig& config, const std::f
       "FROM store_credit\" (Cluster::Execute) ran {} times: {} ({}) differed from the total, by up to {} cents.\n"
       "   No snapshot spans shards: a scatter can read one shard before a transfer's COMMIT PREPARED there and "
       "another after it, so it sees a transfer on one side only. The total is exact once no transfer is in flight.\n"
-      "   {}",
+      "{}",
       options.transfers_in_flight, seconds, options.transfers_in_flight / seconds, reader.reads, reader.off,
       Percent(reader.reads == 0 ? 0.0 : static_cast<double>(reader.off) / reader.reads), reader.largest_gap,
-      check.Describe());
+      Indented(check.Describe()));
   fmt::print("\n{}", table.Render("   "));
   fmt::print("\n{}\n", failed == 0
                            ? "every check passed: after recovery the total is exact, nothing is left "

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <memory>
+#include <pqxx/pqxx>
 #include <string>
 
 #include "shardkit/cluster.hpp"
@@ -162,6 +163,18 @@ void BM_RecoveryPassIdle(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_RecoveryPassIdle)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Its first step alone: a new connection to the catalog (what a pass
+// opens each time), for where the pass's time goes.
+void BM_CatalogConnect(benchmark::State& state) {
+  Setup& s = Shared();
+  const std::string dsn = s.scratch->CatalogDsn().Reveal();
+  for (auto _ : state) {
+    pqxx::connection c{dsn};
+    benchmark::DoNotOptimize(c.is_open());
+  }
+}
+BENCHMARK(BM_CatalogConnect)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 BENCHMARK_MAIN();

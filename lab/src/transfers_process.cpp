@@ -22,6 +22,7 @@ CoordinatorProcess::CoordinatorProcess(const std::string& executable, const std:
   std::vector<std::string> all{executable};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(all.size() + 1);
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   int fds[2];

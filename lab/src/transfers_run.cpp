@@ -81,6 +81,7 @@ class Coordinator {
 
   TransferRunSummary Run() {
     std::vector<std::thread> threads;
+    threads.reserve(static_cast<std::size_t>(options_.threads));
     for (int t = 0; t < options_.threads; ++t) threads.emplace_back([this, t] { Work(t); });
     for (std::thread& thread : threads) thread.join();
     TransferRunSummary summary;

@@ -8,6 +8,8 @@
 //   bookstore-lab top10 ids --report D  the named demos only
 //   bookstore-lab report A.json B.json --report DIR   the page from saved --json documents
 //   bookstore-lab worker --config F ... one outbox worker process (the workers demo starts these)
+//   bookstore-lab transfers --demo      cross-shard transfers, the coordinator killed at every step
+//   bookstore-lab transfers --stop-at decided --journal J   one coordinator (transfers.hpp); --check J checks
 //
 // Exit status: 0 all checks passed, 1 a check failed, 2 usage or
 // configuration error, 3 a server is unreachable.
@@ -31,6 +33,7 @@
 #include "load.hpp"
 #include "report.hpp"
 #include "shardkit/errors.hpp"
+#include "transfers.hpp"
 #include "worker_process.hpp"
 
 namespace {
@@ -120,6 +123,8 @@ int ReportFromDocuments(const std::vector<std::string>& paths, const std::string
 int main(int argc, char** argv) {
   // The workers demo starts this program again as its worker processes.
   if (argc > 1 && std::string_view(argv[1]) == "worker") return WorkerMain(argc - 1, argv + 1);
+  // The bank's coordinator, checker and demo: a command of its own (no Bookstore data needed).
+  if (argc > 1 && std::string_view(argv[1]) == "transfers") return TransfersMain(argc - 1, argv + 1);
   CLI::App app{
       "The Bookstore lab: the Bookstore case's sharding experiments on real PostgreSQL shards, "
       "each answer checked against an unsharded reference server."};
@@ -158,6 +163,9 @@ int main(int argc, char** argv) {
   // Kills a primary: lab/run replicas runs it on a cluster of its own, with
   // no Bookstore data (it writes its own orders).
   app.add_subcommand("replicas", DemoTitle("replicas"));
+  // Handled before the parse (TransfersMain): listed here for --help.
+  app.add_subcommand("transfers",
+                     "cross-shard transfers, the coordinator killed at every step (transfers --demo; --help for more)");
   app.add_subcommand("all", "load if needed, then every demo (the default)");
   auto* report_cmd = app.add_subcommand("report", "draw the page (--report DIR) from saved --json documents");
   report_cmd->add_option("documents", documents, "bookstore-lab --json documents; a later one's demos win")

@@ -92,7 +92,8 @@ Dsn CatalogDsn(const ClusterConfig& config) {
   return WithConnectTimeout(*config.catalog_dsn, config.pool.connect_timeout);
 }
 
-std::filesystem::path WriteConfigFile(const ClusterConfig& config, const std::filesystem::path& dir) {
+std::filesystem::path WriteConfigFile(const ClusterConfig& config, const std::filesystem::path& dir,
+                                      bool with_replicas) {
   std::filesystem::create_directories(dir);
   std::string path_template = (dir / "workers-config-XXXXXX.toml").string();
   const int fd = ::mkstemps(path_template.data(), 5);
@@ -115,6 +116,14 @@ std::filesystem::path WriteConfigFile(const ClusterConfig& config, const std::fi
   if (config.catalog_dsn) out << "\n[catalog]\ndsn = " << TomlString(config.catalog_dsn->Reveal()) << "\n";
   for (const auto& shard : config.shards) {
     out << "\n[[shard]]\nname = " << TomlString(shard.name) << "\ndsn = " << TomlString(shard.dsn.Reveal()) << "\n";
+    if (!with_replicas || shard.replicas.empty()) continue;
+    out << "replicas = [\n";
+    for (const auto& replica : shard.replicas) {
+      out << "  { name = " << TomlString(replica.name) << ", dsn = " << TomlString(replica.dsn.Reveal());
+      if (!replica.admin_dsn.empty()) out << ", admin_dsn = " << TomlString(replica.admin_dsn.Reveal());
+      out << " },\n";
+    }
+    out << "]\n";
   }
   if (config.reference_dsn) out << "\n[reference]\ndsn = " << TomlString(config.reference_dsn->Reveal()) << "\n";
   out.close();

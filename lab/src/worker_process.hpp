@@ -58,8 +58,10 @@ struct WorkerSettings {
 [[nodiscard]] Dsn CatalogDsn(const ClusterConfig& config);
 
 // Writes `config` as a TOML file the children can load (mode 0600: it holds
-// passwords). Returns its path.
-[[nodiscard]] std::filesystem::path WriteConfigFile(const ClusterConfig& config, const std::filesystem::path& dir);
+// passwords), with the shards' replicas if asked (a child that must follow
+// a failover). Returns its path.
+[[nodiscard]] std::filesystem::path WriteConfigFile(const ClusterConfig& config, const std::filesystem::path& dir,
+                                                    bool with_replicas = false);
 
 // `bookstore-lab worker ...` (argv[0] is "worker"). Returns the exit status.
 int WorkerMain(int argc, char** argv);

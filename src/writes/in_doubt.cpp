@@ -83,17 +83,23 @@ std::vector<InDoubtPart> ListInDoubt(BucketShardResolver& resolver, const std::o
   return parts;
 }
 
-InDoubtReport RecoverInDoubt(BucketShardResolver& resolver, const Dsn& catalog, const InDoubtOptions& options) {
+namespace {
+
+// One pass on the catalog connection `c` (opened when null or closed; reset
+// when the catalog fails, so the next pass opens a new one).
+InDoubtReport Pass(BucketShardResolver& resolver, std::unique_ptr<pqxx::connection>& c, const Dsn& catalog,
+                   const InDoubtOptions& options) {
   InDoubtReport report;
-  std::unique_ptr<pqxx::connection> c;
   std::string pass_began;  // by the catalog's clock, before the shards are listed
   try {
-    c = std::make_unique<pqxx::connection>(WithConnectTimeout(catalog, options.timeout).Reveal());
+    if (!c || !c->is_open()) {
+      c = std::make_unique<pqxx::connection>(WithConnectTimeout(catalog, options.timeout).Reveal());
+      pqxx::nontransaction(*c).exec(fmt::format("SET statement_timeout = {}", options.timeout.count()));
+    }
     pqxx::nontransaction tx{*c};
-    pass_began = tx.exec(fmt::format("SET statement_timeout = {}; SELECT clock_timestamp()::text",
-                                     options.timeout.count()))[0][0]
-                     .as<std::string>();
+    pass_began = tx.exec("SELECT clock_timestamp()::text")[0][0].as<std::string>();
   } catch (const std::exception& e) {
+    c.reset();
     report.failures.push_back(
         fmt::format("the catalog ({}): unreachable, nothing settled: {}", catalog, RedactDsn(FirstLine(e.what()))));
     return report;
@@ -151,10 +157,18 @@ InDoubtReport RecoverInDoubt(BucketShardResolver& resolver, const Dsn& catalog, 
               .affected_rows());
     }
   } catch (const std::exception& e) {
+    c.reset();
     report.failures.push_back(fmt::format("the catalog ({}): cannot clean up the coordinator log: {}", catalog,
                                           RedactDsn(FirstLine(e.what()))));
   }
   return report;
+}
+
+}  // namespace
+
+InDoubtReport RecoverInDoubt(BucketShardResolver& resolver, const Dsn& catalog, const InDoubtOptions& options) {
+  std::unique_ptr<pqxx::connection> c;
+  return Pass(resolver, c, catalog, options);
 }
 
 struct InDoubtRecovery::Impl {
@@ -163,7 +177,7 @@ struct InDoubtRecovery::Impl {
 
   InDoubtReport Pass() {
     const std::lock_guard pass(pass_mutex);
-    InDoubtReport report = RecoverInDoubt(resolver, catalog, options);
+    InDoubtReport report = shardkit::Pass(resolver, connection, catalog, options);
     const std::lock_guard lock(mutex);
     ++stats.passes;
     stats.committed += report.committed.size();
@@ -195,7 +209,8 @@ struct InDoubtRecovery::Impl {
   const Dsn catalog;
   const milliseconds interval;
   const InDoubtOptions options;
-  std::mutex pass_mutex;  // one pass at a time in this process
+  std::mutex pass_mutex;                                                         // one pass at a time in this process
+  std::unique_ptr<pqxx::connection> connection SHARDKIT_GUARDED_BY(pass_mutex);  // the catalog's, kept
   mutable std::mutex mutex;
   std::condition_variable wake;
   bool stop SHARDKIT_GUARDED_BY(mutex) = false;

@@ -226,7 +226,7 @@ void SetUpBank(Cluster& cluster, const BankOptions& bank) {
     } catch (const Error& e) {
       throw Error(
           fmt::format("the bank needs table store_credit_transfers "
-                      "(examples/bookstore-service/sql/041_store_credit_transfers.sql: lab/cluster start, or "
+                      "(examples/bookstore-service/sql/051_store_credit_transfers.sql: lab/cluster start, or "
                       "shardctl --sql-dir examples/bookstore-service/sql migrate, applies it): {}",
                       FirstLineOf(e.what())));
     }

@@ -75,8 +75,9 @@ TEST_F(Fence, EnrolledShardsKnowThemselvesAndTheirBuckets) {
     EXPECT_EQ(own.InState(OwnershipState::kOwned), BucketSet::Of(cluster_->Directory(), ShardId{s}));
     // The Bookstore's tables (registered by the Bookstore's 011) and the outbox tables
     // of sql/020-022 (found by their customer_id and bucket when enrolled).
-    EXPECT_EQ(ShardedTables(c), (std::vector<std::string>{"customers", "notification_log", "order_items",
-                                                          "order_tracking", "orders", "shardkit_jobs"}));
+    EXPECT_EQ(ShardedTables(c),
+              (std::vector<std::string>{"customers", "notification_log", "order_items", "order_tracking", "orders",
+                                        "shardkit_jobs", "store_credit", "store_credit_transfers"}));
   }
   // Enrolling again with the same buckets changes nothing; with other
   // buckets it is refused unless replacing.

@@ -102,8 +102,9 @@ TEST_F(VerifyPg, ACleanClusterPassesAndIsCountedPerShardAndBucket) {
   EXPECT_TRUE(report.Ok()) << All(report);
   EXPECT_EQ(report.shard_count, 3);
   EXPECT_EQ(report.directory_source, "catalog");
-  EXPECT_EQ(report.sharded_tables, (std::vector<std::string>{"customers", "notification_log", "order_items",
-                                                             "order_tracking", "orders", "shardkit_jobs"}));
+  EXPECT_EQ(report.sharded_tables,
+            (std::vector<std::string>{"customers", "notification_log", "order_items", "order_tracking", "orders",
+                                      "shardkit_jobs", "store_credit", "store_credit_transfers"}));
   EXPECT_EQ(report.schema_version, test::BookstoreMigrations().LatestVersion());
   ASSERT_EQ(report.servers.size(), 4U);  // three shards and the reference
   std::int64_t customers = 0;

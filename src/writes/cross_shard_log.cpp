@@ -9,17 +9,17 @@ namespace {
 
 std::optional<std::string> Decide(pqxx::connection_base& catalog, const std::string& transaction_id,
                                   const char* decision) {
-  pqxx::nontransaction tx{catalog};
-  // The UPDATE decides if the row is still 'preparing'; either way the row's
-  // state after it is the decision.
-  const pqxx::result r = tx.exec_params(
-      "WITH decided AS (UPDATE shardkit_transactions SET state = $2, decided_at = clock_timestamp() "
-      "                 WHERE transaction_id = $1 AND state = 'preparing' RETURNING state) "
-      "SELECT state FROM decided UNION ALL "
-      "SELECT state FROM shardkit_transactions WHERE transaction_id = $1 AND NOT EXISTS (SELECT 1 FROM decided)",
-      transaction_id, decision);
-  if (r.empty()) return std::nullopt;
-  return r[0][0].as<std::string>();
+  // The UPDATE decides if the row is still 'preparing'; if it found none,
+  // the row's state (someone else's decision) is the answer.
+  {
+    pqxx::nontransaction tx{catalog};
+    const pqxx::result r = tx.exec_params(
+        "UPDATE shardkit_transactions SET state = $2, decided_at = clock_timestamp() "
+        "WHERE transaction_id = $1 AND state = 'preparing' RETURNING state",
+        transaction_id, decision);
+    if (!r.empty()) return r[0][0].as<std::string>();
+  }
+  return StateOf(catalog, transaction_id);
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ fs::path FindPostgresPrograms(const std::optional<std::string>& given) {
       looked.push_back(dir);
     }
   }
-  const fs::path debian = "/usr/lib/postgresql/15/bin";
+  fs::path debian = "/usr/lib/postgresql/15/bin";
   if (HasPrograms(debian)) return debian;
   looked.push_back(debian.string());
   throw ReplicaRebuildError(
@@ -150,6 +150,12 @@ int DataDirectory::Run(const std::string& program, const std::vector<std::string
   const pid_t parent = ::getpid();
   const passwd* user = ::getpwuid(uid_);
   const std::string home = user != nullptr ? user->pw_dir : "/";
+  // argv built before the fork: the child of a threaded process should not
+  // allocate.
+  std::vector<char*> argv;
+  argv.reserve(argv_text.size() + 1);
+  for (auto& a : argv_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) return -1;
   if (pid == 0) {
@@ -169,9 +175,6 @@ int DataDirectory::Run(const std::string& program, const std::vector<std::string
     ::dup2(in, STDIN_FILENO);
     ::dup2(out, STDOUT_FILENO);
     ::dup2(out, STDERR_FILENO);
-    std::vector<char*> argv;
-    for (auto& a : argv_text) argv.push_back(a.data());
-    argv.push_back(nullptr);
     ::execv(exe.c_str(), argv.data());
     ::_exit(127);
   }

@@ -104,6 +104,24 @@ std::string LagText(const shardkit::ReplicaStatus& r) {
   return text;
 }
 
+// One shard's prepared parts of cross-shard transactions.
+struct InDoubtOfShard {
+  nlohmann::json parts = nlohmann::json::array();
+  int count = 0;
+  std::chrono::milliseconds oldest{0};
+};
+
+InDoubtOfShard InDoubtOf(const std::vector<shardkit::InDoubtPart>& in_doubt, shardkit::ShardId shard) {
+  InDoubtOfShard out;
+  for (const auto& part : in_doubt) {
+    if (part.shard != shard) continue;
+    ++out.count;
+    out.oldest = std::max(out.oldest, part.age);
+    out.parts.push_back({{"gid", part.gid}, {"age_ms", part.age.count()}, {"decision", part.decision}});
+  }
+  return out;
+}
+
 // How long shardctl shards waits for a replica's lag in time to be known
 // (docs/replicas.md); one still behind is shown as at least this far behind.
 constexpr std::chrono::milliseconds kLagWait{2000};
@@ -143,16 +161,7 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
       const Probe probe = ProbeShard(pool);
       all_reachable = all_reachable && probe.reachable;
       const auto stats = pool.Stats();
-      nlohmann::json doubt_list = nlohmann::json::array();
-      std::string doubt_text;
-      std::chrono::milliseconds oldest{0};
-      int doubt_count = 0;
-      for (const auto& part : in_doubt) {
-        if (part.shard != s) continue;
-        ++doubt_count;
-        oldest = std::max(oldest, part.age);
-        doubt_list.push_back({{"gid", part.gid}, {"age_ms", part.age.count()}, {"decision", part.decision}});
-      }
+      const InDoubtOfShard doubt = InDoubtOf(in_doubt, s);
       std::vector<const shardkit::ReplicaStatus*> mine;
       for (const auto& r : replicas) {
         if (r.shard == s) mine.push_back(&r);
@@ -184,7 +193,7 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
                                    {"discarded_in_transaction", stats.discarded_in_transaction},
                                    {"discarded_changed_session", stats.discarded_changed_session}}},
                                  {"replicas", replica_list},
-                                 {"in_doubt", doubt_list}});
+                                 {"in_doubt", doubt.parts}});
         continue;
       }
       fmt::print("\nshard {} ({})  {}\n", s, resolver->ShardName(s), pool.RedactedDsn());
@@ -202,11 +211,9 @@ void AddShardsCommand(CLI::App& app, CliContext& context) {
           "connects {} | connect failures {} | broken {}\n",
           stats.max_size, stats.in_use, stats.idle, stats.acquired, stats.waited, stats.timeouts, stats.connects,
           stats.connect_failures, stats.broken);
-      if (doubt_count > 0) {
-        fmt::print(
-            "  in doubt   {} prepared cross-shard part(s), the oldest {} ms (shardctl recover settles "
-            "them)\n",
-            doubt_count, oldest.count());
+      if (doubt.count > 0) {
+        fmt::print("  in doubt   {} prepared cross-shard part(s), the oldest {} ms (shardctl recover settles them)\n",
+                   doubt.count, doubt.oldest.count());
       }
       for (const auto* r : mine) {
         fmt::print("  replica    {}  {}\n", r->name, r->dsn);

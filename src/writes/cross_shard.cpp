@@ -19,29 +19,20 @@
 #include "shardkit/routing/ownership.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "writes/cross_shard_log.hpp"
+#include "writes/transaction_steps.hpp"
 
 namespace shardkit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using detail::Backoff;
+using detail::BeginSql;
 using detail::FirstLine;
+using detail::kWalPosition;
 using detail::LibpqHandle;
 using std::chrono::milliseconds;
 
 constexpr auto kDefaultTimeout = std::chrono::seconds(5);
-const std::string kWalPosition = "SELECT pg_current_wal_insert_lsn()::text";
-
-const char* BeginSql(Isolation isolation) {
-  switch (isolation) {
-    case Isolation::kReadCommitted:
-      return "BEGIN ISOLATION LEVEL READ COMMITTED";
-    case Isolation::kRepeatableRead:
-      return "BEGIN ISOLATION LEVEL REPEATABLE READ";
-    case Isolation::kSerializable:
-      return "BEGIN ISOLATION LEVEL SERIALIZABLE";
-  }
-  return "BEGIN";
-}
 
 // A time-ordered id no other coordinator makes: milliseconds since the
 // epoch, then 64 random bits.
@@ -50,13 +41,6 @@ std::string NewTransactionId() {
                                       static_cast<std::uint64_t>(Clock::now().time_since_epoch().count())};
   const auto ms = std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return fmt::format("{:012x}{:016x}", ms, random());
-}
-
-milliseconds Backoff(int round, milliseconds cap) {
-  thread_local std::minstd_rand random{std::random_device{}()};
-  const auto base = std::min<long long>(cap.count(), 1LL << std::min(round, 10));
-  std::uniform_int_distribution<long long> jitter(base / 2, std::max<long long>(base, 1));
-  return milliseconds(jitter(random));
 }
 
 // One shard's transaction.

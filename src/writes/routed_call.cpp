@@ -15,6 +15,7 @@
 #include "shardkit/routing/directory_watcher.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "writes/bounded_call.hpp"
+#include "writes/transaction_steps.hpp"
 
 namespace shardkit::detail {
 namespace {
@@ -29,22 +30,7 @@ constexpr const char* kSqlStateTooManyConnections = "53300";
 // after the deadline's "time left" was computed here.
 constexpr milliseconds kTimeoutSlack{50};
 
-// A write's WAL insert position right after its COMMIT: at or after the
-// commit record, its read token.
-const std::string kWalPosition = "SELECT pg_current_wal_insert_lsn()::text";
 const std::string kCommit = "COMMIT";
-
-const char* BeginSql(Isolation isolation) {
-  switch (isolation) {
-    case Isolation::kReadCommitted:
-      return "BEGIN ISOLATION LEVEL READ COMMITTED";
-    case Isolation::kRepeatableRead:
-      return "BEGIN ISOLATION LEVEL REPEATABLE READ";
-    case Isolation::kSerializable:
-      return "BEGIN ISOLATION LEVEL SERIALIZABLE";
-  }
-  return "BEGIN";
-}
 
 bool IsSerializationFailure(const std::string& sqlstate) {
   return sqlstate == "40001" || sqlstate == "40P01";
@@ -57,13 +43,6 @@ void Rollback(ConnectionPool::Lease& lease) noexcept {
   } catch (...) {
     lease.Discard();
   }
-}
-
-milliseconds Backoff(int round, milliseconds cap) {
-  thread_local std::minstd_rand random{std::random_device{}()};
-  const auto base = std::min<long long>(cap.count(), 1LL << std::min(round, 10));
-  std::uniform_int_distribution<long long> jitter(base / 2, std::max<long long>(base, 1));
-  return milliseconds(jitter(random));
 }
 
 }  // namespace

@@ -1,0 +1,40 @@
+// The pieces a routed transaction (routed_call.cpp) and a cross-shard one
+// (cross_shard.cpp) both send or wait: BEGIN at an isolation level, the
+// WAL position read after a commit (the read token), the back-off between
+// attempts.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <string>
+
+#include "shardkit/writes/routed.hpp"
+
+namespace shardkit::detail {
+
+// A write's WAL insert position right after its COMMIT: at or after the
+// commit record, its read token.
+inline const std::string kWalPosition = "SELECT pg_current_wal_insert_lsn()::text";
+
+inline const char* BeginSql(Isolation isolation) {
+  switch (isolation) {
+    case Isolation::kReadCommitted:
+      return "BEGIN ISOLATION LEVEL READ COMMITTED";
+    case Isolation::kRepeatableRead:
+      return "BEGIN ISOLATION LEVEL REPEATABLE READ";
+    case Isolation::kSerializable:
+      return "BEGIN ISOLATION LEVEL SERIALIZABLE";
+  }
+  return "BEGIN";
+}
+
+// Starts at 1 ms, doubles each round, capped, with jitter.
+inline std::chrono::milliseconds Backoff(int round, std::chrono::milliseconds cap) {
+  thread_local std::minstd_rand random{std::random_device{}()};
+  const auto base = std::min<long long>(cap.count(), 1LL << std::min(round, 10));
+  std::uniform_int_distribution<long long> jitter(base / 2, std::max<long long>(base, 1));
+  return std::chrono::milliseconds(jitter(random));
+}
+
+}  // namespace shardkit::detail

@@ -213,6 +213,39 @@ void BM_TokenShareOfClusterRun(benchmark::State& state) {
 }
 BENCHMARK(BM_TokenShareOfClusterRun)->UseRealTime();
 
+// The primary lease's check at COMMIT (sql/042) as a share of the whole
+// routed write: each iteration one Cluster::Run with a lease in force on
+// the customer's primary (a deferred trigger checks it at COMMIT) and one
+// without (its WHEN is false: nothing queued), in turn. The lease is set
+// and released by hand between the two, on the admin's own connection.
+void BM_LeaseShareOfClusterRun(benchmark::State& state) {
+  if (!Ready(state)) return;
+  const shardkit::ShardId shard = Shared().cluster->Route(kCustomer).shard;
+  const auto& config = Shared().scratch->Config().shards.at(static_cast<std::size_t>(shardkit::ToInt(shard)));
+  pqxx::connection admin{config.AdminDsn().Reveal()};
+  pqxx::nontransaction tx{admin};
+  std::chrono::nanoseconds with{0};
+  std::chrono::nanoseconds without{0};
+  const auto write = [&] {
+    const auto started = std::chrono::steady_clock::now();
+    WriteOrder(state, true);
+    return std::chrono::steady_clock::now() - started;
+  };
+  for (auto _ : state) {
+    tx.exec("SELECT shardkit_lease_extend(9000000000000000)");  // in force (year 2255)
+    with += write();
+    tx.exec("SELECT shardkit_lease_release()");
+    without += write();
+  }
+  const auto us = [&](std::chrono::nanoseconds total) {
+    return static_cast<double>(total.count()) / static_cast<double>(state.iterations()) / 1000.0;
+  };
+  state.counters["lease_us"] = us(with);
+  state.counters["no_lease_us"] = us(without);
+  state.counters["lease_pct_of_write"] = 100.0 * (us(with) - us(without)) / us(with);
+}
+BENCHMARK(BM_LeaseShareOfClusterRun)->UseRealTime();
+
 }  // namespace
 
 BENCHMARK_MAIN();

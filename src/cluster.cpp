@@ -41,6 +41,7 @@ Cluster::Cluster(const ClusterConfig& config, ClusterOptions options) : config_(
     in_doubt_ = std::make_unique<InDoubtRecovery>(*resolver_, *config_.catalog_dsn, options.in_doubt_interval,
                                                   options.in_doubt);
   }
+  if (config_.catalog_dsn) leases_ = std::make_unique<PrimaryLeases>(*resolver_, *config_.catalog_dsn, options.leases);
   sql_ = std::make_unique<sql::SqlEngine>(*resolver_, *transactions_, *scatter_, config_.reference_tables,
                                           config_.max_gather_rows, config_.max_gather_bytes);
 }
@@ -141,6 +142,7 @@ ClusterStats Cluster::Stats() const {
   if (watcher_) stats.watcher = watcher_->Stats();
   if (replicas_) stats.replicas = replicas_->Status();
   if (in_doubt_) stats.in_doubt = in_doubt_->Stats();
+  if (leases_) stats.leases = leases_->Stats();
   return stats;
 }
 

@@ -59,6 +59,7 @@
 #include "shardkit/queries/sketches.hpp"
 #include "shardkit/queries/topk.hpp"
 #include "shardkit/routing/directory_watcher.hpp"
+#include "shardkit/routing/primary_leases.hpp"
 #include "shardkit/routing/replica_monitor.hpp"
 #include "shardkit/routing/resolver.hpp"
 #include "shardkit/sql/cross_shard_transaction.hpp"
@@ -88,6 +89,9 @@ struct ClusterOptions {
   // zero: never (run `shardctl recover` instead).
   std::chrono::milliseconds in_doubt_interval{std::chrono::seconds(10)};
   InDoubtOptions in_doubt;
+  // With a catalog: how the primaries' leases are kept (primary_leases.hpp;
+  // nothing to keep while the catalog has leases off).
+  PrimaryLeasesOptions leases;
 };
 
 // One shard as Stats() found it.
@@ -107,6 +111,7 @@ struct ClusterStats {
   std::optional<DirectoryWatcherStats> watcher;  // with a catalog
   std::vector<ReplicaStatus> replicas;           // every configured replica, as last probed
   std::optional<InDoubtRecoveryStats> in_doubt;  // with a catalog and a periodic recovery pass
+  std::optional<PrimaryLeasesStats> leases;      // with a catalog
 };
 
 class Cluster {
@@ -238,6 +243,8 @@ class Cluster {
   [[nodiscard]] ReplicaMonitor* Replicas() const noexcept { return replicas_.get(); }
   // Null without a catalog or with in_doubt_interval zero.
   [[nodiscard]] InDoubtRecovery* InDoubt() const noexcept { return in_doubt_.get(); }
+  // Null without a catalog.
+  [[nodiscard]] PrimaryLeases* Leases() const noexcept { return leases_.get(); }
 
  private:
   Cluster(const ClusterConfig& config, ClusterOptions options);
@@ -251,6 +258,7 @@ class Cluster {
   std::unique_ptr<RoutedTransactions> transactions_;
   std::unique_ptr<CrossShardTransactions> cross_shard_;
   std::unique_ptr<InDoubtRecovery> in_doubt_;  // with a catalog
+  std::unique_ptr<PrimaryLeases> leases_;      // with a catalog
   std::unique_ptr<sql::SqlEngine> sql_;
 };
 

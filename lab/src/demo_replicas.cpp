@@ -17,6 +17,7 @@
 #include "order_ids.hpp"
 #include "shardkit/cluster.hpp"
 #include "shardkit/errors.hpp"
+#include "shardkit/routing/primary_leases.hpp"
 #include "shardkit/topology/failover.hpp"
 
 namespace shardkit::lab {
@@ -26,6 +27,9 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr int kCustomers = 2000;
+// The primaries' leases (routing/primary_leases.hpp): short, as the forced
+// failover waits this long (and a second) before it promotes.
+constexpr milliseconds kLeaseTtl{2000};
 
 double MsBetween(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
@@ -265,6 +269,9 @@ DemoResult RunReplicas(Lab& lab, const ReplicasDemoOptions& options) {
   const ShardId victim_id{static_cast<int>(config.shards.size()) - 1};
   const bool synchronous = Synchronous(victim.AdminDsn());
 
+  // Leases on: the forced failover below waits them out, so the killed
+  // primary commits no shardkit write if it comes back.
+  SetLeaseTtl(config, kLeaseTtl);
   ClusterOptions cluster_options;
   cluster_options.watcher.check_interval = milliseconds(200);
   ReplicaMonitorOptions probes;
@@ -350,6 +357,9 @@ DemoResult RunReplicas(Lab& lab, const ReplicasDemoOptions& options) {
            fmt::format("{} reports on the replicas, {} outside [acknowledged, attempted]", history.reports,
                        history.report_violations));
   r.Expect("replicas.failover", failover.has_value(), failover ? failover->to_server : failover_error);
+  r.Expect("replicas.leases_waited_out",
+           failover && failover->loss.find("leases ran out before the promotion") != std::string::npos,
+           failover ? failover->loss : failover_error);
   r.Expect("replicas.writes_after_failover", history.first_success.has_value() || !history.first_error,
            history.first_success
                ? fmt::format("the first write on the new primary {:.0f} ms after the first error", failover_ms)
@@ -378,6 +388,7 @@ DemoResult RunReplicas(Lab& lab, const ReplicasDemoOptions& options) {
   line("failover",
        failover ? fmt::format("{} -> {} in {} ms", failover->from_server, failover->to_server, failover->took.count())
                 : "FAILED: " + failover_error);
+  line("primary leases", fmt::format("on ({} ms): the failover waited them out before promoting", kLeaseTtl.count()));
   line("outage seen by writers",
        failover_ms < 0 ? std::string("none seen")
                        : fmt::format("{:.0f} ms, {} errors", failover_ms, history.errors_during_failover));

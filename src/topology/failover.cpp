@@ -88,6 +88,9 @@ class Run {
   void Journal(const std::string& state, const std::string& detail);
   [[noreturn]] void Fail(const std::string& message, bool promoted);
   bool FenceOldPrimary();
+  // The old primary could not be fenced: wait until every lease it was
+  // granted has run out (routing/primary_leases.hpp). False: leases are off.
+  bool WaitOutLeases();
   void Unfence();
   void WaitForCatchUp(const Server& to);
   void Promote(const Server& to);
@@ -109,6 +112,7 @@ class Run {
   const Server* from_ = nullptr;
   std::int64_t epoch_ = 0;  // the shard's epoch before this failover
   std::optional<Clock::time_point> fenced_at_;
+  bool unreachable_ = false;  // the old primary, when FenceOldPrimary tried
   // An earlier failover of this shard that stopped before its last step
   // (its process killed): its id, target and last step.
   struct Interrupted {
@@ -387,8 +391,38 @@ bool Run::FenceOldPrimary() {
            false);
     }
     Journal("unfenced", fmt::format("{} is unreachable ({}); going on (forced)", from_->name, why));
+    unreachable_ = true;
     return false;
   }
+}
+
+bool Run::WaitOutLeases() {
+  // This failover's row, committed before the old primary was tried, stops
+  // its renewals (sql/043's shardkit_lease_grant skips a shard with a
+  // failover under way): a renewal that did not see the row began before
+  // now, so its grant ends before now plus the time to live, by the
+  // catalog's clock. Also a time to live changed less than the old one ago.
+  // A second more for the difference between the catalog's and the old
+  // primary's clocks.
+  constexpr milliseconds kClockMargin{1000};
+  milliseconds ttl{0};
+  try {
+    pqxx::work tx{*catalog_};
+    const auto rows = tx.exec(
+        "SELECT greatest(ttl_ms, CASE WHEN changed_at + make_interval(secs => coalesce(previous_ttl_ms, 0) / 1000.0) "
+        "> clock_timestamp() THEN previous_ttl_ms ELSE 0 END) FROM shardkit_lease_settings");
+    if (rows.empty()) return false;
+    ttl = milliseconds(rows[0][0].as<std::int64_t>());
+  } catch (const pqxx::sql_error& e) {
+    if (e.sqlstate() == "42P01") return false;  // a catalog older than sql/043: no leases
+    Fail(fmt::format("reading the catalog's lease settings failed: {}", FirstLine(e.what())), false);
+  }
+  const milliseconds wait = ttl + kClockMargin;
+  Journal("leases", fmt::format("waiting {} ms for every lease granted to {} to run out (time to live {} ms, and {} "
+                                "ms for the clocks): then it commits no shardkit write, whatever router sends it",
+                                wait.count(), from_->name, ttl.count(), kClockMargin.count()));
+  std::this_thread::sleep_for(wait);
+  return true;
 }
 
 void Run::Unfence() {
@@ -663,8 +697,10 @@ FailoverReport Run::Go() {
   Journal("planned", fmt::format("promote {} (received {}, replayed {}){}", to.name, FormatLsn(target.receive),
                                  FormatLsn(target.replay), resume ? ": already promoted, publishing it" : ""));
   const bool fenced = FenceOldPrimary();
+  bool leased = false;
   if (!resume) {
     if (fenced) WaitForCatchUp(to);
+    if (unreachable_) leased = WaitOutLeases();
     Promote(to);
   }
   Publish(to);
@@ -678,6 +714,16 @@ FailoverReport Run::Go() {
         "(synchronous_standby_names) no acknowledged write is lost; with asynchronous replication, what it had "
         "not received is",
         from_->name, to.name, FormatLsn(target.receive));
+    if (unreachable_ && !resume) {
+      report_.loss += leased ? std::string(
+                                   ". Its leases ran out before the promotion: if it comes back it commits no "
+                                   "shardkit write")
+                             : fmt::format(
+                                   ". Leases are off (shardctl leases): if {} comes back as a primary it commits "
+                                   "the writes of routers that do not follow the catalog; keep it down, or "
+                                   "rebuild it as a replica (shardctl replica rebuild {} --from-old-primary)",
+                                   from_->name, shard_->name);
+    }
   }
   report_.took = std::chrono::duration_cast<milliseconds>(Clock::now() - started_);
   Journal("done", report_.loss);

@@ -18,6 +18,7 @@
 #include "shardkit/cluster.hpp"
 #include "shardkit/errors.hpp"
 #include "shardkit/routing/primaries.hpp"
+#include "shardkit/routing/primary_leases.hpp"
 #include "shardkit/schema/migrate.hpp"
 #include "shardkit/schema/verify.hpp"
 #include "shardkit/topology/failover.hpp"
@@ -643,6 +644,190 @@ TEST_F(Failover, APreparedCrossShardPartIsSettledOnTheNewPrimary) {
   };
   EXPECT_EQ(balance(a), "60");
   EXPECT_EQ(balance(b), "140");
+}
+
+// Leases on (1 s): a router without the catalog writes through the whole
+// story while the primary is SIGKILLed, failed over with --force (it could
+// not be fenced) and restarted writable. The forced failover waits the
+// leases out before it promotes, so the old primary, back, commits none of
+// that router's writes: 0 rows there from after the kill. Synchronous
+// replication, so the catalog router's acknowledged writes are all on the
+// new primary too (asynchronous, the last ones may be lost, as its loss says).
+TEST_F(Failover, WithLeasesADeposedPrimaryCommitsNoWriteAfterThePromotion) {
+  StartServers(Replication::kSync);
+  SetLeaseTtl(cluster_->Config(), milliseconds(1000));
+  auto cluster = Cluster::Open(cluster_->Config(), QuickWatcher());  // it keeps the leases
+  ASSERT_TRUE(test::WaitFor([&] { return cluster->Leases()->Stats().extended >= 2; }));
+  const auto lease_until = [&](const TemporaryServer& server) {
+    pqxx::connection c{test::WithDatabase(server.Dsn(), cluster_->ShardDatabaseName(0)).Reveal()};
+    return pqxx::nontransaction{c}.exec1("SELECT shardkit_lease_until()")[0].as<std::int64_t>();
+  };
+  EXPECT_GT(lease_until(*primary_), 0);
+
+  ClusterConfig blind = cluster_->Config();
+  blind.directory_source = DirectorySource::kConfig;
+  blind.catalog_dsn.reset();
+  auto stale = Cluster::Open(blind);
+  EXPECT_EQ(stale->Leases(), nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> next_stale{910000000};
+  std::atomic<int> stale_acknowledged{0};
+  std::mutex mutex;
+  std::vector<std::string> stale_errors;
+  std::thread stale_writer([&] {
+    while (!stop) {
+      RoutedOptions quick;
+      quick.deadline = std::chrono::steady_clock::now() + milliseconds(400);
+      try {
+        (void)test::WriteOrder(*stale, customers_[1], next_stale++, quick);
+        ++stale_acknowledged;
+      } catch (const std::exception& e) {
+        const std::lock_guard lock(mutex);
+        stale_errors.emplace_back(e.what());
+      }
+    }
+  });
+  Writers writers;
+  writers.Start(*cluster, customers_, 2);
+  ASSERT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= 30 && stale_acknowledged >= 10; }));
+
+  primary_->Kill();
+  const std::int64_t first_after_kill = next_stale.load();
+  FailoverOptions forced;
+  forced.force = true;
+  std::vector<std::string> steps;
+  forced.on_step = [&](const std::string& step, const std::string& detail) { steps.push_back(step + ": " + detail); };
+  const FailoverReport report = shardkit::Failover(cluster_->Config(), "shard0", forced);
+  EXPECT_FALSE(report.old_primary_fenced);
+  EXPECT_NE(report.loss.find("leases ran out before the promotion"), std::string::npos) << report.loss;
+  EXPECT_TRUE(std::any_of(steps.begin(), steps.end(), [](const std::string& s) { return s.rfind("leases: ", 0) == 0; }))
+      << fmt::format("{}", fmt::join(steps, "\n"));
+
+  // Back, writable (never fenced), and the stale router still sends it
+  // writes: each is refused at its COMMIT.
+  primary_->Start();
+  const std::size_t errors_before = [&] {
+    const std::lock_guard lock(mutex);
+    return stale_errors.size();
+  }();
+  ASSERT_TRUE(test::WaitFor([&] {
+    const std::lock_guard lock(mutex);
+    return stale_errors.size() >= errors_before + 3;
+  }));
+  const std::size_t before = writers.Acknowledged();
+  EXPECT_TRUE(test::WaitFor([&] { return writers.Acknowledged() >= before + 30; }));
+  stop = true;
+  stale_writer.join();
+  writers.Stop();
+
+  std::vector<std::int64_t> deposed_took;
+  for (const std::int64_t id : OrdersOn(primary_->Dsn())) {
+    if (id >= first_after_kill) deposed_took.push_back(id);
+  }
+  EXPECT_TRUE(deposed_took.empty()) << deposed_took.size() << " writes committed on the deposed primary, e.g. order "
+                                    << deposed_took.front();
+  {
+    const std::lock_guard lock(mutex);
+    EXPECT_NE(stale_errors.back().find("lease as its shard's primary ran out"), std::string::npos)
+        << stale_errors.back();
+    std::cout << stale_acknowledged << " stale writes acknowledged before the kill, " << stale_errors.size()
+              << " refused or failed after it, " << deposed_took.size() << " committed on the deposed primary\n";
+  }
+  ExpectEveryAcknowledgedWriteOnTheNewPrimary(writers);
+  EXPECT_EQ(writers.failed, 0);
+  // The catalog router keeps the new primary's lease.
+  EXPECT_TRUE(test::WaitFor([&] { return lease_until(*replica_) > lease_until(*primary_); }));
+}
+
+// A transaction held open past its primary's lease cannot commit; writes
+// that are not shardkit's are not checked; shardctl leases shows, changes
+// and turns leases off, which releases the lease.
+TEST_F(Failover, ALeaseThatRunsOutRefusesTheCommitOfAnOpenTransaction) {
+  StartServers(Replication::kAsync);
+  const Ran off = Shardctl("leases");
+  EXPECT_EQ(off.status, 0) << off.out;
+  EXPECT_NE(off.out.find("leases off"), std::string::npos) << off.out;
+  const Ran on = Shardctl("--json leases --ttl-ms 300");
+  ASSERT_EQ(on.status, 0) << on.out;
+  const auto shown = nlohmann::json::parse(on.out.substr(on.out.find('{')));
+  EXPECT_TRUE(shown["on"].get<bool>()) << on.out;
+  EXPECT_EQ(shown["ttl_ms"], 300) << on.out;
+  ASSERT_EQ(shown["shards"].size(), 2U) << on.out;
+  EXPECT_FALSE(shown["shards"][0]["in_force"].get<bool>()) << on.out;  // nobody granted one yet
+  EXPECT_EQ(LeaseTtl(cluster_->Config()), milliseconds(300));
+
+  const auto resolver = cluster_->MakeResolver();
+  ClusterConfig blind = cluster_->Config();
+  blind.directory_source = DirectorySource::kConfig;
+  blind.catalog_dsn.reset();
+  auto router = Cluster::Open(blind);
+  {
+    PrimaryLeases keeper{*resolver, cluster_->CatalogDsn()};
+    ASSERT_TRUE(test::WaitFor([&] { return keeper.Stats().extended >= 2; }));
+    const Ran granted = Shardctl("leases");
+    EXPECT_NE(granted.out.find("leases on: time to live 300 ms"), std::string::npos) << granted.out;
+    EXPECT_NE(granted.out.find("lease runs out in"), std::string::npos) << granted.out;
+    EXPECT_NO_THROW((void)test::WriteOrder(*router, customers_[0], 919999999));  // kept: admitted
+    ASSERT_EQ(keeper.RenewNow(), 2);
+  }
+  // Nobody renews now: the transaction's COMMIT comes after the lease's end.
+  RoutedOptions once;
+  once.deadline = std::chrono::steady_clock::now() + milliseconds(1500);
+  int attempts = 0;
+  std::string refused;
+  try {
+    router->Run(
+        CustomerId{customers_[0]},
+        [&](pqxx::transaction_base& tx, const RoutedContext& at) {
+          tx.exec_params(
+              "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) "
+              "VALUES ($1, $2, $3, now(), 1)",
+              customers_[0], at.bucket, 920000000 + attempts++);
+          if (attempts == 1) std::this_thread::sleep_for(milliseconds(700));
+        },
+        once);
+  } catch (const ShardError& e) {
+    refused = e.what();
+  }
+  EXPECT_NE(refused.find("lease as its shard's primary ran out"), std::string::npos) << refused;
+  EXPECT_GE(attempts, 2);
+  const auto present = OrdersOn(primary_->Dsn());
+  EXPECT_EQ(present.count(919999999), 1U);
+  EXPECT_EQ(std::count_if(present.begin(), present.end(), [](std::int64_t id) { return id >= 920000000; }), 0)
+      << "a write committed after its lease ran out";
+  // Not a shardkit transaction (no fence statement): not checked.
+  {
+    pqxx::connection c{test::WithDatabase(primary_->Dsn(), cluster_->ShardDatabaseName(0)).Reveal()};
+    pqxx::work tx{c};
+    tx.exec_params(
+        "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 1)",
+        customers_[0], ToInt(BucketOf(CustomerId{customers_[0]})), 930000000);
+    tx.commit();
+  }
+  // Off: released, and the router writes again.
+  const Ran turned_off = Shardctl("leases --off");
+  EXPECT_EQ(turned_off.status, 0) << turned_off.out;
+  EXPECT_NE(turned_off.out.find("no lease in force"), std::string::npos) << turned_off.out;
+  EXPECT_EQ(LeaseTtl(cluster_->Config()), std::nullopt);
+  EXPECT_NO_THROW((void)test::WriteOrder(*router, customers_[0], 930000001));
+
+  // Turned off behind a keeper's back (or its renewal raced shardctl's
+  // release): it releases the leases it kept once it reads that they are
+  // off, so none is left to run out and refuse writes.
+  SetLeaseTtl(cluster_->Config(), milliseconds(300));
+  PrimaryLeases keeper{*resolver, cluster_->CatalogDsn()};
+  ASSERT_TRUE(test::WaitFor([&] { return keeper.Stats().extended >= 2; }));
+  {
+    pqxx::connection catalog{cluster_->CatalogDsn().Reveal()};
+    pqxx::nontransaction tx{catalog};
+    tx.exec("DELETE FROM shardkit_lease_settings");
+  }
+  ASSERT_TRUE(test::WaitFor([&] { return !keeper.Stats().on; }));
+  for (const PrimaryLeaseState& state : ListPrimaryLeases(cluster_->Config())) {
+    EXPECT_FALSE(state.in_force) << state.shard << ": " << state.remaining.count() << " ms left";
+  }
+  std::this_thread::sleep_for(milliseconds(400));
+  EXPECT_NO_THROW((void)test::WriteOrder(*router, customers_[0], 930000002));
 }
 
 }  // namespace

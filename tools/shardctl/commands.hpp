@@ -29,6 +29,7 @@ void AddPercentileCommand(CLI::App& app, CliContext& context);       // percenti
 void AddFailoverCommand(CLI::App& app, CliContext& context);         // failover
 void AddRecoverCommand(CLI::App& app, CliContext& context);          // recover
 void AddReplicaCommands(CLI::App& app, CliContext& context);         // replica rebuild
+void AddLeasesCommand(CLI::App& app, CliContext& context);           // leases
 
 // Rows as psql aligns them (numbers right-aligned), with the row count.
 void PrintAligned(const shardkit::SqlResult& result);

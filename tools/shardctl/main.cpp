@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   AddFailoverCommand(app, context);
   AddRecoverCommand(app, context);
   AddReplicaCommands(app, context);
+  AddLeasesCommand(app, context);
 
   try {
     app.parse(argc, argv);

@@ -17,7 +17,10 @@
 //                the new primary. Unreachable, the failover stops unless
 //                `force`: the operator must first make sure it cannot come
 //                back as a primary (keep it down, or rebuild it as a
-//                standby).
+//                standby). With primary leases on (routing/
+//                primary_leases.hpp), the promotion waits until every
+//                lease it was granted has run out (journal: leases): it
+//                then commits no shardkit write if it comes back.
 //   3. caught_up the replica has replayed the fenced primary's last position
 //                (nothing acknowledged is lost), within catch_up_timeout;
 //                otherwise the old primary is unfenced and nothing changed.

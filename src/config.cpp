@@ -413,6 +413,17 @@ ClusterConfig ParseConfig(std::string_view toml_text, std::string origin) {
   }
 }
 
+int ShardIndexNamed(const ClusterConfig& config, std::string_view name) {
+  const auto found =
+      std::find_if(config.shards.begin(), config.shards.end(), [&](const ShardConfig& s) { return s.name == name; });
+  if (found == config.shards.end()) {
+    std::string names;
+    for (const auto& s : config.shards) names += (names.empty() ? "" : ", ") + s.name;
+    throw ConfigError("shard", fmt::format("{} has no shard named {} (its shards: {})", config.origin, name, names));
+  }
+  return static_cast<int>(found - config.shards.begin());
+}
+
 ClusterConfig LoadConfig(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) {

@@ -130,6 +130,9 @@ struct ClusterConfig {
 [[nodiscard]] ClusterConfig ParseConfig(std::string_view toml_text, std::string origin = "<string>");
 // Reads and parses a file; throws ConfigError if it cannot be read.
 [[nodiscard]] ClusterConfig LoadConfig(const std::filesystem::path& path);
+// The index in config.shards of the shard named so; throws ConfigError
+// ("shard") listing the shards there are.
+[[nodiscard]] int ShardIndexNamed(const ClusterConfig& config, std::string_view name);
 // The explicit path if given, else $SHARDKIT_CONFIG, else ./shardkit.toml.
 [[nodiscard]] std::filesystem::path ResolveConfigPath(const std::optional<std::string>& explicit_path);
 

@@ -195,8 +195,8 @@ struct PrimaryLeases::Impl {
   std::thread thread;
 };
 
-PrimaryLeases::PrimaryLeases(BucketShardResolver& resolver, Dsn catalog_dsn, PrimaryLeasesOptions options)
-    : impl_(std::make_unique<Impl>(resolver, std::move(catalog_dsn), std::move(options))) {
+PrimaryLeases::PrimaryLeases(BucketShardResolver& resolver, const Dsn& catalog_dsn, PrimaryLeasesOptions options)
+    : impl_(std::make_unique<Impl>(resolver, catalog_dsn, std::move(options))) {
   impl_->thread = std::thread([this] { impl_->Loop(); });
 }
 

@@ -57,16 +57,8 @@ class Run {
                                                    "there, for every router to follow",
                                                    config.origin));
     }
-    const auto found = std::find_if(config.shards.begin(), config.shards.end(),
-                                    [&](const ShardConfig& s) { return s.name == shard_name; });
-    if (found == config.shards.end()) {
-      std::string names;
-      for (const auto& s : config.shards) names += (names.empty() ? "" : ", ") + s.name;
-      throw ConfigError("shard",
-                        fmt::format("{} has no shard named {} (its shards: {})", config.origin, shard_name, names));
-    }
-    shard_index_ = static_cast<int>(found - config.shards.begin());
-    shard_ = &*found;
+    shard_index_ = ShardIndexNamed(config, shard_name);
+    shard_ = &config.shards[static_cast<std::size_t>(shard_index_)];
     members_.push_back(Server{shard_->name, shard_->AdminDsn(), 0});
     for (std::size_t j = 0; j < shard_->replicas.size(); ++j) {
       members_.push_back(Server{shard_->replicas[j].name, shard_->replicas[j].AdminDsn(), static_cast<int>(j + 1)});

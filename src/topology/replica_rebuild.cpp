@@ -110,16 +110,8 @@ class Run {
                                                    "primary, and journals the rebuild",
                                                    config.origin));
     }
-    const auto found = std::find_if(config.shards.begin(), config.shards.end(),
-                                    [&](const ShardConfig& s) { return s.name == shard_name; });
-    if (found == config.shards.end()) {
-      std::string names;
-      for (const auto& s : config.shards) names += (names.empty() ? "" : ", ") + s.name;
-      throw ConfigError("shard",
-                        fmt::format("{} has no shard named {} (its shards: {})", config.origin, shard_name, names));
-    }
-    shard_index_ = static_cast<int>(found - config.shards.begin());
-    shard_ = &*found;
+    shard_index_ = ShardIndexNamed(config, shard_name);
+    shard_ = &config.shards[static_cast<std::size_t>(shard_index_)];
     members_.push_back(Server{shard_->name, shard_->AdminDsn()});
     for (const auto& r : shard_->replicas) members_.push_back(Server{r.name, r.AdminDsn()});
     report_.shard = shard_->name;

@@ -66,7 +66,7 @@ struct PrimaryLeasesStats {
 // while a failover of the shard is under way. Thread-safe.
 class PrimaryLeases {
  public:
-  PrimaryLeases(BucketShardResolver& resolver, Dsn catalog_dsn, PrimaryLeasesOptions options = {});
+  PrimaryLeases(BucketShardResolver& resolver, const Dsn& catalog_dsn, PrimaryLeasesOptions options = {});
   ~PrimaryLeases();  // stops the thread
   PrimaryLeases(const PrimaryLeases&) = delete;
   PrimaryLeases& operator=(const PrimaryLeases&) = delete;

@@ -26,6 +26,13 @@
 -- primary's: a router that follows the catalog reads the new primary and
 -- retries there; one that does not gets the error at its deadline.
 --
+-- The check exists only while leases are on: shardkit_lease_enforce(true)
+-- (shardctl leases --ttl-ms, on every primary before the catalog turns them
+-- on) installs it on every sharded table and marks the shard, so a table
+-- sharded later gets it too; shardkit_lease_enforce(false) (--off) removes
+-- it. With leases off a write pays nothing for them. Both are replicated:
+-- a promoted or rebuilt replica enforces as its primary did.
+--
 -- A sequence for the same reasons as sql/014's: shared by every session,
 -- read without a snapshot, written at once (not at COMMIT) and replicated,
 -- so a promoted replica starts with its old primary's lease (in force, and
@@ -70,10 +77,20 @@ $fn$;
 
 -- Whether this row's transaction must hold the lease at COMMIT: one of
 -- shardkit's (the fence statement set shardkit.buckets) on a server with a
--- lease in force. The trigger's WHEN: false queues nothing.
+-- lease in force. The trigger's WHEN: false queues nothing. One check per
+-- transaction, not per row: the first row that queues it marks the
+-- transaction (shardkit.lease_queued, transaction-local), and the check
+-- clears the mark when it runs (so rows written after SET CONSTRAINTS ...
+-- IMMEDIATE queue one again). A savepoint rolled back drops the queued
+-- check and the mark together. CASE: evaluated in this order.
 CREATE OR REPLACE FUNCTION shardkit_lease_applies() RETURNS boolean
 LANGUAGE sql VOLATILE AS $fn$
-  SELECT coalesce(current_setting('shardkit.buckets', true), '') <> '' AND shardkit_lease_until() > 0
+  SELECT CASE
+           WHEN coalesce(current_setting('shardkit.lease_queued', true), '') = 'on' THEN false
+           WHEN coalesce(current_setting('shardkit.buckets', true), '') = '' THEN false
+           WHEN shardkit_lease_until() <= 0 THEN false
+           ELSE set_config('shardkit.lease_queued', 'on', true) = 'on'
+         END
 $fn$;
 
 CREATE OR REPLACE FUNCTION shardkit_lease_at_commit() RETURNS trigger
@@ -82,6 +99,7 @@ DECLARE
   until_us bigint := shardkit_lease_until();
   now_us   bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 BEGIN
+  PERFORM set_config('shardkit.lease_queued', '', true);
   IF until_us > 0 AND now_us >= until_us AND NOT pg_is_in_recovery() THEN
     RAISE EXCEPTION USING ERRCODE = '25006',
       MESSAGE = format('shardkit: write refused: this server''s lease as its shard''s primary ran out %s ms ago '
@@ -94,23 +112,73 @@ BEGIN
 END
 $fn$;
 
+-- Present (one row) while this shard enforces leases: tables sharded from
+-- then on get the check when they are fenced.
+CREATE TABLE IF NOT EXISTS shardkit_lease_enforced (
+  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  since     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
 -- The lease's check at COMMIT on one table: a constraint trigger, deferred
--- to the end of the transaction (idempotent: constraint triggers cannot be
--- replaced in place).
+-- to the end of the transaction. Created only where it is missing (the
+-- CREATE takes a lock that waits for the table's writes in flight).
 CREATE OR REPLACE FUNCTION shardkit_install_lease(t regclass) RETURNS void
 LANGUAGE plpgsql AS $fn$
 BEGIN
-  EXECUTE format('DROP TRIGGER IF EXISTS shardkit_lease ON %s', t);
-  EXECUTE format('CREATE CONSTRAINT TRIGGER shardkit_lease AFTER INSERT OR UPDATE OR DELETE ON %s '
-                 'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (shardkit_lease_applies()) '
-                 'EXECUTE FUNCTION shardkit_lease_at_commit()', t);
+  IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = t AND tgname = 'shardkit_lease') THEN
+    EXECUTE format('CREATE CONSTRAINT TRIGGER shardkit_lease AFTER INSERT OR UPDATE OR DELETE ON %s '
+                   'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (shardkit_lease_applies()) '
+                   'EXECUTE FUNCTION shardkit_lease_at_commit()', t);
+  END IF;
 END
 $fn$;
 
--- Every table fenced from now on gets it too: sql/010's fence and
--- visibility keep their body under the name shardkit_install_row_fence,
--- and shardkit_install_fence (what enrolling and sharding a table call)
--- installs both.
+-- Leases on (true) or off (false) on this shard's primary: the check on
+-- every sharded table and the mark, or neither and no lease in force.
+-- Returns how many tables it changed. Refused on a standby (it follows its
+-- primary's).
+CREATE OR REPLACE FUNCTION shardkit_lease_enforce(p_on boolean) RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  t       regclass;
+  changed integer := 0;
+BEGIN
+  IF pg_is_in_recovery() THEN
+    RAISE EXCEPTION USING ERRCODE = '25006',
+      MESSAGE = 'shardkit: leases are turned on and off on a shard''s primary, not on a standby';
+  END IF;
+  IF p_on THEN
+    INSERT INTO shardkit_lease_enforced DEFAULT VALUES ON CONFLICT (singleton) DO NOTHING;
+  ELSE
+    DELETE FROM shardkit_lease_enforced;
+    PERFORM shardkit_lease_release();
+  END IF;
+  FOR t IN SELECT s.table_name FROM shardkit_sharded_tables s JOIN pg_class c ON c.oid = s.table_name LOOP
+    IF p_on AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = t AND tgname = 'shardkit_lease') THEN
+      PERFORM shardkit_install_lease(t);
+      changed := changed + 1;
+    ELSIF NOT p_on AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = t AND tgname = 'shardkit_lease') THEN
+      EXECUTE format('DROP TRIGGER shardkit_lease ON %s', t);
+      changed := changed + 1;
+    END IF;
+  END LOOP;
+  RETURN changed;
+END
+$fn$;
+
+-- Whether this shard enforces leases, and on how many of its sharded tables.
+CREATE OR REPLACE FUNCTION shardkit_lease_enforcement(OUT enforced boolean, OUT tables integer, OUT checked integer)
+LANGUAGE sql STABLE AS $fn$
+  SELECT EXISTS (SELECT 1 FROM shardkit_lease_enforced),
+         (SELECT count(*)::integer FROM shardkit_sharded_tables s JOIN pg_class c ON c.oid = s.table_name),
+         (SELECT count(*)::integer FROM shardkit_sharded_tables s JOIN pg_trigger g ON g.tgrelid = s.table_name
+          WHERE g.tgname = 'shardkit_lease')
+$fn$;
+
+-- Every table fenced from now on gets it too while leases are on: sql/010's
+-- fence and visibility keep their body under the name
+-- shardkit_install_row_fence, and shardkit_install_fence (what enrolling
+-- and sharding a table call) installs both.
 DO $do$
 BEGIN
   IF to_regprocedure('shardkit_install_row_fence(regclass)') IS NULL THEN
@@ -123,19 +191,8 @@ CREATE OR REPLACE FUNCTION shardkit_install_fence(t regclass) RETURNS void
 LANGUAGE plpgsql AS $fn$
 BEGIN
   PERFORM shardkit_install_row_fence(t);
-  PERFORM shardkit_install_lease(t);
-END
-$fn$;
-
--- Tables fenced before this file.
-DO $do$
-DECLARE
-  t regclass;
-BEGIN
-  IF EXISTS (SELECT 1 FROM shardkit_shard_identity) THEN
-    FOR t IN SELECT s.table_name FROM shardkit_sharded_tables s JOIN pg_class c ON c.oid = s.table_name LOOP
-      PERFORM shardkit_install_lease(t);
-    END LOOP;
+  IF EXISTS (SELECT 1 FROM shardkit_lease_enforced) THEN
+    PERFORM shardkit_install_lease(t);
   END IF;
 END
-$do$;
+$fn$;

@@ -251,10 +251,47 @@ std::optional<milliseconds> LeaseTtl(const ClusterConfig& config) {
   }
 }
 
+namespace {
+
+// sql/042's check at COMMIT on every sharded table of every shard's primary
+// (on), or none and no lease in force (off). A CREATE TRIGGER waits for the
+// table's writes in flight: at most lock_timeout, then the shard is named.
+void EnforceOnEveryPrimary(const ClusterConfig& config, bool on) {
+  const ClusterConfig now = AtCurrentPrimaries(config);
+  for (std::size_t s = 0; s < now.shards.size(); ++s) {
+    const ShardConfig& shard = now.shards[s];
+    try {
+      pqxx::connection c{WithConnectTimeout(shard.AdminDsn(), milliseconds(5000)).Reveal()};
+      pqxx::work tx{c};
+      tx.exec("SET LOCAL lock_timeout = '5s'");
+      tx.exec_params("SELECT shardkit_lease_enforce($1)", on);
+      tx.commit();
+    } catch (const std::exception& e) {
+      const auto* sql = dynamic_cast<const pqxx::sql_error*>(&e);
+      const std::string why = sql != nullptr && sql->sqlstate() == kUndefinedFunction
+                                  ? "not migrated to sql/042: shardctl migrate"
+                                  : RedactDsn(FirstLine(e.what()));
+      throw ShardError(
+          ShardId{static_cast<int>(s)},
+          on ? fmt::format("leases stay off: shard {}'s primary could not take the lease check ({}); nothing was "
+                           "written to the catalog",
+                           shard.name, why)
+             : fmt::format("leases are off in the catalog, but shard {}'s primary still has the lease check ({}): "
+                           "run shardctl leases --off again once it is reachable",
+                           shard.name, why));
+    }
+  }
+}
+
+}  // namespace
+
 void SetLeaseTtl(const ClusterConfig& config, std::optional<milliseconds> ttl) {
   if (ttl && (*ttl < milliseconds(100) || *ttl > milliseconds(600000))) {
     throw ConfigError("leases.ttl", fmt::format("a lease's time to live is 100 ms to 10 min, not {} ms", ttl->count()));
   }
+  // On: every primary checks before any router grants a lease (a lease on a
+  // server without the check would protect nothing).
+  if (ttl) EnforceOnEveryPrimary(config, true);
   const auto catalog = ConnectCatalog(config);
   try {
     pqxx::work tx{*catalog};
@@ -272,22 +309,9 @@ void SetLeaseTtl(const ClusterConfig& config, std::optional<milliseconds> ttl) {
     throw CatalogError(fmt::format("writing the catalog's lease settings failed: {}{}", FirstLine(e.what()),
                                    e.sqlstate() == kUndefinedTable ? " (migrate the catalog: shardctl migrate)" : ""));
   }
-  if (ttl) return;
-  // Off: a lease left in force would refuse writes once it ran out.
-  const ClusterConfig now = AtCurrentPrimaries(config);
-  for (std::size_t s = 0; s < now.shards.size(); ++s) {
-    const ShardConfig& shard = now.shards[s];
-    try {
-      pqxx::connection c{WithConnectTimeout(shard.AdminDsn(), milliseconds(5000)).Reveal()};
-      pqxx::nontransaction tx{c};
-      tx.exec("SELECT shardkit_lease_release() WHERE NOT pg_is_in_recovery()");
-    } catch (const std::exception& e) {
-      throw ShardError(ShardId{static_cast<int>(s)},
-                       fmt::format("leases are off in the catalog, but the lease of shard {}'s primary could not be "
-                                   "released ({}): run shardctl leases --off again once it is reachable",
-                                   shard.name, RedactDsn(FirstLine(e.what()))));
-    }
-  }
+  // Off: no check, and no lease left in force (it would refuse writes once
+  // it ran out).
+  if (!ttl) EnforceOnEveryPrimary(config, false);
 }
 
 std::vector<PrimaryLeaseState> ListPrimaryLeases(const ClusterConfig& config) {
@@ -306,9 +330,11 @@ std::vector<PrimaryLeaseState> ListPrimaryLeases(const ClusterConfig& config) {
       pqxx::connection c{WithConnectTimeout(shard.dsn, milliseconds(5000)).Reveal()};
       pqxx::nontransaction tx{c};
       state.reachable = true;
-      const auto row =
-          tx.exec1("SELECT shardkit_lease_until(), (extract(epoch FROM clock_timestamp()) * 1000000)::bigint");
+      const auto row = tx.exec1(
+          "SELECT shardkit_lease_until(), (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, "
+          "e.enforced AND e.checked = e.tables FROM shardkit_lease_enforcement() e");
       const auto until = row[0].as<std::int64_t>();
+      state.enforced = row[2].as<bool>();
       state.in_force = until > 0;
       if (state.in_force) state.remaining = milliseconds((until - row[1].as<std::int64_t>()) / 1000);
     } catch (const pqxx::sql_error& e) {

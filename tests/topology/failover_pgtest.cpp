@@ -744,9 +744,19 @@ TEST_F(Failover, WithLeasesADeposedPrimaryCommitsNoWriteAfterThePromotion) {
 // and turns leases off, which releases the lease.
 TEST_F(Failover, ALeaseThatRunsOutRefusesTheCommitOfAnOpenTransaction) {
   StartServers(Replication::kAsync);
+  // The sharded tables of shard 0's primary that check the lease at COMMIT,
+  // and all of them.
+  const auto lease_checks = [&] {
+    pqxx::connection c{test::WithDatabase(primary_->Dsn(), cluster_->ShardDatabaseName(0)).Reveal()};
+    const auto row = pqxx::nontransaction{c}.exec1(
+        "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname = 'shardkit_lease'), "
+        "(SELECT count(*) FROM shardkit_sharded_tables)");
+    return std::pair{row[0].as<int>(), row[1].as<int>()};
+  };
   const Ran off = Shardctl("leases");
   EXPECT_EQ(off.status, 0) << off.out;
   EXPECT_NE(off.out.find("leases off"), std::string::npos) << off.out;
+  EXPECT_EQ(lease_checks().first, 0) << "leases off: no write pays for a check";
   const Ran on = Shardctl("--json leases --ttl-ms 300");
   ASSERT_EQ(on.status, 0) << on.out;
   const auto shown = nlohmann::json::parse(on.out.substr(on.out.find('{')));
@@ -754,7 +764,52 @@ TEST_F(Failover, ALeaseThatRunsOutRefusesTheCommitOfAnOpenTransaction) {
   EXPECT_EQ(shown["ttl_ms"], 300) << on.out;
   ASSERT_EQ(shown["shards"].size(), 2U) << on.out;
   EXPECT_FALSE(shown["shards"][0]["in_force"].get<bool>()) << on.out;  // nobody granted one yet
+  EXPECT_TRUE(shown["shards"][0]["enforced"].get<bool>()) << on.out;
+  EXPECT_TRUE(shown["shards"][1]["enforced"].get<bool>()) << on.out;
+  const auto [checked, sharded] = lease_checks();
+  EXPECT_GT(sharded, 0);
+  EXPECT_EQ(checked, sharded);
   EXPECT_EQ(LeaseTtl(cluster_->Config()), milliseconds(300));
+  // A table sharded while leases are on checks them too.
+  {
+    pqxx::connection c{test::WithDatabase(primary_->Dsn(), cluster_->ShardDatabaseName(0)).Reveal()};
+    pqxx::work tx{c};
+    tx.exec(
+        "CREATE TABLE lease_later (customer_id integer NOT NULL, bucket smallint NOT NULL "
+        "CHECK (bucket = bucket_of(customer_id)), note_id bigint NOT NULL, PRIMARY KEY (customer_id, note_id))");
+    tx.exec("SELECT shardkit_shard_table('lease_later')");
+    tx.commit();
+    EXPECT_EQ(lease_checks().first, sharded + 1);
+  }
+  // One check per transaction, however many rows it writes; rows written
+  // after SET CONSTRAINTS ... IMMEDIATE ran the check queue another.
+  {
+    pqxx::connection c{test::WithDatabase(primary_->Dsn(), cluster_->ShardDatabaseName(0)).Reveal()};
+    pqxx::nontransaction{c}.exec("SET track_functions = 'pl'");
+    pqxx::work tx{c};
+    tx.exec("SET LOCAL shardkit.buckets = 'all'");
+    tx.exec("SELECT shardkit_lease_extend(((extract(epoch FROM clock_timestamp()) + 60) * 1000000)::bigint)");
+    const auto insert = [&](int first, int count) {
+      tx.exec_params(
+          "INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) "
+          "SELECT $1, $2, g, now(), 1 FROM generate_series($3::bigint, $3::bigint + $4 - 1) g",
+          customers_[0], ToInt(BucketOf(CustomerId{customers_[0]})), 940000000 + first, count);
+    };
+    const auto checks_run = [&] {
+      tx.exec("SET CONSTRAINTS shardkit_lease IMMEDIATE");
+      return tx
+          .exec1("SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
+                 "WHERE funcname = 'shardkit_lease_at_commit'")[0]
+          .as<int>();
+    };
+    insert(0, 20);
+    insert(20, 1);
+    EXPECT_EQ(checks_run(), 1);
+    insert(21, 5);
+    EXPECT_EQ(checks_run(), 2);
+    tx.abort();
+    pqxx::nontransaction{c}.exec("SELECT shardkit_lease_release()");
+  }
 
   const auto resolver = cluster_->MakeResolver();
   ClusterConfig blind = cluster_->Config();
@@ -809,6 +864,7 @@ TEST_F(Failover, ALeaseThatRunsOutRefusesTheCommitOfAnOpenTransaction) {
   EXPECT_EQ(turned_off.status, 0) << turned_off.out;
   EXPECT_NE(turned_off.out.find("no lease in force"), std::string::npos) << turned_off.out;
   EXPECT_EQ(LeaseTtl(cluster_->Config()), std::nullopt);
+  EXPECT_EQ(lease_checks().first, 0) << "leases off: the checks are dropped";
   EXPECT_NO_THROW((void)test::WriteOrder(*router, customers_[0], 930000001));
 
   // Turned off behind a keeper's back (or its renewal raced shardctl's

@@ -1,8 +1,9 @@
 // shardctl leases [--ttl-ms N | --off] [--json]: the primaries' leases
 // (shardkit/routing/primary_leases.hpp): with no option, whether they are
 // on and each shard's primary's lease; --ttl-ms turns them on (or changes
-// the time to live); --off turns them off and releases every primary's.
-// Exit 1 when a primary cannot be reached or released.
+// the time to live) and installs the check on every primary; --off turns
+// them off, drops the check and releases every primary's lease. Exit 1 when
+// a primary cannot be reached or changed, or does not check leases.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -27,6 +28,7 @@ void Show(const shardkit::ClusterConfig& config, bool json) {
       shards.push_back({{"shard", s.shard},
                         {"primary", s.server},
                         {"reachable", s.reachable},
+                        {"enforced", s.enforced},
                         {"in_force", s.in_force},
                         {"remaining_ms", s.remaining.count()},
                         {"error", s.error}});
@@ -48,6 +50,9 @@ void Show(const shardkit::ClusterConfig& config, bool json) {
       if (!s.error.empty()) {
         what = "unreachable or not migrated: " + s.error;
         unreachable = true;
+      } else if (ttl && !s.enforced) {
+        what = "does not check leases (a shard added since they were turned on: run shardctl leases --ttl-ms again)";
+        unreachable = true;
       } else if (!s.in_force) {
         what = "no lease in force (writes admitted without one)";
       } else if (s.remaining.count() > 0) {
@@ -58,7 +63,7 @@ void Show(const shardkit::ClusterConfig& config, bool json) {
       fmt::print("  {:<12} primary {:<20} {}\n", s.shard, s.server, what);
     }
   }
-  if (unreachable) throw shardkit::Error("a shard's primary could not be asked (see above)");
+  if (unreachable) throw shardkit::Error("a shard's primary could not be asked, or does not check leases (see above)");
 }
 
 }  // namespace

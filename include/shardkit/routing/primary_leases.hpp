@@ -85,11 +85,14 @@ class PrimaryLeases {
 // The catalog's lease settings: unset when leases are off. Throws CatalogError.
 [[nodiscard]] std::optional<std::chrono::milliseconds> LeaseTtl(const ClusterConfig& config);
 
-// Turns leases on with this time to live (100 ms to 10 min), or changes it;
-// nullopt turns them off, and releases the lease of every shard's current
-// primary (otherwise they would refuse writes once it ran out). Throws
-// CatalogError, ConfigError (no catalog, a time to live out of range), and
-// ShardError for a primary that could not be released (run it again).
+// Turns leases on with this time to live (100 ms to 10 min), or changes it:
+// first every shard's current primary gets the check at COMMIT (sql/042),
+// then the catalog says on. nullopt turns them off: the catalog first, then
+// every primary drops the check and its lease (otherwise it would refuse
+// writes once the lease ran out). With leases off no write pays for them.
+// Throws CatalogError, ConfigError (no catalog, a time to live out of
+// range), and ShardError for a primary that could not be changed (turning
+// on: the catalog was not; turning off: run it again).
 void SetLeaseTtl(const ClusterConfig& config, std::optional<std::chrono::milliseconds> ttl);
 
 // One shard's primary and its lease, as shardctl leases shows them.
@@ -98,6 +101,7 @@ struct PrimaryLeaseState {
   std::string server;  // the shard's primary now (the catalog's)
   bool reachable = false;
   std::string error;                       // unreachable, or not migrated (sql/042)
+  bool enforced = false;                   // every sharded table checks the lease at COMMIT
   bool in_force = false;                   // a lease was granted there
   std::chrono::milliseconds remaining{0};  // until it runs out, by the server's clock (negative: ran out)
 };

@@ -798,8 +798,9 @@ TEST_F(Failover, ALeaseThatRunsOutRefusesTheCommitOfAnOpenTransaction) {
     const auto checks_run = [&] {
       tx.exec("SET CONSTRAINTS shardkit_lease IMMEDIATE");
       return tx
-          .exec1("SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
-                 "WHERE funcname = 'shardkit_lease_at_commit'")[0]
+          .exec1(
+              "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
+              "WHERE funcname = 'shardkit_lease_at_commit'")[0]
           .as<int>();
     };
     insert(0, 20);

@@ -51,7 +51,9 @@ bool Converged(const PartitionGroupView& g, const std::vector<std::string>& live
 // tries, up to 200); its status then.
 // `unfinished(job_id)`: the job's row is not done. A worker stopped right
 // after sending its completion's COMMIT still reports the job as processing,
-// and the server commits it anyway: such a catch is let go.
+// and the server commits it anyway: such a catch is let go. What it sent
+// before the stop is given 2 s to land (a COMMIT that waits for a
+// synchronous standby on a loaded machine took over 300 ms).
 WorkerStatus StopMidJob(WorkerProcess& fw, Rng& rng, int& attempts,
                         const std::function<bool(std::int64_t)>& unfinished) {
   WorkerStatus status;
@@ -61,8 +63,8 @@ WorkerStatus StopMidJob(WorkerProcess& fw, Rng& rng, int& attempts,
     (void)::waitpid(fw.Pid(), &st, WUNTRACED);  // until it is really stopped
     status = fw.Status();
     if (status.phase == WorkerPhase::kProcessing) {
-      std::this_thread::sleep_for(300ms);  // what it sent before the stop has landed by now
-      if (unfinished(status.job_id)) break;
+      const std::int64_t job = status.job_id;
+      if (!WaitUntil([&] { return !unfinished(job); }, 2s, 100ms)) break;
       status.phase = WorkerPhase::kIdle;
     }
     fw.Signal(SIGCONT);

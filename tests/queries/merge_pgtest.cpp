@@ -231,10 +231,16 @@ class MergePg : public ::testing::Test {
       }
     }
     servers_.clear();
+    // Reset: the next suite's SetUpTestSuite may throw before it sets them,
+    // and its TearDownTestSuite must not delete them again.
     delete scatter_;
+    scatter_ = nullptr;
     delete resolver_;
+    resolver_ = nullptr;
     delete directory_;
+    directory_ = nullptr;
     delete cluster_;
+    cluster_ = nullptr;
   }
 
   static pqxx::connection& Reference() { return *servers_.back(); }
@@ -874,11 +880,7 @@ TEST_F(MergePg, NonCCollationAndNonIsoDateStyleAreRefusedNamingTheShard) {
       EXPECT_EQ(e.shard(), ShardId{0});
     }
   }
-  {
-    pqxx::connection admin{cluster_->Config().shards[0].dsn.Reveal()};
-    pqxx::nontransaction tx{admin};
-    tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db) + " WITH (FORCE)");
-  }
+  test::DropDatabase(cluster_->Config().shards[0].dsn, db);
   EXPECT_NE(message.find("shard 0"), std::string::npos) << message;
   EXPECT_NE(message.find("C.UTF-8"), std::string::npos) << message;
 
@@ -1185,9 +1187,9 @@ TEST_F(MergePg, IcuDatabasesFailTheCollationCheck) {
   const Dsn admin_dsn = cluster_->ShardDsn(1);
   const Dsn icu_dsn = test::WithDatabase(admin_dsn, db);
   {
+    test::DropDatabase(admin_dsn, db);
     pqxx::connection admin{admin_dsn.Reveal()};
     pqxx::nontransaction tx{admin};
-    tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db) + " WITH (FORCE)");
     tx.exec("CREATE DATABASE " + tx.quote_name(db) +
             " LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C' TEMPLATE template0");
   }
@@ -1196,9 +1198,7 @@ TEST_F(MergePg, IcuDatabasesFailTheCollationCheck) {
     std::string db;
     ~DropAtEnd() {
       try {
-        pqxx::connection admin{admin_dsn.Reveal()};
-        pqxx::nontransaction tx{admin};
-        tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(db) + " WITH (FORCE)");
+        test::DropDatabase(admin_dsn, db);
       } catch (const std::exception&) {
         // The next run drops it.
       }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,21 @@ void Exec(const Dsn& dsn, const std::string& sql) {
 }
 
 }  // namespace
+
+void DropDatabase(const Dsn& dsn, const std::string& database) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    try {
+      pqxx::connection c{dsn.Reveal()};
+      pqxx::nontransaction tx{c};
+      tx.exec("DROP DATABASE IF EXISTS " + tx.quote_name(database) + " WITH (FORCE)");
+      return;
+    } catch (const pqxx::insufficient_privilege&) {
+      if (std::chrono::steady_clock::now() > give_up) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+}
 
 ClusterConfig LoadTestConfig() {
   std::filesystem::path path = SHARDKIT_SOURCE_DIR "/.cluster/shardkit.toml";
@@ -128,7 +144,7 @@ ScratchCluster::ScratchCluster(const std::string& name_prefix, ScratchOptions op
     for (std::size_t i = 0; i < wanted.size(); ++i) {
       threads.emplace_back([&wanted, &errors, i] {
         try {
-          Exec(wanted[i].first, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", wanted[i].second));
+          DropDatabase(wanted[i].first, wanted[i].second);
           Exec(wanted[i].first, fmt::format("CREATE DATABASE {}", wanted[i].second));
         } catch (const std::exception& e) {
           errors[i] = fmt::format("creating database {}: {}", wanted[i].second, RedactDsn(e.what()));
@@ -228,7 +244,7 @@ void ScratchCluster::DropAll() noexcept {
         // Not a superuser, or the server is gone: DROP DATABASE says why.
       }
       try {
-        Exec(server, fmt::format("DROP DATABASE IF EXISTS {} WITH (FORCE)", database));
+        DropDatabase(server, database);
       } catch (const std::exception&) {
         // A server stopped by the test itself; the next run drops it.
       }

@@ -41,6 +41,12 @@ inline constexpr const char* kNoReplicas =
 // The same connection string pointing at another database.
 [[nodiscard]] Dsn WithDatabase(const Dsn& dsn, const std::string& database);
 
+// DROP DATABASE IF EXISTS ... WITH (FORCE) on dsn's server. Retried for up
+// to 10 s while it is refused for lack of privilege (42501): an autovacuum
+// worker in that database has no role, and only a superuser may terminate
+// it; it leaves by itself within moments.
+void DropDatabase(const Dsn& dsn, const std::string& database);
+
 // The Bookstore's migrations (examples/bookstore-service/sql), the
 // application set of the lab and the tests.
 [[nodiscard]] const MigrationSet& BookstoreMigrations();

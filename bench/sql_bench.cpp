@@ -12,6 +12,7 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <pqxx/pqxx>
@@ -20,6 +21,7 @@
 #include "dataset.hpp"
 #include "lab.hpp"
 #include "load.hpp"
+#include "pg/libpq_handle.hpp"
 #include "shardkit/cluster.hpp"
 #include "shardkit/queries/aggregate_query.hpp"
 #include "support/bookstore_rows.hpp"
@@ -154,6 +156,69 @@ void BM_WriteClusterRun(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_WriteClusterRun)->UseRealTime();
+
+// The same one-row INSERT three ways in every iteration, in turn, so that a
+// machine whose load drifts affects all alike: through Execute (BEGIN, the
+// statement timeout and bucket check, INSERT, COMMIT and the read token's
+// position in one round trip), and raw on the customer's pooled connection:
+// BEGIN; INSERT; COMMIT sent as one libpq pipeline (one round trip, no
+// routing, check or token), and the INSERT alone in autocommit (the least a
+// write costs). Counters: the mean of each, and Execute's ratios to them.
+void RawPipelinedInsert(PGconn* conn, benchmark::State& state) {
+  const std::string order = std::to_string(NextOrderId());
+  const std::string customer = std::to_string(shardkit::ToInt(kCustomer));
+  const char* values[] = {customer.c_str(), order.c_str()};
+  bool ok = PQenterPipelineMode(conn) == 1 &&
+            PQsendQueryParams(conn, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1 &&
+            PQsendQueryParams(conn, kInsertOrder, 2, nullptr, values, nullptr, nullptr, 0) == 1 &&
+            PQsendQueryParams(conn, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1 &&
+            PQpipelineSync(conn) == 1;
+  for (int results = 0; ok && results < 4;) {
+    PGresult* r = PQgetResult(conn);
+    if (r == nullptr) continue;  // the end of one statement's results
+    const auto status = PQresultStatus(r);
+    ok = status == PGRES_COMMAND_OK || status == PGRES_PIPELINE_SYNC;
+    PQclear(r);
+    ++results;
+  }
+  if (!ok || PQexitPipelineMode(conn) != 1) state.SkipWithError(PQerrorMessage(conn));
+}
+
+void BM_OneInsertExecuteVsRaw(benchmark::State& state) {
+  shardkit::Cluster& cluster = *Shared().cluster;
+  auto lease = cluster.Route(kCustomer).pool.Acquire();
+  PGconn* raw = shardkit::detail::LibpqHandle(*lease);
+  const std::string customer = std::to_string(shardkit::ToInt(kCustomer));
+  using Clock = std::chrono::steady_clock;
+  Clock::duration execute{0};
+  Clock::duration pipelined{0};
+  Clock::duration autocommit{0};
+  for (auto _ : state) {
+    auto started = Clock::now();
+    if (cluster.Execute(kInsertOrder, {customer, std::to_string(NextOrderId())}).affected != 1) {
+      state.SkipWithError("no row");
+    }
+    execute += Clock::now() - started;
+    started = Clock::now();
+    RawPipelinedInsert(raw, state);
+    pipelined += Clock::now() - started;
+    started = Clock::now();
+    {
+      pqxx::nontransaction tx{*lease};
+      if (tx.exec_params(kInsertOrder, kCustomer, NextOrderId()).affected_rows() != 1) state.SkipWithError("no row");
+    }
+    autocommit += Clock::now() - started;
+  }
+  const auto us = [&](Clock::duration total) {
+    return std::chrono::duration<double, std::micro>(total).count() / static_cast<double>(state.iterations());
+  };
+  state.counters["execute_us"] = us(execute);
+  state.counters["raw_pipelined_us"] = us(pipelined);
+  state.counters["raw_autocommit_us"] = us(autocommit);
+  state.counters["execute_vs_pipelined"] = us(execute) / us(pipelined);
+  state.counters["execute_vs_autocommit"] = us(execute) / us(autocommit);
+}
+BENCHMARK(BM_OneInsertExecuteVsRaw)->UseRealTime();
 
 void BM_BestSellersMerge(benchmark::State& state) {
   shardkit::Cluster& cluster = *Shared().cluster;

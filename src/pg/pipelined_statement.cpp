@@ -46,6 +46,13 @@ std::string ConnectionMessage(PGconn* conn) {
 
 }  // namespace
 
+std::optional<std::string> SetupSettingTimeout(const std::string& setup, long long timeout_ms) {
+  constexpr std::string_view kSelect = "SELECT ";
+  if (!setup.starts_with(kSelect)) return std::nullopt;
+  return "SELECT set_config('statement_timeout', '" + std::to_string(timeout_ms) + "', true), " +
+         setup.substr(kSelect.size());
+}
+
 PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const PipelineRequest& request,
                                        bool nonblocking)
     : connection_(connection), conn_(LibpqHandle(connection)), request_(request), nonblocking_(nonblocking) {
@@ -58,11 +65,18 @@ PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const 
       presync_ = static_cast<int>(steps_.size());
       steps_.push_back(request.presync);
     }
-    // The timeout is a number computed by the caller; SET takes no parameters.
-    timeout_ = "SET LOCAL statement_timeout = " + std::to_string(request.statement_timeout_ms);
     steps_.push_back(request.begin != nullptr ? request.begin : request.read_only ? &kBeginReadOnly : &kBegin);
-    steps_.push_back(&timeout_);
-    if (request.setup != nullptr) steps_.push_back(request.setup);
+    auto folded =
+        request.setup == nullptr ? std::nullopt : SetupSettingTimeout(*request.setup, request.statement_timeout_ms);
+    if (folded) {
+      timeout_ = std::move(*folded);
+      steps_.push_back(&timeout_);
+    } else {
+      // The timeout is a number computed by the caller; SET takes no parameters.
+      timeout_ = "SET LOCAL statement_timeout = " + std::to_string(request.statement_timeout_ms);
+      steps_.push_back(&timeout_);
+      if (request.setup != nullptr) steps_.push_back(request.setup);
+    }
   } else if (request.before != nullptr) {
     for (const auto& sql : *request.before) steps_.push_back(&sql);
   }
@@ -103,7 +117,7 @@ void PipelinedStatement::Send() {
     // The server holds its replies until a Sync or a Flush: asked to
     // flush after the first step (a BEGIN, a few bytes), it sends that
     // step's reply at once, which times one round trip (Timings()).
-    if (i == 0 && main_ > 0 && PQsendFlushRequest(conn_) != 1) {
+    if (i == 0 && main_ > 0 && request.time_round_trip && PQsendFlushRequest(conn_) != 1) {
       throw pqxx::broken_connection(ConnectionMessage(conn_));
     }
     if (i == presync_ && PQpipelineSync(conn_) != 1) throw pqxx::broken_connection(ConnectionMessage(conn_));
@@ -269,7 +283,7 @@ void PipelinedStatement::StartWatching(bool right_after_send) {
 
 PipelinedStatement::Timing PipelinedStatement::Timings() const noexcept {
   Timing t;
-  if (first_result_at_ && !round_trip_stale_) t.round_trip = *first_result_at_ - sent_at_;
+  if (request_.time_round_trip && first_result_at_ && !round_trip_stale_) t.round_trip = *first_result_at_ - sent_at_;
   if (data_at_ && done_at_ && !transfer_stale_) t.transfer = *done_at_ - *data_at_;
   return t;
 }

@@ -116,6 +116,7 @@ detail::PipelineRequest Request(const ScatterState& state, const ShardTask& task
   request.read_only = state.read_only;
   request.statement_timeout_ms = left.count();
   request.setup = task.bucket_setup;
+  request.time_round_trip = true;
   if (task.replica) {
     request.begin = &detail::kReplicaBegin;
     request.presync = task.replica_presync;

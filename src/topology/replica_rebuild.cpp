@@ -34,8 +34,10 @@ using detail::FirstLine;
 using detail::ParseConninfo;
 using std::chrono::milliseconds;
 
-// The catalog's advisory lock of a shard's rebuilds (failovers use 21325).
-constexpr int kRebuildLockClass = 21326;
+// The catalog's advisory lock of a shard's rebuilds (failovers use 21325; 21326 is a
+// shard's read hold, sql/044, which a catalog sharing a shard's database would
+// meet).
+constexpr int kRebuildLockClass = 21327;
 
 constexpr const char* kLogName = "shardkit-rebuild.log";
 

@@ -246,8 +246,10 @@ void RoutedCall::RunFunction(const Target& target, ConnectionPool::Lease& lease,
   {
     pqxx::nontransaction tx{*lease};
     if (presync != nullptr) tx.exec(*presync);
+    const auto folded = SetupSettingTimeout(setup, left.count());
     // The timeout is a number computed here (SET takes no parameters).
-    tx.exec(fmt::format("{}; SET LOCAL statement_timeout = {}; {}", begin, left.count(), setup));
+    tx.exec(folded ? fmt::format("{}; {}", begin, *folded)
+                   : fmt::format("{}; SET LOCAL statement_timeout = {}; {}", begin, left.count(), setup));
     (*work_.fn)(tx, target.at);
   }
   // A statement that failed inside the function, its error caught there,

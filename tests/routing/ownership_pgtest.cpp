@@ -525,6 +525,62 @@ TEST_F(Fence, AReaderOfAMovingBucketHoldsItAgainstTheHandover) {
   cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET move_id = NULL, new_owner = NULL WHERE bucket = 9");
 }
 
+// The check of one bucket in READ COMMITTED (what every routed read and
+// write sends, sql/044) holds the bucket and trusts the fence's word: no
+// read of the ownership table. Anything the word cannot vouch for goes to
+// the table, as before.
+TEST_F(Fence, AOneBucketCheckHoldsTheBucketAndReadsNoTableWhileTheWordVouchesForIt) {
+  pqxx::connection c{Shard0().Reveal()};
+  struct Check {
+    std::int64_t table_reads;
+    std::int64_t holds;
+  };
+  auto check = [&](const std::string& begin, const BucketSet& buckets) {
+    // The backend's table counters (they may still hold earlier
+    // transactions' counts: PostgreSQL flushes them at most once a second).
+    const std::string reads =
+        "SELECT coalesce(sum(seq_scan + coalesce(idx_scan, 0)), 0) FROM pg_stat_xact_user_tables "
+        "WHERE relname = 'shardkit_bucket_ownership'";
+    pqxx::nontransaction tx{c};
+    tx.exec(begin);
+    const auto before = tx.exec1(reads)[0].as<std::int64_t>();
+    tx.exec("SELECT set_config('shardkit.buckets', '" + buckets.Setting() + "', true), shardkit_check_buckets()");
+    const auto after = tx.exec1(reads)[0].as<std::int64_t>();
+    const auto holds = tx.exec1(
+                             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 21326 "
+                             "AND pid = pg_backend_pid()")[0]
+                           .as<std::int64_t>();
+    tx.exec("COMMIT");
+    return Check{after - before, holds};
+  };
+  const BucketSet one = BucketSet::One(BucketId{11});
+  Check fast = check("BEGIN", one);
+  EXPECT_EQ(fast.table_reads, 0);
+  EXPECT_EQ(fast.holds, 1);
+  // REPEATABLE READ reads as of its snapshot: the table, no hold.
+  Check snapshot = check("BEGIN ISOLATION LEVEL REPEATABLE READ", one);
+  EXPECT_GT(snapshot.table_reads, 0);
+  EXPECT_EQ(snapshot.holds, 0);
+  // Two buckets: the table.
+  BucketSet two = one;
+  two.Add(BucketId{12});
+  EXPECT_GT(check("BEGIN", two).table_reads, 0);
+  // A change of the bucket's ownership row clears its bit: the table again
+  // (and the answer stays right) until the word is synchronised.
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'owned' WHERE bucket = 11");
+  EXPECT_GT(check("BEGIN", one).table_reads, 0);
+  cluster_->ExecOnShard(0, "SELECT shardkit_fence_sync()");
+  EXPECT_EQ(check("BEGIN", one).table_reads, 0);
+  // A bucket handed over: its bit is clear, the table refuses it.
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 WHERE bucket = 11");
+  const auto refused = Refusal(
+      Shard0(), "SELECT set_config('shardkit.buckets', '" + one.Setting() + "', true), shardkit_check_buckets()");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->state, "retired");
+  cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL WHERE bucket = 11");
+  cluster_->ExecOnShard(0, "SELECT shardkit_fence_sync()");
+}
+
 TEST_F(Fence, TruncateIsRefusedWhileAMoveRuns) {
   cluster_->ExecOnShard(1, "UPDATE shardkit_bucket_ownership SET move_id = 77, new_owner = 0 WHERE bucket = 60");
   try {

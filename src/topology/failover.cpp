@@ -79,6 +79,10 @@ class Run {
   const Server& ChooseReplica();
   void Journal(const std::string& state, const std::string& detail);
   [[noreturn]] void Fail(const std::string& message, bool promoted);
+  // Keeps the shard's synchronous_standby_names in the journal for the
+  // rebuild that restores it (sql/045).
+  void RememberSynchronousStandbys(const std::string& setting);
+  int MakeReadOnly(pqxx::nontransaction& tx, const std::string& what);
   bool FenceOldPrimary();
   // The old primary could not be fenced: wait until every lease it was
   // granted has run out (routing/primary_leases.hpp). False: leases are off.
@@ -87,6 +91,8 @@ class Run {
   void WaitForCatchUp(const Server& to);
   void Promote(const Server& to);
   void Publish(const Server& to);
+  // The promoted server takes writes: the catalog names it now.
+  void OpenForWrites(const Server& primary);
   // Step 6: every other standby of the shard follows `primary`; `deposed`
   // (the old primary) is left alone.
   void Repoint(const Server& primary, const std::string& deposed);
@@ -189,6 +195,7 @@ std::optional<FailoverReport> Run::TakeOverInterrupted() {
     }
     report_.failover_id = earlier.id;
     report_.epoch = epoch_;
+    OpenForWrites(*from_);  // it may have stopped before
     Repoint(*from_, deposed);
     CloseInterrupted(
         "done", fmt::format("stopped after step {}, found published (epoch {}) by a later run", earlier.state, epoch_));
@@ -335,9 +342,52 @@ void Run::Journal(const std::string& state, const std::string& detail) {
   }
 }
 
+void Run::RememberSynchronousStandbys(const std::string& setting) {
+  if (setting.empty()) return;
+  try {
+    pqxx::nontransaction tx{*catalog_};
+    // The first value read wins: the old primary's, or a promotion's before
+    // a rerun found the setting emptied already.
+    tx.exec_params(
+        "UPDATE shardkit_failovers SET synchronous_standby_names = $2 WHERE failover_id = $1 AND "
+        "coalesce(synchronous_standby_names, '') = ''",
+        report_.failover_id, setting);
+  } catch (const std::exception& e) {
+    if (options_.on_step)
+      options_.on_step("journal", "could not record synchronous_standby_names: " + FirstLine(e.what()));
+  }
+}
+
 void Run::Fail(const std::string& message, bool promoted) {
   Journal("failed", message);
   throw FailoverError(fmt::format("failover of shard {} from {}: {}", shard_->name, from_->name, message), promoted);
+}
+
+// ALTER SYSTEM SET default_transaction_read_only = on, in force for every
+// session: sessions opened before the reload took effect could write until
+// they read the new setting, so they are terminated. Returns how many.
+int Run::MakeReadOnly(pqxx::nontransaction& tx, const std::string& what) {
+  tx.exec("ALTER SYSTEM SET default_transaction_read_only = on");
+  tx.exec("SELECT pg_reload_conf()");
+  // The setting reaches this session at its next statement.
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  const auto terminate = [&] {
+    return tx
+        .exec1(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")[0]
+        .as<int>();
+  };
+  int terminated = 0;
+  for (;;) {
+    terminated += terminate();
+    if (std::string_view(tx.exec1("SELECT current_setting('default_transaction_read_only')")[0].c_str()) == "on") {
+      break;
+    }
+    if (Clock::now() > until) Fail(what + " did not apply default_transaction_read_only within 5 s", false);
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return terminated + terminate();
 }
 
 bool Run::FenceOldPrimary() {
@@ -345,28 +395,9 @@ bool Run::FenceOldPrimary() {
     auto c = Connect(from_->admin);
     pqxx::nontransaction tx{*c};
     if (tx.exec1("SELECT pg_is_in_recovery()")[0].as<bool>()) return false;  // not a primary: nothing to fence
-    tx.exec("ALTER SYSTEM SET default_transaction_read_only = on");
-    tx.exec("SELECT pg_reload_conf()");
+    RememberSynchronousStandbys(tx.exec1("SELECT current_setting('synchronous_standby_names')")[0].c_str());
     fenced_at_ = Clock::now();
-    // Sessions opened before the reload took effect keep writing until
-    // terminated; the setting reaches this session at its next statement.
-    const auto until = Clock::now() + std::chrono::seconds(5);
-    int terminated = 0;
-    for (;;) {
-      terminated += tx.exec1(
-                          "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                          "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")[0]
-                        .as<int>();
-      if (std::string_view(tx.exec1("SELECT current_setting('default_transaction_read_only')")[0].c_str()) == "on") {
-        break;
-      }
-      if (Clock::now() > until) Fail("the old primary did not apply default_transaction_read_only within 5 s", false);
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    terminated += tx.exec1(
-                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                        "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()")[0]
-                      .as<int>();
+    const int terminated = MakeReadOnly(tx, "the old primary");
     report_.old_primary_lsn = ParseLsn(tx.exec1("SELECT pg_current_wal_insert_lsn()::text")[0].c_str());
     report_.old_primary_fenced = true;
     Journal("fenced", fmt::format("{} is read-only (default_transaction_read_only, ALTER SYSTEM), {} sessions "
@@ -464,14 +495,21 @@ void Run::Promote(const Server& to) {
     if (report_.promoted_at_lsn == 0) {
       report_.promoted_at_lsn = LsnOr0(tx.exec1("SELECT pg_last_wal_replay_lsn()::text")[0]);
     }
+    // Promoted read-only: it takes writes once the catalog names it
+    // (Publish), never while the catalog's routers still read the old
+    // primary, whatever a router without the catalog sends it.
+    (void)MakeReadOnly(tx, to.name);
     if (!tx.exec1("SELECT pg_promote(true, 60)")[0].as<bool>()) {
       Fail(fmt::format("pg_promote() on {} did not finish within 60 s: check its log", to.name), false);
     }
     // No standby follows it yet: a synchronous commit would wait forever.
+    // The setting is remembered for the rebuild that gives it a standby
+    // (its own, a copy of its primary's, if the old primary's was not read).
+    RememberSynchronousStandbys(tx.exec1("SELECT current_setting('synchronous_standby_names')")[0].c_str());
     tx.exec("ALTER SYSTEM SET synchronous_standby_names = ''");
     tx.exec("SELECT pg_reload_conf()");
-    Journal("promoted", fmt::format("{} is a primary (at {}); its synchronous_standby_names is empty until a "
-                                    "replica follows it",
+    Journal("promoted", fmt::format("{} is a primary (at {}), read-only until published; its "
+                                    "synchronous_standby_names is empty until a replica follows it",
                                     to.name, FormatLsn(report_.promoted_at_lsn)));
   } catch (const FailoverError&) {
     throw;
@@ -505,9 +543,25 @@ void Run::Publish(const Server& to) {
                      to.name, RedactDsn(FirstLine(e.what())), to.name),
          true);
   }
+  OpenForWrites(to);
   if (fenced_at_) report_.writes_paused = std::chrono::duration_cast<milliseconds>(Clock::now() - *fenced_at_);
-  Journal("published", fmt::format("shard {}'s primary is {} (epoch {}); routers switch on the NOTIFY", shard_->name,
-                                   to.name, report_.epoch));
+  Journal("published", fmt::format("shard {}'s primary is {} (epoch {}), open for writes; routers switch on the "
+                                   "NOTIFY",
+                                   shard_->name, to.name, report_.epoch));
+}
+
+void Run::OpenForWrites(const Server& primary) {
+  try {
+    auto c = Connect(primary.admin);
+    pqxx::nontransaction tx{*c};
+    tx.exec("ALTER SYSTEM RESET default_transaction_read_only");
+    tx.exec("SELECT pg_reload_conf()");
+  } catch (const std::exception& e) {
+    Fail(fmt::format("{} is the published primary but stays read-only: ALTER SYSTEM RESET "
+                     "default_transaction_read_only failed ({}); run the failover again (it finishes this one)",
+                     primary.name, RedactDsn(FirstLine(e.what()))),
+         true);
+  }
 }
 
 // The new primary's timeline (its WAL file names start with it) and where

@@ -160,6 +160,8 @@ class Run {
   void Configure();
   void Start();
   void WaitUntilStreaming();
+  // The synchronous replication the last failover to the primary emptied, set again.
+  void RestoreSynchronousStandbys();
 
   const ClusterConfig& config_;
   const ReplicaRebuildOptions& options_;
@@ -626,6 +628,29 @@ void Run::WaitUntilStreaming() {
   }
 }
 
+void Run::RestoreSynchronousStandbys() {
+  // The failover that made the primary emptied its synchronous_standby_names
+  // (it had no standby then) and kept the shard's setting (sql/045).
+  std::string setting;
+  {
+    pqxx::nontransaction tx{*catalog_};
+    const auto row = tx.exec_params(
+        "SELECT coalesce(synchronous_standby_names, '') FROM shardkit_failovers WHERE shard = $1 AND to_server = $2 "
+        "AND state = 'done' ORDER BY failover_id DESC LIMIT 1",
+        shard_->name, primary_->name);
+    if (!row.empty()) setting = row[0][0].c_str();
+  }
+  if (setting.empty()) return;
+  auto p = Connect(primary_->admin);
+  pqxx::nontransaction ptx{*p};
+  if (!std::string_view(ptx.exec1("SELECT current_setting('synchronous_standby_names')")[0].c_str()).empty()) return;
+  ptx.exec("ALTER SYSTEM SET synchronous_standby_names = " + ptx.quote(setting));
+  ptx.exec("SELECT pg_reload_conf()");
+  report_.synchronous_standby_names = setting;
+  report_.detail += fmt::format("synchronous replication restored on {} (synchronous_standby_names = '{}'); ",
+                                primary_->name, setting);
+}
+
 ReplicaRebuildReport Run::Go() {
   LockAndReadPrimary();
   ChooseServer();
@@ -730,6 +755,7 @@ ReplicaRebuildReport Run::Go() {
       }
     }
     if (report_.timeline == 0) report_.timeline = primary_state_.timeline;
+    RestoreSynchronousStandbys();
     std::error_code ignored;
     fs::remove_all(Stash(), ignored);
     report_.took = std::chrono::duration_cast<milliseconds>(Clock::now() - started_);

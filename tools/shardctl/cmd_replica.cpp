@@ -56,6 +56,7 @@ void AddReplicaCommands(CLI::App& app, CliContext& context) {
                             {"timeline", r.timeline},
                             {"already_following", r.already_following},
                             {"detail", r.detail},
+                            {"synchronous_standby_names", or_null(r.synchronous_standby_names)},
                             {"took_ms", r.took.count()},
                             {"resumed_rebuild_id",
                              r.resumed_rebuild_id ? nlohmann::json(*r.resumed_rebuild_id) : nlohmann::json(nullptr)}};
@@ -70,5 +71,9 @@ void AddReplicaCommands(CLI::App& app, CliContext& context) {
         "\nshard {}: {} streams from the primary {} on timeline {} (by {}), in {} ms{}\n", r.shard, r.server, r.primary,
         r.timeline, r.method == "rewind" ? "pg_rewind" : "pg_basebackup", r.took.count(),
         r.resumed_rebuild_id ? fmt::format("; finished rebuild {}, which had stopped", *r.resumed_rebuild_id) : "");
+    if (!r.synchronous_standby_names.empty()) {
+      fmt::print("synchronous replication restored on {}: synchronous_standby_names = '{}'\n", r.primary,
+                 r.synchronous_standby_names);
+    }
   });
 }

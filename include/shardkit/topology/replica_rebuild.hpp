@@ -97,6 +97,9 @@ struct ReplicaRebuildReport {
   std::uint32_t timeline = 0;
   bool already_following = false;  // it streamed from the primary already: nothing done
   std::string detail;              // in words: what was done (why pg_rewind was not used, ...)
+  // Set on the primary again once the rebuilt server streamed: the value the
+  // failover that made it primary emptied ("" when there was none to restore).
+  std::string synchronous_standby_names;
   std::chrono::milliseconds took{0};
   std::optional<std::int64_t> resumed_rebuild_id;  // the stopped rebuild this run finished
 };

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "demos.hpp"
+#include "report.hpp"
 #include "support/temporary_server.hpp"
 #include "support/test_cluster.hpp"
 
@@ -60,6 +61,26 @@ TEST(LabReplicas, NoStaleReadNorLostWriteThroughPausedReplayAndAFailover) {
     EXPECT_EQ(r.figures["failover"]["to"], "shard1-replica1");
     // The old primary was dead (killed), not fenced: the failover was forced.
     EXPECT_EQ(r.figures["failover"]["loss"].get<std::string>().rfind("unknown", 0), 0U) << r.figures.dump();
+    // The report's charts: writes and reads over time, the faults marked.
+    const Json& ticks = r.figures["per_half_second"];
+    ASSERT_GT(ticks.size(), 4U);
+    std::int64_t acknowledged = 0;
+    std::int64_t on_replicas = 0;
+    for (const Json& t : ticks) {
+      acknowledged += t[1].get<std::int64_t>();
+      on_replicas += t[3].get<std::int64_t>();
+    }
+    EXPECT_EQ(acknowledged, r.figures["acknowledged_writes"].get<std::int64_t>());
+    EXPECT_EQ(on_replicas, r.figures["reads_on_replicas"].get<std::int64_t>());
+    std::vector<std::string> events;
+    for (const Json& e : r.figures["timeline_events"]) events.push_back(e["event"].get<std::string>());
+    EXPECT_EQ(events, (std::vector<std::string>{"shard0-replica1 replay paused", "replay resumed", "shard1 killed",
+                                                "shard1-replica1 promoted"}));
+    const std::vector<Chart> charts = ReplicasCharts(r.figures);
+    ASSERT_EQ(charts.size(), 2U);
+    const std::vector<std::string> svgs = RenderCharts(charts);
+    ASSERT_EQ(svgs.size(), 2U);
+    for (const std::string& svg : svgs) EXPECT_NE(svg.find("<svg"), std::string::npos);
     // A primary still waiting for a synchronous standby would hold the
     // scratch databases' DROP forever.
     for (Pair* pair : {&first, &second}) pair->ReleaseStandby();

@@ -5,6 +5,7 @@
 // token must see it.
 #include <fmt/format.h>
 
+#include <array>
 #include <atomic>
 #include <mutex>
 #include <optional>
@@ -48,8 +49,24 @@ struct History {
   std::optional<Clock::time_point> killed_at, first_error, first_success;
   std::uint64_t errors_during_failover = 0;
 
+  // The run over time, for the report's charts: per half second since
+  // `started`, writes acknowledged, writes failed or unknown, token reads on
+  // a replica, on a primary; and the faults, when they came.
+  Clock::time_point started = Clock::now();
+  std::vector<std::array<std::uint64_t, 4>> ticks;
+  std::vector<std::pair<std::string, double>> events;
+
   void Anomaly(std::string what) {
     if (anomalies.size() < 5) anomalies.push_back(std::move(what));
+  }
+  std::array<std::uint64_t, 4>& Tick() {
+    const auto i = static_cast<std::size_t>((Clock::now() - started) / milliseconds(500));
+    if (ticks.size() <= i) ticks.resize(i + 1, {0, 0, 0, 0});
+    return ticks[i];
+  }
+  void Event(const std::string& what) {
+    std::lock_guard lock(mutex);
+    events.emplace_back(what, std::chrono::duration<double>(Clock::now() - started).count());
   }
 };
 
@@ -98,6 +115,7 @@ class Load {
       } catch (const std::exception& e) {
         std::lock_guard lock(history_.mutex);
         ++(dynamic_cast<const OutcomeUnknown*>(&e) != nullptr ? history_.unknown : history_.failed);
+        ++history_.Tick()[1];
         if (shard == victim_ && history_.killed_at && !history_.first_success) {
           ++history_.errors_during_failover;
           if (!history_.first_error) history_.first_error = Clock::now();
@@ -108,6 +126,7 @@ class Load {
         std::lock_guard lock(history_.mutex);
         history_.acknowledged.push_back(id);
         history_.acknowledged_token.Combine(written.token);
+        ++history_.Tick()[0];
         if (shard == victim_ && history_.first_error && !history_.first_success) {
           history_.first_success = Clock::now();
         }
@@ -133,6 +152,7 @@ class Load {
       ++history_.token_reads;
       history_.fallbacks += static_cast<std::uint64_t>(outcome.replica_fallbacks);
       if (outcome.on_replica) ++history_.reads_on_replicas;
+      ++history_.Tick()[outcome.on_replica ? 2 : 3];
       if (rows[0][0].as<int>() != 1) {
         ++history_.stale_reads;
         history_.Anomaly(fmt::format("order {} of customer {} missing from its own read on {} ({})", id, customer,
@@ -283,13 +303,16 @@ DemoResult RunReplicas(Lab& lab, const ReplicasDemoOptions& options) {
   History history;
   Load load{*cluster, history, victim_id, *ids.ids};
   const auto started = Clock::now();
+  history.started = started;
   load.Start(options.writers);
   progress("steady load");
   std::this_thread::sleep_for(options.phase);
   progress(fmt::format("{}: replay paused", paused.replicas.front().name));
   SetReplay(paused.replicas.front().AdminDsn(), true);
+  history.Event(paused.replicas.front().name + " replay paused");
   std::this_thread::sleep_for(options.phase);
   SetReplay(paused.replicas.front().AdminDsn(), false);
+  history.Event("replay resumed");
   progress("replay resumed");
   std::this_thread::sleep_for(options.phase);
 
@@ -298,6 +321,7 @@ DemoResult RunReplicas(Lab& lab, const ReplicasDemoOptions& options) {
     std::lock_guard lock(history.mutex);
     history.killed_at = Clock::now();
   }
+  history.Event(victim.name + " killed");
   KillServer(victim.AdminDsn());
   // The operator's failover: forced, since the dead primary cannot be fenced.
   FailoverOptions failover_options;
@@ -307,6 +331,7 @@ DemoResult RunReplicas(Lab& lab, const ReplicasDemoOptions& options) {
   std::string failover_error;
   try {
     failover = Failover(config, victim.name, failover_options);
+    history.Event(failover->to_server + " promoted");
     progress(fmt::format("{}: {} promoted in {} ms", victim.name, failover->to_server, failover->took.count()));
   } catch (const std::exception& e) {
     failover_error = e.what();
@@ -339,6 +364,13 @@ DemoResult RunReplicas(Lab& lab, const ReplicasDemoOptions& options) {
                {"report_violations", history.report_violations},
                {"rows_found", rows_found},
                {"seconds", std::chrono::duration<double>(elapsed).count()}};
+  Json& events = r.figures["timeline_events"] = Json::array();
+  for (const auto& [what, at] : history.events) events.push_back({{"event", what}, {"at_s", at}});
+  Json& ticks = r.figures["per_half_second"] = Json::array();
+  for (std::size_t i = 0; i < history.ticks.size(); ++i) {
+    const auto& t = history.ticks[i];
+    ticks.push_back({0.5 * static_cast<double>(i), t[0], t[1], t[2], t[3]});
+  }
   if (failover) {
     r.figures["failover"] = {{"shard", failover->shard},          {"from", failover->from_server},
                              {"to", failover->to_server},         {"epoch", failover->epoch},

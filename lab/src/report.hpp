@@ -42,6 +42,7 @@ struct Chart {
 [[nodiscard]] std::vector<Chart> ThirdShardCharts(const Json& figures);
 [[nodiscard]] std::vector<Chart> RebalanceCharts(const Json& figures);
 [[nodiscard]] std::vector<Chart> WorkersCharts(const Json& figures);
+[[nodiscard]] std::vector<Chart> ReplicasCharts(const Json& figures);
 
 // object[key], or null (which iterates as empty) if it has none: unlike
 // Json::value(key, default) no temporary, so `for (... : Field(j, "a").items())` is safe.

@@ -1,6 +1,6 @@
 // The report's charts of the demos under load (report.hpp): the rebalance's
 // timeline, the workers' jobs over time and their partitions before and
-// after salting.
+// after salting, the replicas demo's writes and reads through its faults.
 #include <fmt/format.h>
 
 #include <map>
@@ -176,6 +176,43 @@ std::vector<Chart> WorkersCharts(const Json& f) {
   std::vector<Chart> charts{partitions, workers};
   if (auto over_time = WorkersOverTime(f)) charts.insert(charts.begin(), std::move(*over_time));
   return charts;
+}
+
+std::vector<Chart> ReplicasCharts(const Json& f) {
+  const Json& ticks = Field(f, "per_half_second");
+  if (ticks.empty()) return {};
+  std::vector<std::vector<std::string>> rows;
+  for (const Json& t : ticks) {
+    // Per second, at the middle of its half second.
+    std::vector<std::string> row{NumberCell(t[0].get<double>() + 0.25)};
+    for (std::size_t i = 1; i < t.size(); ++i) row.push_back(NumberCell(2.0 * t[i].get<double>()));
+    rows.push_back(std::move(row));
+  }
+  const std::string marks = EventMarks(Field(f, "timeline_events"));
+  const std::string axes =
+      "set xlabel 'seconds since the demo started'\nset yrange [0:*]\nset offsets 0,0,graph 0.25,0\n"
+      "set key outside right top vertical\n";
+  Chart writes{"replicas-writes",
+               fmt::format("Replicas: routed writes per second through a paused replay, a killed primary and its "
+                           "forced failover ({} acknowledged, {} lost)",
+                           NumberCell(Field(f, "acknowledged_writes")), NumberCell(Field(f, "lost_writes")))};
+  writes.width = 1000;
+  writes.data = {{"replicas-writes.tsv", DataFile(rows)}};
+  writes.script = marks + axes +
+                  "set ylabel 'writes per second'\n"
+                  "plot 'replicas-writes.tsv' using 1:2 with lines lw 2 lt 1 title 'acknowledged', "
+                  "'' using 1:3 with lines lw 2 lt 7 title 'failed or unknown'";
+  Chart reads{"replicas-reads",
+              fmt::format("Replicas: each write read back with its token, replica preferred: where the reads ran "
+                          "({} stale)",
+                          NumberCell(Field(f, "stale_reads")))};
+  reads.width = 1000;
+  reads.data = {{"replicas-reads.tsv", DataFile(rows)}};
+  reads.script = marks + axes +
+                 "set ylabel 'token reads per second'\n"
+                 "plot 'replicas-reads.tsv' using 1:4 with lines lw 2 lt 2 title 'on a replica', "
+                 "'' using 1:5 with lines lw 2 lt 4 title 'on the primary'";
+  return {writes, reads};
 }
 
 }  // namespace shardkit::lab

@@ -164,6 +164,7 @@ std::vector<Chart> ChartsFor(const std::string& demo, const Json& figures) {
   if (demo == "third-shard") return ThirdShardCharts(figures);
   if (demo == "rebalance") return RebalanceCharts(figures);
   if (demo == "workers") return WorkersCharts(figures);
+  if (demo == "replicas") return ReplicasCharts(figures);
   return {};
 }
 

@@ -41,6 +41,34 @@ constexpr int kRebuildLockClass = 21327;
 
 constexpr const char* kLogName = "shardkit-rebuild.log";
 
+// `setting` (synchronous_standby_names) with the standby name `from`
+// replaced by `to` wherever it stands as a whole name, quoted ("a-b") or
+// not: after a failover the promoted standby is the primary and the rebuilt
+// server takes its place among the standbys.
+std::string SwapStandbyName(const std::string& setting, const std::string& from, const std::string& to) {
+  const auto is_name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+  std::string out;
+  std::size_t i = 0;
+  while (i < setting.size()) {
+    if (setting[i] == '"') {
+      const std::size_t end = setting.find('"', i + 1);
+      if (end == std::string::npos) return setting;  // not a name list we can read: as it is
+      const std::string name = setting.substr(i + 1, end - i - 1);
+      out += '"' + (name == from ? to : name) + '"';
+      i = end + 1;
+    } else if (is_name_char(setting[i])) {
+      std::size_t end = i;
+      while (end < setting.size() && is_name_char(setting[end])) ++end;
+      const std::string word = setting.substr(i, end - i);
+      out += word == from ? '"' + to + '"' : word;
+      i = end;
+    } else {
+      out += setting[i++];
+    }
+  }
+  return out;
+}
+
 // The order of the journal's states (the last step completed).
 const std::vector<std::string> kStates = {"planning", "planned",    "stopped", "rewinding", "copying", "rewound",
                                           "copied",   "configured", "started", "streaming", "done"};
@@ -631,6 +659,8 @@ void Run::WaitUntilStreaming() {
 void Run::RestoreSynchronousStandbys() {
   // The failover that made the primary emptied its synchronous_standby_names
   // (it had no standby then) and kept the shard's setting (sql/045).
+  // Restored only where the primary has none now: an operator's own choice
+  // since is left alone.
   std::string setting;
   {
     pqxx::nontransaction tx{*catalog_};
@@ -640,12 +670,41 @@ void Run::RestoreSynchronousStandbys() {
         shard_->name, primary_->name);
     if (!row.empty()) setting = row[0][0].c_str();
   }
+  if (setting.empty()) {
+    // A forced failover that read no setting (the old primary unreachable,
+    // the replica configured without one): the rebuilt server's own, from
+    // its days as the primary (its configuration files are its own).
+    auto t = Connect(target_->admin);
+    setting = pqxx::nontransaction{*t}.exec1("SELECT current_setting('synchronous_standby_names')")[0].c_str();
+  }
   if (setting.empty()) return;
+  // It named the primary's standbys as they were: the promoted server is the
+  // primary now, and the rebuilt one stands where it stood.
+  setting = SwapStandbyName(setting, primary_->name, target_->name);
   auto p = Connect(primary_->admin);
   pqxx::nontransaction ptx{*p};
   if (!std::string_view(ptx.exec1("SELECT current_setting('synchronous_standby_names')")[0].c_str()).empty()) return;
   ptx.exec("ALTER SYSTEM SET synchronous_standby_names = " + ptx.quote(setting));
   ptx.exec("SELECT pg_reload_conf()");
+  // A setting no streaming standby matches would make every commit wait
+  // forever: kept only once the rebuilt server is a synchronous standby.
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    const auto state = ptx.exec_params(
+        "SELECT sync_state FROM pg_stat_replication WHERE application_name = $1 AND sync_state IN ('sync', 'quorum')",
+        target_->name);
+    if (!state.empty()) break;
+    if (Clock::now() > until) {
+      ptx.exec("ALTER SYSTEM RESET synchronous_standby_names");
+      ptx.exec("SELECT pg_reload_conf()");
+      report_.detail += fmt::format(
+          "synchronous replication NOT restored on {}: with synchronous_standby_names = '{}' {} did not become a "
+          "synchronous standby within 10 s, so it was reset (set it by hand); ",
+          primary_->name, setting, target_->name);
+      return;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
   report_.synchronous_standby_names = setting;
   report_.detail += fmt::format("synchronous replication restored on {} (synchronous_standby_names = '{}'); ",
                                 primary_->name, setting);

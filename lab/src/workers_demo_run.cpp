@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <csignal>
 #include <functional>
+#include <optional>
 #include <pqxx/pqxx>
 
 #include "workers_demo.hpp"
@@ -54,8 +55,13 @@ bool Converged(const PartitionGroupView& g, const std::vector<std::string>& live
 // and the server commits it anyway: such a catch is let go. What it sent
 // before the stop is given 2 s to land (a COMMIT that waits for a
 // synchronous standby on a loaded machine took over 300 ms).
-WorkerStatus StopMidJob(WorkerProcess& fw, Rng& rng, int& attempts,
-                        const std::function<bool(std::int64_t)>& unfinished) {
+// `finished_by(job)`: the worker that finished it, nullopt while it is not
+// done. The stopped worker's own COMMIT, sent just before the stop, may land
+// seconds later on a loaded machine: the job counts as caught mid-way only if
+// the stopped worker has not finished it within 5 s (another worker taking
+// it over meanwhile is the rescue the demo waits for anyway).
+WorkerStatus StopMidJob(WorkerProcess& fw, const std::string& name, Rng& rng, int& attempts,
+                        const std::function<std::optional<std::string>(std::int64_t)>& finished_by) {
   WorkerStatus status;
   for (; attempts < 200; ++attempts) {
     fw.Signal(SIGSTOP);
@@ -64,7 +70,14 @@ WorkerStatus StopMidJob(WorkerProcess& fw, Rng& rng, int& attempts,
     status = fw.Status();
     if (status.phase == WorkerPhase::kProcessing) {
       const std::int64_t job = status.job_id;
-      if (!WaitUntil([&] { return !unfinished(job); }, 2s, 100ms)) break;
+      std::optional<std::string> by;
+      (void)WaitUntil(
+          [&] {
+            by = finished_by(job);
+            return by.has_value();
+          },
+          5s, 100ms);
+      if (!by || *by != name) break;
       status.phase = WorkerPhase::kIdle;
     }
     fw.Signal(SIGCONT);
@@ -255,7 +268,11 @@ void FreezeMidJob(Demo& d, const OrderPlacer& placer, Rng& rng) {
   };
   int attempts = 0;
   const WorkerStatus status =
-      StopMidJob(fw, rng, attempts, [&](std::int64_t job_id) { return job_row(job_id).first != "done"; });
+      StopMidJob(fw, frozen, rng, attempts, [&](std::int64_t job_id) -> std::optional<std::string> {
+        const auto [state, owner] = job_row(job_id);
+        if (state != "done") return std::nullopt;
+        return owner;
+      });
   const auto frozen_at = Clock::now();
   Mark(d, "SIGSTOP " + frozen);
   const bool frozen_mid_job = status.phase == WorkerPhase::kProcessing;

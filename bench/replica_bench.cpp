@@ -1,22 +1,17 @@
 // Reads on replicas and the cost of read-your-writes: a routed read on the
 // customer's shard's replica next to the same read on its primary; one probe
 // round of the replica monitor (what it costs the servers, per interval);
-// and the token bookkeeping on the write path: a routed write's commit with
-// and without reading the WAL position after COMMIT in the same round trip
-// (the steps Cluster::Run sends, reproduced on one pooled connection), next
-// to a whole routed write through Cluster::Run, with and without a token in
-// turn (BM_TokenShareOfClusterRun). Needs the local cluster with
-// replicas (SHARDKIT_REPLICAS=1 lab/cluster start).
+// and the read token's cost on the write path: a whole routed write through
+// Cluster::Run, with and without a token in turn
+// (BM_TokenShareOfClusterRun). Needs the local cluster with replicas
+// (SHARDKIT_REPLICAS=1 lab/cluster start).
 #include <benchmark/benchmark.h>
 #include <atomic>
 #include <memory>
 #include <pqxx/pqxx>
-#include <stdexcept>
 #include <string>
 
-#include "pg/libpq_handle.hpp"
 #include "shardkit/cluster.hpp"
-#include "shardkit/routing/ownership.hpp"
 #include "support/bookstore_rows.hpp"
 #include "support/test_cluster.hpp"
 
@@ -95,75 +90,10 @@ void BM_ProbeRound(benchmark::State& state) {
 }
 BENCHMARK(BM_ProbeRound)->UseRealTime();
 
-// A routed write's steps on one connection: BEGIN with the timeout and the
-// fence, one INSERT, then its commit in one of three ways:
-//   kOld:   "SELECT 1; COMMIT" (the commit before read tokens: the SELECT
-//           failed for a transaction a swallowed error had aborted);
-//   kPlain: libpq's transaction status checked instead, then "COMMIT"
-//           (RoutedOptions::read_token = false);
-//   kToken: the same, then "COMMIT; SELECT pg_current_wal_insert_lsn()"
-//           in one round trip, parsed into a read token (the default).
-// Returns the time the whole write took.
-enum class Commit { kOld, kPlain, kToken };
-std::chrono::nanoseconds RoutedWriteSteps(const shardkit::Route& route, const std::string& begin, Commit commit,
-                                          std::uint64_t& last) {
-  static std::atomic<std::int64_t> next_order{100'000'000};
-  const auto started = std::chrono::steady_clock::now();
-  auto lease = route.pool.Acquire();
-  pqxx::nontransaction tx{*lease};
-  tx.exec(begin);
-  tx.exec_params("INSERT INTO orders (customer_id, bucket, order_id, ordered_at, total) VALUES ($1, $2, $3, now(), 1)",
-                 kCustomer, route.bucket, next_order++);
-  if (commit == Commit::kOld) {
-    tx.exec("SELECT 1; COMMIT");
-  } else {
-    if (PQtransactionStatus(shardkit::detail::LibpqHandle(*lease)) == PQTRANS_INERROR)
-      throw std::logic_error("aborted");
-    if (commit == Commit::kPlain) {
-      tx.exec("COMMIT");
-    } else {
-      const auto r = tx.exec("COMMIT; SELECT pg_current_wal_insert_lsn()::text");
-      const shardkit::ReadToken token = shardkit::ReadToken::At(route.shard, shardkit::ParseLsn(r[0][0].c_str()));
-      last = token.Entries()[0].lsn;
-    }
-  }
-  return std::chrono::steady_clock::now() - started;
-}
-
-// The token's cost: each iteration one write of each kind, in turn (a
-// machine whose load drifts affects all alike); the counters are the mean
-// time of each, and the token's share of a write with it.
-void BM_TokenBookkeeping(benchmark::State& state) {
-  if (!Ready(state)) return;
-  shardkit::Cluster& cluster = *Shared().cluster;
-  const auto route = cluster.Route(kCustomer);
-  const std::string begin = "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = 5000; " +
-                            shardkit::BucketSet::One(route.bucket).FenceSql();
-  std::uint64_t last = 0;
-  std::chrono::nanoseconds old{0};
-  std::chrono::nanoseconds plain{0};
-  std::chrono::nanoseconds token{0};
-  for (auto _ : state) {
-    old += RoutedWriteSteps(route, begin, Commit::kOld, last);
-    plain += RoutedWriteSteps(route, begin, Commit::kPlain, last);
-    token += RoutedWriteSteps(route, begin, Commit::kToken, last);
-  }
-  benchmark::DoNotOptimize(last);
-  const auto us = [&](std::chrono::nanoseconds total) {
-    return static_cast<double>(total.count()) / static_cast<double>(state.iterations()) / 1000.0;
-  };
-  state.counters["old_us"] = us(old);
-  state.counters["plain_us"] = us(plain);
-  state.counters["token_us"] = us(token);
-  state.counters["token_pct_of_write"] = 100.0 * (us(token) - us(plain)) / us(token);
-  state.counters["vs_old_pct"] = 100.0 * (us(token) - us(old)) / us(old);
-}
-BENCHMARK(BM_TokenBookkeeping)->UseRealTime();
-
 // The whole routed write as a service makes it: with a read token
 // (argument 1, the default) or without (0, RoutedOptions::read_token =
-// false); the COMMIT is the library's own (bounded by the deadline, the
-// token's position read in its round trip).
+// false); the COMMIT is the library's own (bounded by the deadline; the
+// token read by the bucket check, sql/046).
 // One order of kCustomer through Cluster::Run, with a read token or without.
 void WriteOrder(benchmark::State& state, bool token) {
   static std::atomic<std::int64_t> next_order{200'000'000};
@@ -187,8 +117,7 @@ void BM_RoutedWriteClusterRun(benchmark::State& state) {
 }
 BENCHMARK(BM_RoutedWriteClusterRun)->Arg(1)->Arg(0)->UseRealTime();
 
-// The token's share of the whole routed write, measured as BM_TokenBookkeeping
-// does (each iteration one Cluster::Run with a token and one without, in
+// The token's share of the whole routed write (each iteration one Cluster::Run with a token and one without, in
 // turn, so that a machine whose load drifts affects both alike), through
 // the library's own COMMIT.
 void BM_TokenShareOfClusterRun(benchmark::State& state) {

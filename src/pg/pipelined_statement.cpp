@@ -70,6 +70,7 @@ PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const 
         request.setup == nullptr ? std::nullopt : SetupSettingTimeout(*request.setup, request.statement_timeout_ms);
     if (folded) {
       timeout_ = std::move(*folded);
+      setup_ = static_cast<int>(steps_.size());
       steps_.push_back(&timeout_);
     } else {
       // The timeout is a number computed by the caller; SET takes no parameters.
@@ -92,10 +93,6 @@ PipelinedStatement::PipelinedStatement(pqxx::connection_base& connection, const 
   if (transaction) {
     commit_ = static_cast<int>(steps_.size());
     steps_.push_back(&kCommit);
-    if (request.after_commit != nullptr) {
-      after_commit_ = static_cast<int>(steps_.size());
-      steps_.push_back(request.after_commit);
-    }
   }
   count_ = static_cast<int>(steps_.size());
 }
@@ -133,7 +130,7 @@ void PipelinedStatement::Send() {
 
 void PipelinedStatement::Fail(std::string message, std::string sqlstate, bool connection_lost) {
   // Once the COMMIT's result is in, the transaction committed: what fails
-  // after it (the after_commit step, the Sync) is not the call's failure.
+  // after it (the Sync) is not the call's failure.
   if (commit_ >= 0 && step_ > commit_) return;
   if (!failure_) failure_ = Failure{std::move(message), std::move(sqlstate), step_, connection_lost};
 }
@@ -159,20 +156,6 @@ void PipelinedStatement::Take(PGresult* raw) {
         expect_ = Expect::kEndOfStep;
         return;
       }
-      if (step_ == after_commit_) {
-        // After the COMMIT's result: the transaction committed, whatever
-        // becomes of this step.
-        if (PQresultStatus(result.result) == PGRES_TUPLES_OK && PQntuples(result.result) > 0 &&
-            PQnfields(result.result) > 0 && PQgetisnull(result.result, 0, 0) == 0) {
-          after_commit_value_ = PQgetvalue(result.result, 0, 0);
-        }
-        if (PQstatus(conn_) == CONNECTION_BAD) {
-          broken_ = true;
-          return;
-        }
-        expect_ = Expect::kEndOfStep;
-        return;
-      }
       if (step_ == presync_) {
         const char* state = PQresultErrorField(result.result, PG_DIAG_SQLSTATE);
         if ((state != nullptr && IsConnectionLost(state)) || PQstatus(conn_) == CONNECTION_BAD) {
@@ -190,6 +173,8 @@ void PipelinedStatement::Take(PGresult* raw) {
           if (step_ == returned_) {
             bytes_ = PayloadBytes(result.result);
             rows_ = pg::Rows(result.Release());
+          } else if (step_ == setup_) {
+            setup_rows_ = pg::Rows(result.Release());
           }
           break;
         case PGRES_PIPELINE_ABORTED:  // skipped after an earlier step failed

@@ -48,7 +48,8 @@ struct PipelineRequest {
   long long statement_timeout_ms = 0;  // kTransaction only; at least 1
   // kTransaction only: one more statement without parameters after the
   // BEGIN (the bucket setting and its check); a SELECT also sets the
-  // timeout in its select list (one statement fewer). null: none.
+  // timeout in its select list (one statement fewer), and its row is kept
+  // (SetupRows(): e.g. a write's read token read there). null: none.
   const std::string* setup = nullptr;
   // kTransaction only: a statement without parameters sent before the
   // BEGIN, in an implicit transaction of its own that a Sync ends (so the
@@ -64,11 +65,6 @@ struct PipelineRequest {
   // DECLARE ... CURSOR with the parameters, then the first FETCH). null or
   // empty: none.
   const std::vector<std::string>* then = nullptr;
-  // kTransaction only: a statement without parameters right after the
-  // COMMIT, in the same round trip (a write's WAL position: its read
-  // token). Its failure is not the call's: the transaction committed, and
-  // AfterCommitValue() is empty. null: none.
-  const std::string* after_commit = nullptr;
   // Ask the server to send the first step's reply at once, so that
   // Timings() measures a round trip (the scatter's link estimates). It costs
   // the client a second wake-up; routed calls go without.
@@ -144,9 +140,9 @@ class PipelinedStatement {
   // The presync statement's first value (nullopt if it failed or returned
   // no row or NULL).
   [[nodiscard]] const std::optional<std::string>& PresyncValue() const noexcept { return presync_value_; }
-  // The after_commit statement's first value (nullopt if it failed, was
-  // skipped or returned no row or NULL).
-  [[nodiscard]] const std::optional<std::string>& AfterCommitValue() const noexcept { return after_commit_value_; }
+  // A SELECT setup's rows (nullopt for none, or if it failed). Its first
+  // column is the timeout's set_config.
+  [[nodiscard]] const std::optional<pg::Rows>& SetupRows() const noexcept { return setup_rows_; }
   // Whether the COMMIT of a kTransaction call may have reached the server:
   // true from the moment Send() hands it to libpq, even if Send() then
   // throws. A call lost before that committed nothing.
@@ -172,18 +168,18 @@ class PipelinedStatement {
   std::string timeout_;
   std::vector<const std::string*> steps_;
   int count_ = 0;
-  int presync_ = -1;       // the presync statement's step (followed by a Sync), or -1
-  int commit_ = -1;        // the COMMIT's step, or -1
-  int after_commit_ = -1;  // the after_commit statement's step, or -1
-  int main_ = 0;           // the statement's step (it takes the parameters)
-  int returned_ = 0;       // the step whose rows are returned: main_, or the last of `then`
+  int presync_ = -1;  // the presync statement's step (followed by a Sync), or -1
+  int commit_ = -1;   // the COMMIT's step, or -1
+  int setup_ = -1;    // the step of a SELECT setup, or -1
+  int main_ = 0;      // the statement's step (it takes the parameters)
+  int returned_ = 0;  // the step whose rows are returned: main_, or the last of `then`
   int step_ = 0;
   Expect expect_ = Expect::kResult;
   bool broken_ = false;
   bool wants_write_ = false;
   std::optional<pg::Rows> rows_;
   std::optional<std::string> presync_value_;
-  std::optional<std::string> after_commit_value_;
+  std::optional<pg::Rows> setup_rows_;
   bool commit_queued_ = false;
   std::size_t bytes_ = 0;
   std::optional<Failure> failure_;

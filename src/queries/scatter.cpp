@@ -95,11 +95,11 @@ namespace shardkit::detail::scatter {
 void ChooseReplica(ShardTask& task, const ReplicaChoice& choice) {
   task.replica = choice.replica->name;
   task.pool = choice.replica->pool;
-  if (choice.verify_lsn) {
-    const std::string check = detail::RequireReplayed(*choice.verify_lsn);
+  if (choice.verify) {
+    const std::string check = detail::RequireReplayed(*choice.verify);
     task.replica_setup = task.bucket_setup != nullptr ? *task.bucket_setup + ", " + check : "SELECT " + check;
     task.bucket_setup = &task.replica_setup;
-    task.replica_presync = &detail::kCaptureReplayed;
+    task.replica_presync = detail::CaptureReplayed(*choice.verify);
   }
 }
 
@@ -119,7 +119,7 @@ detail::PipelineRequest Request(const ScatterState& state, const ShardTask& task
   request.time_round_trip = true;
   if (task.replica) {
     request.begin = &detail::kReplicaBegin;
-    request.presync = task.replica_presync;
+    if (!task.replica_presync.empty()) request.presync = &task.replica_presync;
   }
   if (!task.before.empty()) request.before = &task.before;
   if (!task.then.empty()) request.then = &task.then;

@@ -137,7 +137,7 @@ bool FallBack(ScatterState& state, ShardTask& task, const std::exception& error)
   task.replica.reset();
   task.pool = task.primary;
   task.bucket_setup = task.primary_setup;
-  task.replica_presync = nullptr;
+  task.replica_presync.clear();
   task.fell_back = true;
   return true;
 }

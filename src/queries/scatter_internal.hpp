@@ -77,11 +77,11 @@ struct ShardTask {
 
   // On a replica (ScatterOptions::read): its name, and the bucket step with
   // the read token's check (and the statement that reads its replay
-  // position first, or null). Cleared when the statement falls back to the
+  // position first, or empty). Cleared when the statement falls back to the
   // primary (`primary` is its pool).
   std::optional<std::string> replica;
   std::string replica_setup;
-  const std::string* replica_presync = nullptr;
+  std::string replica_presync;
   const std::string* primary_setup = nullptr;
   ConnectionPool* primary = nullptr;
   bool fell_back = false;

@@ -84,9 +84,10 @@ std::string BucketSet::Setting() const {
   return std::to_string(static_cast<std::int64_t>(bits_));
 }
 
-std::string BucketSet::FenceSql() const {
+std::string BucketSet::FenceSql(bool with_read_token) const {
   // A number computed here, not a caller's text (SET takes no parameters).
-  return "SELECT set_config('shardkit.buckets', '" + Setting() + "', true), shardkit_check_buckets()";
+  return "SELECT set_config('shardkit.buckets', '" + Setting() + "', true), shardkit_check_buckets(" +
+         (with_read_token ? "true" : "false") + ")";
 }
 
 std::string BucketSet::Ranges() const {

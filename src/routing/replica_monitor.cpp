@@ -13,6 +13,7 @@
 
 #include "pg/pipelined_statement.hpp"
 #include "pg/server_message.hpp"
+#include "routing/replica_reads.hpp"
 #include "shardkit/config.hpp"
 #include "shardkit/core/dsn.hpp"
 #include "shardkit/core/thread_annotations.hpp"
@@ -47,14 +48,15 @@ constexpr const char* kPrimaryProbe =
     "WHERE slot_type = 'physical')";
 // A replica: positions, pause state, and its WAL receiver: its pid (any
 // role sees it), its status, timeline and slot (NULL unless the role is a
-// superuser or has pg_read_all_stats), and the slot it is configured with.
+// superuser or has pg_read_all_stats), the slot it is configured with, and
+// the oldest transaction it counts as running (those below have finished).
 constexpr const char* kReplicaProbe =
     "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text, pg_last_wal_receive_lsn()::text, "
     "CASE WHEN pg_is_in_recovery() THEN pg_get_wal_replay_pause_state() ELSE 'not paused' END, "
     "(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) * 1000)::bigint, "
     "(SELECT pid FROM pg_stat_wal_receiver), (SELECT status FROM pg_stat_wal_receiver), "
     "(SELECT received_tli FROM pg_stat_wal_receiver), (SELECT slot_name FROM pg_stat_wal_receiver), "
-    "current_setting('primary_slot_name')";
+    "current_setting('primary_slot_name'), pg_snapshot_xmin(pg_current_snapshot())::text";
 
 // The primary was no further than `lsn` at `at` (its probe's start) and at
 // least there by `by` (its answer).
@@ -73,6 +75,7 @@ struct MemberState {
   bool replay_paused = false;
   std::optional<std::uint64_t> replay;
   std::optional<std::uint64_t> receive;
+  std::optional<std::uint64_t> finished_below;  // every transaction older had finished (its snapshot's xmin)
   std::optional<milliseconds> replay_age;
   // Its WAL receiver, as its last probe saw it: whether one runs, its
   // status and timeline (nullopt: not shown to the probe's role), and the
@@ -287,6 +290,7 @@ void ReplicaMonitor::Impl::ProbeOnce(Probe& p) {
       m.received_tli =
           rows[0][7].is_null() ? std::nullopt : std::optional<std::uint32_t>(rows[0][7].as<std::uint32_t>());
       m.slot = rows[0][8].is_null() ? rows[0][9].c_str() : rows[0][8].c_str();
+      m.finished_below = std::stoull(rows[0][10].c_str());
     }
   } catch (const std::exception& e) {
     std::lock_guard lock(s.mutex);
@@ -419,7 +423,8 @@ ReplicaChoice ReplicaMonitor::Choose(ShardId shard, const ReadPolicy& policy,
         choice.skipped.push_back({r.name, std::move(reason)});
         continue;
       }
-      if (token == nullptr || InsertPositionFloor(token->lsn) <= *m.replay) {
+      if (token == nullptr || (InsertPositionFloor(token->lsn) <= *m.replay &&
+                               (token->xid == 0 || token->xid < m.finished_below.value_or(0)))) {
         known = r;
       } else if (!checked) {
         checked = r;
@@ -429,7 +434,8 @@ ReplicaChoice ReplicaMonitor::Choose(ShardId shard, const ReadPolicy& policy,
       choice.replica = known;
     } else if (checked) {
       choice.replica = checked;
-      choice.verify_lsn = InsertPositionFloor(token->lsn);
+      choice.verify = *token;
+      choice.verify->lsn = InsertPositionFloor(token->lsn);
     }
   }
   if (!choice.replica && policy.preference == ReadPreference::kReplicaOnly) {
@@ -466,18 +472,28 @@ void ReplicaMonitor::ReportReplayed(ShardId shard, const std::string& replica, s
   }
 }
 
-bool ReplicaMonitor::WaitForReplay(ShardId shard, const ShardServer& replica, std::uint64_t lsn,
+bool ReplicaMonitor::WaitForReplay(ShardId shard, const ShardServer& replica, const ReadToken::Entry& wanted,
                                    Clock::time_point deadline) {
+  // As shardkit_require_replayed (sql/046) decides: the position replayed,
+  // and the transaction finished with every older one, or committed when
+  // the token's earlier writes are older than its horizon.
+  const std::string sql = wanted.xid == 0 ? std::string("SELECT pg_last_wal_replay_lsn()::text")
+                                          : fmt::format(
+                                                "SELECT pg_last_wal_replay_lsn()::text, '{}'::xid8 < "
+                                                "pg_snapshot_xmin(pg_current_snapshot()), {} = 'committed'",
+                                                wanted.xid, detail::TransactionStatus(wanted.xid));
   auto pause = std::chrono::microseconds(200);
   try {
     auto lease = replica.pool->Acquire(deadline);
     for (;;) {
       pqxx::nontransaction tx{*lease};
-      const auto row = tx.exec("SELECT pg_last_wal_replay_lsn()::text");
+      const auto row = tx.exec(sql);
       if (!row[0][0].is_null()) {
         const std::uint64_t replayed = ParseLsn(row[0][0].c_str());
         ReportReplayed(shard, replica.name, replayed);
-        if (replayed >= lsn) return true;
+        const bool finished = wanted.xid == 0 || row[0][1].as<bool>() ||
+                              (wanted.horizon != 0 && !row[0][2].is_null() && row[0][2].as<bool>());
+        if (replayed >= wanted.lsn && finished) return true;
       }
       if (Clock::now() + pause >= deadline) return false;
       std::this_thread::sleep_for(pause);

@@ -44,7 +44,7 @@ BoundedAnswer RunBounded(ConnectionPool::Lease& lease, const PipelineRequest& re
       (void)::poll(&fd, 1, static_cast<int>(std::max<long long>(slice, 1)));
     }
     answer.rows = call.Finish(reusable);
-    answer.after_commit = call.AfterCommitValue();
+    answer.setup = call.SetupRows();
     if (!reusable) lease.Discard();
   } catch (const pqxx::sql_error&) {
     // The server answered with an error, cancelled or not: that step and

@@ -16,10 +16,10 @@
 namespace shardkit::detail {
 
 struct BoundedAnswer {
-  std::optional<pg::Rows> rows;             // the call's rows, unless it was cancelled and failed
-  std::optional<std::string> after_commit;  // PipelinedStatement::AfterCommitValue()
-  bool cancelled = false;                   // the deadline passed and a cancel was sent
-  std::string failure;                      // after a cancel: how the call failed (empty: it did not)
+  std::optional<pg::Rows> rows;   // the call's rows, unless it was cancelled and failed
+  std::optional<pg::Rows> setup;  // PipelinedStatement::SetupRows()
+  bool cancelled = false;         // the deadline passed and a cancel was sent
+  std::string failure;            // after a cancel: how the call failed (empty: it did not)
 };
 
 // Runs `request` on the lease's connection. Failures are thrown as the

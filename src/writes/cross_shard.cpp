@@ -200,7 +200,7 @@ class CrossShardCall {
     const bool with_token = options_.read_token;
     const pqxx::result r = p.tx->exec(with_token ? "COMMIT; " + kWalPosition : std::string("COMMIT"));
     p.begun = false;
-    if (with_token && !r.empty()) outcome_.token.Add(p.shard, ParseLsn(r[0][0].c_str()));
+    if (with_token && !r.empty()) outcome_.token.Add({p.shard, ParseLsn(r[0][0].c_str())});
     outcome_.shards.push_back(p.shard);
   }
 
@@ -253,7 +253,7 @@ class CrossShardCall {
         continue;
       }
       if (answer.last_value && options_.read_token && answer.failed_statement < 0) {
-        outcome_.token.Add(p.shard, ParseLsn(*answer.last_value));
+        outcome_.token.Add({p.shard, ParseLsn(*answer.last_value)});
       }
       Step(CrossShardStep::Kind::kCommitted, p.shard);
     }

@@ -56,7 +56,7 @@ RoutedCall::RoutedCall(const RoutedParts& parts, const ShardKey& key, const Rout
       deadline_(options.deadline.value_or(start_ + kDefaultTimeout)),
       label_(options.label.empty() ? "routed transaction" : options.label),
       bucket_(key.bucket()),
-      fence_sql_(BucketSet::One(bucket_).FenceSql()) {
+      fence_sql_(BucketSet::One(bucket_).FenceSql(WantsToken())) {
   const bool wants_replicas = options.read_only && parts.replicas != nullptr && options.read.UsesReplicas();
   replica_only_ = wants_replicas && options.read.preference == ReadPreference::kReplicaOnly;
   primary_only_ = !wants_replicas;
@@ -224,9 +224,10 @@ void RoutedCall::Attempt(const Target& target, ConnectionPool::Lease& lease, mil
   if (options_.read_only && !target.on_replica) begin += " READ ONLY";
   std::string setup = fence_sql_;
   const std::string* presync = nullptr;
-  if (target.on_replica && target.choice->verify_lsn) {
-    setup += ", " + RequireReplayed(*target.choice->verify_lsn);
-    presync = &kCaptureReplayed;
+  if (target.on_replica && target.choice->verify) {
+    setup += ", " + RequireReplayed(*target.choice->verify);
+    presync_ = CaptureReplayed(*target.choice->verify);
+    presync = &presync_;
   }
   switch (work_.kind) {
     case RoutedWork::Kind::kFunction:
@@ -243,13 +244,16 @@ void RoutedCall::Attempt(const Target& target, ConnectionPool::Lease& lease, mil
 
 void RoutedCall::RunFunction(const Target& target, ConnectionPool::Lease& lease, const std::string& begin,
                              const std::string& setup, const std::string* presync, milliseconds left) {
+  ReadToken token;
   {
     pqxx::nontransaction tx{*lease};
     if (presync != nullptr) tx.exec(*presync);
     const auto folded = SetupSettingTimeout(setup, left.count());
     // The timeout is a number computed here (SET takes no parameters).
-    tx.exec(folded ? fmt::format("{}; {}", begin, *folded)
-                   : fmt::format("{}; SET LOCAL statement_timeout = {}; {}", begin, left.count(), setup));
+    const pqxx::result set =
+        tx.exec(folded ? fmt::format("{}; {}", begin, *folded)
+                       : fmt::format("{}; SET LOCAL statement_timeout = {}; {}", begin, left.count(), setup));
+    if (WantsToken()) token = TokenOfCheck(target.shard, set[0][set[0].size() - 1].c_str());
     (*work_.fn)(tx, target.at);
   }
   // A statement that failed inside the function, its error caught there,
@@ -262,21 +266,14 @@ void RoutedCall::RunFunction(const Target& target, ConnectionPool::Lease& lease,
                                                     "nothing was committed",
                                                     Describe(), target.shard));
   }
-  // A write reads the WAL insert position after its COMMIT in the same
-  // round trip: at or after the commit record, its read token.
-  const bool with_token = !options_.read_only && options_.read_token;
-  static const std::vector<std::string> kPosition{kWalPosition};
   const std::vector<const char*> none;
   PipelineRequest request;
   request.sql = &kCommit;
   request.values = &none;
   request.wrap = PipelineRequest::Wrap::kStatementOnly;
-  if (with_token) request.then = &kPosition;
   committing_ = true;
-  const BoundedAnswer committed = Commit(target, lease, request);
-  if (with_token && committed.rows && !committed.rows->empty()) {
-    outcome_.token = ReadToken::At(target.shard, ParseLsn((*committed.rows)[0][0].c_str()));
-  }
+  (void)Commit(target, lease, request);
+  outcome_.token = std::move(token);
 }
 
 void RoutedCall::RunRead(const Target& target, ConnectionPool::Lease& lease, const std::string& begin,
@@ -305,9 +302,9 @@ void RoutedCall::RunRead(const Target& target, ConnectionPool::Lease& lease, con
 
 void RoutedCall::RunWrite(ConnectionPool::Lease& lease, const Target& target, const std::string& begin,
                           const std::string& setup, milliseconds left) {
-  // BEGIN, timeout, fence, statement, COMMIT and the WAL position after it
-  // in one round trip; the statement's own errors (the fence's refusal
-  // among them) stop it before the COMMIT, as one by one.
+  // BEGIN, timeout and fence (with the read token's values), statement and
+  // COMMIT in one round trip; the statement's own errors (the fence's
+  // refusal among them) stop it before the COMMIT, as one by one.
   PipelineRequest request;
   request.sql = work_.sql;
   request.values = &work_.values;
@@ -315,10 +312,12 @@ void RoutedCall::RunWrite(ConnectionPool::Lease& lease, const Target& target, co
   request.begin = &begin;
   request.statement_timeout_ms = left.count();
   request.setup = &setup;
-  if (options_.read_token) request.after_commit = &kWalPosition;
   BoundedAnswer answer = Commit(target, lease, request);
   work_.rows = std::move(*answer.rows);
-  if (answer.after_commit) outcome_.token = ReadToken::At(target.shard, ParseLsn(*answer.after_commit));
+  if (WantsToken() && answer.setup && !answer.setup->empty()) {
+    const pg::Row check = (*answer.setup)[0];
+    outcome_.token = TokenOfCheck(target.shard, check[static_cast<int>(check.size()) - 1].c_str());
+  }
 }
 
 BoundedAnswer RoutedCall::Commit(const Target& target, ConnectionPool::Lease& lease, const PipelineRequest& request) {
@@ -449,13 +448,15 @@ RoutedCall::Next RoutedCall::OnServerError(const Target& target, ConnectionPool:
     // it (once, briefly) or go elsewhere.
     if (options_.read.replay_wait.count() > 0 && !waited_for_replay_) {
       waited_for_replay_ = true;
-      if (parts_.replicas->WaitForReplay(target.shard, *target.choice->replica, *target.choice->verify_lsn,
+      if (parts_.replicas->WaitForReplay(target.shard, *target.choice->replica, *target.choice->verify,
                                          std::min(deadline_, Clock::now() + options_.read.replay_wait))) {
         return Next::kRetryNow;
       }
     }
     Leave(target,
-          fmt::format("it had not replayed the read token's position {} yet", FormatLsn(*target.choice->verify_lsn)));
+          fmt::format(
+              "it did not show the read token's writes yet (position {}{})", FormatLsn(target.choice->verify->lsn),
+              target.choice->verify->xid == 0 ? "" : fmt::format(", transaction {}", target.choice->verify->xid)));
     return Next::kRetryNow;
   }
   if (!target.on_replica && !options_.read_only && sqlstate == kSqlStateReadOnlyTransaction) {

@@ -95,6 +95,10 @@ class RoutedCall {
   // The deadline's time left for the attempt's statements; throws at it.
   [[nodiscard]] std::chrono::milliseconds TimeLeft(ShardId shard) const;
   void Attempt(const Target& target, ConnectionPool::Lease& lease, std::chrono::milliseconds left);
+  // A write that returns a read token (read by its bucket check's SELECT).
+  [[nodiscard]] bool WantsToken() const noexcept {
+    return work_.kind != RoutedWork::Kind::kRead && !options_.read_only && options_.read_token;
+  }
   void RunFunction(const Target& target, ConnectionPool::Lease& lease, const std::string& begin,
                    const std::string& setup, const std::string* presync, std::chrono::milliseconds left);
   void RunRead(const Target& target, ConnectionPool::Lease& lease, const std::string& begin, const std::string& setup,
@@ -134,6 +138,7 @@ class RoutedCall {
   std::string label_;
   BucketId bucket_;
   std::string fence_sql_;
+  std::string presync_;  // a replica read's step before its snapshot (CaptureReplayed)
   RoutedOutcome outcome_;
   bool unknown_ = false;
 

@@ -8,14 +8,36 @@
 #include <chrono>
 #include <random>
 #include <string>
+#include <string_view>
 
+#include <fmt/format.h>
+
+#include "shardkit/errors.hpp"
+#include "shardkit/routing/read_token.hpp"
 #include "shardkit/writes/routed.hpp"
 
 namespace shardkit::detail {
 
-// A write's WAL insert position right after its COMMIT: at or after the
-// commit record, its read token.
+// A cross-shard write's WAL insert position right after its COMMIT: at or
+// after the commit record, its read token.
 inline const std::string kWalPosition = "SELECT pg_current_wal_insert_lsn()::text";
+
+// A routed write's read token as its bucket check returns it
+// (BucketSet::FenceSql(true), the last value of its SELECT, sql/046): "<its
+// transaction> <the oldest one running then> <the WAL position>". The
+// check assigns the transaction id if the write has none yet, so a write
+// that changes no row still commits a record.
+inline ReadToken TokenOfCheck(ShardId shard, std::string_view text) {
+  const auto first = text.find(' ');
+  const auto second = first == std::string_view::npos ? first : text.find(' ', first + 1);
+  if (second == std::string_view::npos) {
+    throw ReadTokenError(std::string(text), fmt::format("the bucket check returned \"{}\", not a read token "
+                                                        "(\"<xid> <horizon> <position>\", sql/046)",
+                                                        text));
+  }
+  return ReadToken::Of(shard, ParseLsn(text.substr(second + 1)), std::stoull(std::string(text.substr(0, first))),
+                       std::stoull(std::string(text.substr(first + 1, second - first - 1))));
+}
 
 inline const char* BeginSql(Isolation isolation) {
   switch (isolation) {

@@ -256,7 +256,7 @@ TEST_F(Fence, ARetiredBucketNamesItsNewOwnerAndIsHiddenFromRawReads) {
   // never saw), by the check and by the setting itself.
   for (const std::string& ask :
        {"SELECT set_config('shardkit.buckets', '" + BucketSet::One(BucketId{bucket}).Setting() +
-            "', true), shardkit_check_buckets(); SELECT count(*) FROM customers",
+            "', true), shardkit_check_buckets(false); SELECT count(*) FROM customers",
         "SET LOCAL shardkit.buckets = '" + BucketSet::One(BucketId{bucket}).Setting() + "'; " +
             fmt::format("SELECT count(*) FROM customers WHERE customer_id = {}", id)}) {
     SCOPED_TRACE(ask);
@@ -429,7 +429,7 @@ TEST_F(Fence, TheBucketSettingShowsExactlyTheAskedBucketsOrRefuses) {
   auto count = [&](const std::string& setting) {
     pqxx::work tx{c};
     tx.exec("SET LOCAL shardkit.buckets = " + tx.quote(setting));
-    tx.exec("SELECT shardkit_check_buckets()");  // as the library does, in the BEGIN round trip
+    tx.exec("SELECT shardkit_check_buckets(false)");  // as the library does, in the BEGIN round trip
     return tx.exec1(fmt::format("SELECT count(*) FROM customers WHERE customer_id IN ({}, {})", a, b))[0].as<int>();
   };
   BucketSet just20 = BucketSet::One(BucketId{20});
@@ -474,7 +474,7 @@ TEST_F(Fence, AReaderOfAMovingBucketHoldsItAgainstTheHandover) {
   const int bucket = 9;
   cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET move_id = 88, new_owner = 1 WHERE bucket = 9");
   const std::string check = "SELECT set_config('shardkit.buckets', '" + BucketSet::One(BucketId{bucket}).Setting() +
-                            "', true), shardkit_check_buckets()";
+                            "', true), shardkit_check_buckets(false)";
   pqxx::connection reader{Shard0().Reveal()};
   auto reading = std::make_unique<pqxx::work>(reader);
   reading->exec(check);
@@ -544,7 +544,7 @@ TEST_F(Fence, AOneBucketCheckHoldsTheBucketAndReadsNoTableWhileTheWordVouchesFor
     pqxx::nontransaction tx{c};
     tx.exec(begin);
     const auto before = tx.exec1(reads)[0].as<std::int64_t>();
-    tx.exec("SELECT set_config('shardkit.buckets', '" + buckets.Setting() + "', true), shardkit_check_buckets()");
+    tx.exec("SELECT set_config('shardkit.buckets', '" + buckets.Setting() + "', true), shardkit_check_buckets(false)");
     const auto after = tx.exec1(reads)[0].as<std::int64_t>();
     const auto holds = tx.exec1(
                              "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 21326 "
@@ -574,7 +574,7 @@ TEST_F(Fence, AOneBucketCheckHoldsTheBucketAndReadsNoTableWhileTheWordVouchesFor
   // A bucket handed over: its bit is clear, the table refuses it.
   cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'retired', new_owner = 1 WHERE bucket = 11");
   const auto refused = Refusal(
-      Shard0(), "SELECT set_config('shardkit.buckets', '" + one.Setting() + "', true), shardkit_check_buckets()");
+      Shard0(), "SELECT set_config('shardkit.buckets', '" + one.Setting() + "', true), shardkit_check_buckets(false)");
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->state, "retired");
   cluster_->ExecOnShard(0, "UPDATE shardkit_bucket_ownership SET state = 'owned', new_owner = NULL WHERE bucket = 11");

@@ -130,6 +130,74 @@ TEST_F(PausedReplica, TokenReadsNeverMissTheirWriteWhileReplayPausesAndResumes) 
   cluster_->ExecOnShard(1, "DELETE FROM orders WHERE order_id >= 880000000");
 }
 
+// A routed write's token names its transaction (sql/046). The replica shows
+// it by its commit even while an older transaction of the primary still
+// runs (a long batch), but a token that cannot say its other writes ended
+// before it began waits for every older transaction; with replay paused,
+// neither is shown.
+TEST_F(PausedReplica, ATokenIsShownByItsTransactionsCommitOrByEveryOlderOneFinishing) {
+  auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(20), milliseconds(1000)));
+  cluster->Replicas()->ProbeNow();
+  const int customer = 510001;
+  const auto read = [&](const ReadToken& token, milliseconds wait, RoutedOutcome* outcome) {
+    ReadPolicy policy;
+    policy.preference = ReadPreference::kReplicaOnly;
+    policy.max_lag = std::chrono::hours(1);
+    policy.after = token;
+    policy.replay_wait = wait;
+    return cluster->Transactions()
+        .Read(CustomerId{customer}, "SELECT count(*) FROM orders WHERE customer_id = $1 AND order_id >= 881000000",
+              {std::to_string(customer)}, test::Reading(policy), outcome)[0][0]
+        .as<int>();
+  };
+  const auto replica_caught_up = [&] {
+    const std::uint64_t wanted = test::WalPosition(primary_->Dsn());
+    return test::WaitFor([&] { return test::WalPosition(replica_->Dsn()) >= wanted; });
+  };
+
+  pqxx::connection batch_connection{cluster_->ShardDsn(0).Reveal()};
+  pqxx::work batch{batch_connection};
+  const auto batch_xid = batch.exec1("SELECT pg_current_xact_id()::text")[0].as<std::uint64_t>();
+
+  const RoutedOutcome written = test::WriteOrder(*cluster, customer, 881000000);
+  const ReadToken::Entry* entry = written.token.Find(written.shard);
+  ASSERT_NE(entry, nullptr);
+  EXPECT_GT(entry->xid, batch_xid);
+  EXPECT_GT(entry->horizon, 0U);
+  EXPECT_LE(entry->horizon, batch_xid) << "the batch was running when the write began";
+  EXPECT_TRUE(written.token.ToString().starts_with("v2_"));
+  ASSERT_TRUE(replica_caught_up());
+
+  // 1. Its own token: the replica shows the commit, the batch running.
+  RoutedOutcome outcome;
+  EXPECT_EQ(read(written.token, milliseconds(0), &outcome), 1);
+  EXPECT_TRUE(outcome.on_replica);
+
+  // 2. The same transaction in a token whose other writes may have run
+  // beside it (horizon 0): every older transaction must have finished,
+  // and the batch has not.
+  const ReadToken unsure =
+      ReadToken::Parse(fmt::format("v2_{}.{:X}.{:X}.0", ToInt(written.shard), entry->lsn, entry->xid));
+  EXPECT_THROW((void)read(unsure, milliseconds(0), nullptr), ReplicaUnavailable);
+  EXPECT_THROW((void)read(unsure, milliseconds(300), nullptr), ReplicaUnavailable) << "waited for the batch";
+  batch.commit();
+  outcome = {};
+  EXPECT_EQ(read(unsure, seconds(10), &outcome), 1);
+  EXPECT_TRUE(outcome.on_replica);
+
+  // 3. Replay paused: a new write is shown neither way until it resumes.
+  ASSERT_TRUE(replica_caught_up());
+  Pause();
+  const RoutedOutcome paused_write = test::WriteOrder(*cluster, customer, 881000001);
+  EXPECT_THROW((void)read(paused_write.token, milliseconds(0), nullptr), ReplicaUnavailable);
+  Resume();
+  outcome = {};
+  EXPECT_EQ(read(paused_write.token, seconds(10), &outcome), 2);
+  EXPECT_TRUE(outcome.on_replica);
+  cluster_->ExecOnShard(0, "DELETE FROM orders WHERE order_id >= 881000000");
+  cluster_->ExecOnShard(1, "DELETE FROM orders WHERE order_id >= 881000000");
+}
+
 TEST_F(PausedReplica, AReplicaOverTheLagBoundIsSkippedUntilItCatchesUp) {
   cluster_->CatchUpReplicas();
   auto cluster = Cluster::Open(cluster_->Config(), test::QuickProbes(milliseconds(20), milliseconds(1000)));

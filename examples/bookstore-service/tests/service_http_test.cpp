@@ -221,7 +221,7 @@ TEST_F(BookstoreServiceTest, AnOrdersTokenMakesTheNextReadsSeeIt) {
       client.Post("/orders", json{{"customer_id", customer}, {"items", {{{"book_id", 3}, {"quantity", 1}}}}}.dump());
   ASSERT_EQ(reply.status, 201) << reply.body;
   const std::string token = reply.Header("shardkit-token");
-  ASSERT_TRUE(token.starts_with("v1_0.")) << token;  // shard 0's WAL position
+  ASSERT_TRUE(token.starts_with("v2_0.")) << token;  // shard 0's WAL position and transaction
   const std::string order_id = Body(reply)["order_id"];
   bookstore_->MirrorToReference(customer, std::stoll(order_id));
   const std::string path = "/customers/" + std::to_string(customer) + "/orders?limit=1";

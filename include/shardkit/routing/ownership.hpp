@@ -94,8 +94,10 @@ class BucketSet {
   // rows: shardkit.buckets = these buckets for the transaction, then
   // shardkit_check_buckets(), which refuses a bucket the shard does not
   // serve (sql/010, sql/014). One statement (set_config runs before the
-  // check: a target list is evaluated in order).
-  [[nodiscard]] std::string FenceSql() const;
+  // check: a target list is evaluated in order). `with_read_token`: the
+  // check's value is a write's read token, "<xid> <horizon> <position>"
+  // (sql/046), else the buckets.
+  [[nodiscard]] std::string FenceSql(bool with_read_token = false) const;
   // "0-20, 54-63"
   [[nodiscard]] std::string Ranges() const;
   friend constexpr bool operator==(BucketSet, BucketSet) noexcept = default;

@@ -99,9 +99,10 @@ struct ReplicaStatus {
 // Where one read of a shard goes.
 struct ReplicaChoice {
   std::optional<ShardServer> replica;  // nullopt: the primary
-  // The read must check that the replica has replayed this position (the
-  // read token's, not yet known to be replayed) before its snapshot.
-  std::optional<std::uint64_t> verify_lsn;
+  // The read must check that the replica shows these writes (the read
+  // token's for the shard, not yet known to be replayed there) in its
+  // snapshot: replayed the position before it and finished the transaction.
+  std::optional<ReadToken::Entry> verify;
   // Replicas passed over and why (for messages and statistics).
   std::vector<ReplicaUnavailable::Skipped> skipped;
 };
@@ -125,9 +126,10 @@ class ReplicaMonitor {
   void ReportFailure(ShardId shard, const std::string& replica, const std::string& why);
   // A read saw the replica at least at `lsn` (a lower bound, kept).
   void ReportReplayed(ShardId shard, const std::string& replica, std::uint64_t lsn);
-  // Polls the replica's replay position on a connection of its pool until
-  // it reaches `lsn`; false at the deadline (or if the replica fails).
-  bool WaitForReplay(ShardId shard, const ShardServer& replica, std::uint64_t lsn,
+  // Polls the replica on a connection of its pool until it shows the
+  // writes of `wanted` (its replay position and transaction); false at the
+  // deadline (or if the replica fails).
+  bool WaitForReplay(ShardId shard, const ShardServer& replica, const ReadToken::Entry& wanted,
                      std::chrono::steady_clock::time_point deadline);
 
   // Every configured replica's state.

@@ -4,6 +4,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <pqxx/connection_base>
 #include <pqxx/except>
 #include <string_view>
@@ -223,7 +224,9 @@ void PipelinedStatement::Take(PGresult* raw) {
       return;
     case Expect::kSync:
       if (result.result == nullptr || PQresultStatus(result.result) != PGRES_PIPELINE_SYNC) {
-        Fail(ConnectionMessage(conn_), {}, PQstatus(conn_) == CONNECTION_BAD);
+        // Every step answered, the Sync did not: the session is gone or out
+        // of step, and the last step's outcome (a lone COMMIT's) with it.
+        Fail(ConnectionMessage(conn_), {}, true);
         broken_ = true;
         return;
       }
@@ -321,7 +324,8 @@ pg::Rows PipelinedStatement::Finish(bool& reusable, bool* rollback_pending) {
                       "committed is unknown",
                       FirstLine(failure_->message)));
     }
-    throw pqxx::sql_error(failure_->message, *steps_[failure_->step],
+    const int step = std::min(failure_->step, count_ - 1);
+    throw pqxx::sql_error(failure_->message, *steps_[step],
                           failure_->sqlstate.empty() ? nullptr : failure_->sqlstate.c_str());
   }
   if (!rows_) {

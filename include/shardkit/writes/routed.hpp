@@ -23,8 +23,8 @@
 //   });
 //
 // Every write that commits returns its read token (RoutedOutcome::token):
-// the shard and a WAL position at or after its commit (read with the COMMIT,
-// in its round trip), for reads that must see it on a replica
+// the shard, its transaction and a WAL position (read by its bucket check,
+// no statement of its own), for reads that must see it on a replica
 // (read_token.hpp). Reads (Read, and Run with read_only) may go to a
 // shard's replica under options.read (read_policy.hpp) once a ReplicaMonitor
 // is set (ReadReplicas; a Cluster does it): a REPEATABLE READ READ ONLY
@@ -97,9 +97,9 @@ struct RoutedOptions {
   // Where a read-only call may run: the primary (default) or a replica
   // (read_policy.hpp). Writes always run on the primary.
   ReadPolicy read;
-  // A write reads its WAL position after COMMIT, in the same round trip,
-  // for its read token (RoutedOutcome::token). false: no token, one
-  // statement less on the server (bench/results.md has the figures).
+  // A write's bucket check returns its read token (RoutedOutcome::token,
+  // sql/046), assigning the transaction id. false: no token, and a call
+  // that changes nothing commits no record (bench/results.md).
   bool read_token = true;
 };
 
@@ -119,7 +119,7 @@ struct RoutedOutcome {
   ShardId shard{};          // where it committed
   std::string server;       // which server of the shard: its primary's name or a replica's
   bool on_replica = false;  // a read served by a replica
-  // A write's position in the shard's WAL, at or after its commit (empty
+  // What a replica must show of a write: its transaction and position (empty
   // for reads): combine and pass it to later reads (read_token.hpp).
   ReadToken token;
   int attempts = 0;
